@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tunables.h"
+
+int sdp_log_min_level = SDP_LOG_ERR;
+
+/* Protects log_fd and log_ready. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_fd = STDERR_FILENO;
+static int log_ready;
+
+static int log_open_file_locked(const char *path)
+{
+	if (!path || !*path) {
+		if (log_fd != STDERR_FILENO)
+			close(log_fd);
+		log_fd = STDERR_FILENO;
+		return 0;
+	}
+	/* O_NOFOLLOW: a log path in a shared directory must not be turned
+	 * into a write to someone else's file through a symlink. */
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	if (log_fd != STDERR_FILENO)
+		close(log_fd);
+	log_fd = fd;
+	return 0;
+}
+
+void sdp_log_init(void)
+{
+	int saved = errno;
+
+	pthread_mutex_lock(&log_lock);
+	if (!log_ready) {
+		sdp_log_min_level = (int)tun_int(TUN_log_level);
+		(void)log_open_file_locked(tun_str(TUN_log_file));
+		log_ready = 1;
+	}
+	pthread_mutex_unlock(&log_lock);
+	errno = saved;
+}
+
+void sdp_log_set_level(int level)
+{
+	sdp_log_min_level = level;
+}
+
+int sdp_log_set_file(const char *path)
+{
+	pthread_mutex_lock(&log_lock);
+	int ret = log_open_file_locked(path);
+	log_ready = 1;
+	pthread_mutex_unlock(&log_lock);
+	return ret;
+}
+
+static const char *log_level_name(int level)
+{
+	if (level >= SDP_LOG_ERR)
+		return "error";
+	if (level >= SDP_LOG_WARN)
+		return "warning";
+	if (level >= SDP_LOG_CONN)
+		return "conn";
+	return "debug";
+}
+
+void sdp_log_write(int level, const char *subsys, const char *fmt, ...)
+{
+	int saved = errno;
+	char line[1024];
+	struct timespec ts;
+	va_list ap;
+
+	if (!log_ready)
+		sdp_log_init();
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int n = snprintf(line, sizeof(line), "libsdp[%d.%ld] %ld.%06ld %s %s: ",
+			 (int)getpid(), (long)syscall(SYS_gettid), (long)ts.tv_sec,
+			 ts.tv_nsec / 1000, log_level_name(level), subsys);
+	if (n < 0)
+		n = 0;
+	va_start(ap, fmt);
+	int m = vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	size_t len = (size_t)n + (m > 0 ? (size_t)m : 0);
+	if (len > sizeof(line) - 2)
+		len = sizeof(line) - 2;
+	line[len++] = '\n';
+
+	pthread_mutex_lock(&log_lock);
+	/* One write per line keeps lines whole between processes; a failed
+	 * log write has nowhere to be reported. */
+	ssize_t w = write(log_fd, line, len);
+	(void)w;
+	pthread_mutex_unlock(&log_lock);
+	errno = saved;
+}

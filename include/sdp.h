@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * libsdp-engine: the Sockets Direct Protocol engine as a library.
+ *
+ * A socket-like API over SDP.  It is what the LD_PRELOAD library, the tools,
+ * the benchmarks and the tests drive; a program may use it directly (link
+ * with -lsdp-engine, pkg-config libsdp-engine).
+ *
+ * Conventions that differ from libc, on purpose:
+ *   - Every call returns a non-negative value on success and a NEGATIVE
+ *     errno on failure (-ECONNRESET, -EAGAIN, ...); errno is not used.
+ *     The errno values are those Linux TCP gives in the same situation.
+ *   - A socket is named by an int "sd".  The sd is a real file descriptor
+ *     owned by the engine (an eventfd, O_CLOEXEC unless the socket was made
+ *     without SOCK_CLOEXEC): it is the socket's readiness fd, see
+ *     sdp_set_interest().  Close it only with sdp_close().
+ *   - Addresses are ordinary struct sockaddr_in / sockaddr_in6.
+ *   - SIGPIPE: a send on a socket whose sending side is shut down or
+ *     reset returns -EPIPE and raises SIGPIPE in the calling thread,
+ *     unless MSG_NOSIGNAL is given, as Linux TCP does.
+ *
+ * All calls are thread-safe.
+ */
+#ifndef LIBSDP_SDP_H
+#define LIBSDP_SDP_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Address families as OFED defined them; the engine accepts these and
+ * AF_INET/AF_INET6 alike in sdp_socket(). */
+#define SDP_AF_INET_SDP 27
+#define SDP_AF_INET6_SDP 28
+
+/* Start-up is implicit; sdp_init() only makes its cost explicit.  Returns
+ * the number of usable transports, or a negative errno. */
+int sdp_init(void);
+
+/* domain AF_INET/AF_INET6 (or the SDP families), type SOCK_STREAM optionally
+ * with SOCK_NONBLOCK | SOCK_CLOEXEC, protocol 0 or IPPROTO_TCP. */
+int sdp_socket(int domain, int type, int protocol);
+int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len);
+int sdp_listen(int sd, int backlog);
+/* flags: SOCK_NONBLOCK | SOCK_CLOEXEC for the new socket (accept4). */
+int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags);
+/* Blocking, or -EINPROGRESS on a non-blocking socket: wait for writable,
+ * then read SO_ERROR, as with TCP. */
+int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len);
+
+/* flags: MSG_DONTWAIT, MSG_NOSIGNAL, MSG_MORE (send); MSG_DONTWAIT,
+ * MSG_PEEK, MSG_WAITALL (recv).  MSG_OOB gives -EOPNOTSUPP for now. */
+ssize_t sdp_send(int sd, const void *buf, size_t len, int flags);
+ssize_t sdp_recv(int sd, void *buf, size_t len, int flags);
+ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags);
+ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags);
+
+int sdp_shutdown(int sd, int how);
+int sdp_close(int sd);
+
+int sdp_getsockname(int sd, struct sockaddr *addr, socklen_t *len);
+int sdp_getpeername(int sd, struct sockaddr *addr, socklen_t *len);
+
+/*
+ * SOL_SOCKET: SO_ERROR, SO_TYPE, SO_DOMAIN, SO_PROTOCOL, SO_ACCEPTCONN,
+ * SO_RCVBUF, SO_SNDBUF, SO_KEEPALIVE, SO_LINGER, SO_REUSEADDR, SO_REUSEPORT,
+ * SO_RCVTIMEO, SO_SNDTIMEO, SO_RCVLOWAT, SO_SNDLOWAT, SO_OOBINLINE;
+ * IPPROTO_TCP: TCP_NODELAY, TCP_CORK, TCP_MAXSEG, TCP_KEEPIDLE, TCP_KEEPINTVL,
+ * TCP_KEEPCNT.  Others: -ENOPROTOOPT.
+ */
+int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len);
+int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len);
+
+/* O_NONBLOCK on or off; sdp_get_nonblock() returns 0 or 1. */
+int sdp_set_nonblock(int sd, int on);
+int sdp_get_nonblock(int sd);
+/* Bytes that a recv() would return now (FIONREAD / SIOCINQ). */
+int sdp_nread(int sd);
+/* Bytes sent but not yet acknowledged by the peer (SIOCOUTQ). */
+int sdp_nwrite(int sd);
+
+/*
+ * Readiness.  sdp_events() returns the socket's current poll(2) mask:
+ * POLLIN (data, EOF, or a connection to accept), POLLOUT (send would not
+ * block; a non-blocking connect finished), POLLRDHUP (peer shut down its
+ * sending side), POLLHUP (both directions closed or reset), POLLERR
+ * (pending error, see SO_ERROR).
+ *
+ * The sd itself is pollable: it is readable exactly while
+ * sdp_events(sd) & interest is non-zero (POLLHUP and POLLERR always count),
+ * and every new arrival of data or connections makes it signal again, so
+ * epoll's edge-triggered mode sees each one.  interest defaults to
+ * POLLIN | POLLRDHUP.  It never reports POLLOUT itself: wait for readable
+ * and ask sdp_events().
+ */
+int sdp_events(int sd);
+int sdp_set_interest(int sd, int events);
+
+/* poll(2) over sds (not ordinary fds): same semantics and return values
+ * (count of ready entries, 0 on timeout, -EINTR on a signal). */
+int sdp_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms);
+
+/* Is sd a socket of this engine? 1 or 0. */
+int sdp_is_socket(int sd);
+
+/* Name of the transport a connected socket runs on ("tcp-fallback"), or
+ * NULL if the socket is not connected. */
+const char *sdp_transport_name(int sd);
+
+/* Process-wide counters, for tools and tests. */
+struct sdp_stats {
+	uint64_t sockets_open;
+	uint64_t connections_active;	/* established since start */
+	uint64_t connections_passive;
+	uint64_t connect_failures;
+	uint64_t resets;		/* connections ended by reset or protocol error */
+	uint64_t protocol_errors;	/* malformed or hostile peer messages */
+	uint64_t bytes_sent;
+	uint64_t bytes_received;
+	uint64_t msgs_sent;
+	uint64_t msgs_received;
+	uint64_t credit_updates_sent;
+	uint64_t credit_stalls;		/* sends that waited for credits */
+};
+void sdp_get_stats(struct sdp_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LIBSDP_SDP_H */

@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The Offload Transport Interface (OTI): the one boundary between the SDP
+ * engine (sdp/) and the transports that move its messages (transports/*).
+ *
+ * A backend fills in a struct oti_ops and is registered, in priority order,
+ * by oti_init().  The engine never includes a backend header: it asks
+ * oti_select() for the first enabled backend whose probe accepts an address
+ * pair and talks to it only through these entries.
+ *
+ * Object model (all objects are opaque to the engine):
+ *   oti_listener   passive side: turns incoming requests into oti_connreq.
+ *   oti_connreq    one pending request, with the active side's private data;
+ *                  consumed by exactly one of ep_accept_open() or reject().
+ *   oti_ep         one reliable, connected, message-oriented endpoint
+ *                  (RC QP, FI_EP_MSG endpoint) with its own completion queue
+ *                  and connection-event queue.
+ *   oti_mr         registered memory, usable for local buffers of the ep it
+ *                  was registered on and as a target of remote RDMA.
+ *
+ * Contracts common to every entry:
+ *   - Returns 0 (or a count) on success, a negative errno on failure; never
+ *     sets errno for the caller, never prints, never exits.
+ *   - Never blocks, except where an entry says otherwise.  Waiting is done by
+ *     the caller on the object's fd after *_arm() returned 0.
+ *   - Not internally serialised per object: the engine holds the owning
+ *     connection's lock around every call on one ep/listener.  Different
+ *     objects may be used from different threads at once.
+ *   - Every fd a backend creates is O_CLOEXEC.
+ */
+#ifndef OTI_H
+#define OTI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define OTI_VERSION 1
+
+/* Largest private data any backend may carry; events embed a copy. */
+#define OTI_MAX_PRIVATE_DATA 256
+
+struct oti_listener;
+struct oti_connreq;
+struct oti_ep;
+
+/* Capability flags (struct oti_caps.flags). */
+enum {
+	OTI_CAP_RDMA_READ = 1u << 0,	/* rdma_read() works */
+	OTI_CAP_RDMA_WRITE = 1u << 1,	/* rdma_write() works */
+	/* iWARP rules: no write-with-immediate, the sink of an RDMA read
+	 * must be registered with OTI_ACCESS_REMOTE_WRITE, MPA limits. */
+	OTI_CAP_IWARP_RULES = 1u << 2,
+	/* Runs in software over the host's TCP/IP stack (no RNIC). */
+	OTI_CAP_SOFTWARE = 1u << 3,
+};
+
+struct oti_caps {
+	uint32_t flags;
+	uint32_t max_private_data;	/* bytes of private data on connect/accept/reject */
+	uint32_t max_inline;		/* sends at or below this may use OTI_SEND_INLINE */
+	uint32_t max_send_wr;		/* outstanding sends + RDMA ops per ep */
+	uint32_t max_recv_wr;		/* outstanding receives per ep */
+	uint64_t max_msg_size;		/* one send / one RDMA op */
+};
+
+/* Memory access rights for mr_reg(). Local read is implied. */
+enum {
+	OTI_ACCESS_LOCAL_WRITE = 1u << 0,
+	OTI_ACCESS_REMOTE_READ = 1u << 1,
+	OTI_ACCESS_REMOTE_WRITE = 1u << 2,
+};
+
+/*
+ * A registration.  The fields are filled by the backend and read by the
+ * engine; the engine must not change them.  The address a peer uses to
+ * reach byte p of the region is raddr_base + (p - addr): backends whose
+ * RMA addresses are offsets set raddr_base to 0, verbs sets it to addr.
+ */
+struct oti_mr {
+	void *addr;
+	size_t len;
+	uint32_t rkey;		/* remote key, 32 bits as on the SDP wire */
+	uint64_t raddr_base;
+	unsigned access;
+};
+
+/* One local buffer: must lie inside mr. */
+struct oti_sge {
+	void *addr;
+	uint32_t len;
+	struct oti_mr *mr;
+};
+
+enum oti_event_type {
+	/* Active side: address (and route) resolved; the ep is bound to a
+	 * device, so memory may be registered and receives posted; then call
+	 * connect(). */
+	OTI_EV_RESOLVED = 1,
+	/* Both sides: the connection is up.  On the active side private_data
+	 * is the peer's accept data. */
+	OTI_EV_ESTABLISHED,
+	/* Active side: the peer answered with reject(); private_data is its
+	 * reject data (may be empty).  status is -ECONNREFUSED. */
+	OTI_EV_REJECTED,
+	/* Active side: no answer / no route / no listener.  status says why
+	 * (-ETIMEDOUT, -EHOSTUNREACH, -ENETUNREACH, -ECONNREFUSED). */
+	OTI_EV_UNREACHABLE,
+	/* The transport connection is gone (peer disconnect, peer death).
+	 * After this no completion will carry data. */
+	OTI_EV_DISCONNECTED,
+	/* Asynchronous error: QP fatal, device removed, port down. status
+	 * is a negative errno.  The ep is unusable afterwards. */
+	OTI_EV_ERROR,
+};
+
+struct oti_event {
+	enum oti_event_type type;
+	int status;
+	size_t private_data_len;
+	uint8_t private_data[OTI_MAX_PRIVATE_DATA];
+};
+
+enum oti_wc_op {
+	OTI_WC_SEND = 1,
+	OTI_WC_RECV,
+	OTI_WC_RDMA_READ,
+	OTI_WC_RDMA_WRITE,
+};
+
+/* One completion.  ctx is the value given when the work was posted. */
+struct oti_wc {
+	uint64_t ctx;
+	enum oti_wc_op op;
+	int status;		/* 0, or a negative errno (-ECANCELED on flush) */
+	uint32_t len;		/* bytes received (RECV) */
+};
+
+/* post_send() flags. */
+enum {
+	OTI_SEND_INLINE = 1u << 0,	/* a hint; len <= caps.max_inline */
+	OTI_SEND_SOLICITED = 1u << 1,	/* urgent data: wake the peer now */
+};
+
+struct oti_ops {
+	size_t size;		/* sizeof(struct oti_ops) the backend was built with */
+	uint32_t version;	/* OTI_VERSION */
+	const char *name;	/* short, stable: "tcp-fallback", "ib", "iwarp" */
+
+	/*
+	 * Once per process, before any other entry; idempotent.  Opening a
+	 * fabric or device list may happen here.  -ENODEV: the backend has
+	 * nothing to offer on this host (it is then skipped).
+	 */
+	int (*init)(void);
+	/* Releases what init() set up.  Objects must be destroyed first. */
+	void (*fini)(void);
+
+	/*
+	 * Can this backend carry a connection between these addresses?  Either
+	 * may be NULL (unknown yet).  Cheap: no connection attempt, no
+	 * blocking.  0 = yes, -ENODEV / -ENETUNREACH = no.
+	 */
+	int (*probe)(const struct sockaddr *local, const struct sockaddr *remote);
+	void (*query_caps)(struct oti_caps *caps);
+
+	/* --- passive side ------------------------------------------------ */
+
+	/* Listen on addr (port 0: backend picks).  -EADDRINUSE as bind(2). */
+	int (*listen)(const struct sockaddr *addr, socklen_t addrlen, int backlog,
+		      struct oti_listener **out);
+	/* Bound address of the listener (actual port after port 0). */
+	int (*listener_name)(struct oti_listener *l, struct sockaddr *addr,
+			     socklen_t *addrlen);
+	/* Readable when get_connreq() may return a request. */
+	int (*listener_fd)(struct oti_listener *l);
+	/* 0 = safe to sleep on listener_fd(), -EAGAIN = call get_connreq(). */
+	int (*listener_arm)(struct oti_listener *l);
+	/*
+	 * Next pending request, -EAGAIN if none.  Copies the active side's
+	 * private data into pdata (capacity OTI_MAX_PRIVATE_DATA) and its
+	 * length into *pdata_len; peer gets the active side's address.
+	 */
+	int (*get_connreq)(struct oti_listener *l, struct oti_connreq **req,
+			   void *pdata, size_t *pdata_len,
+			   struct sockaddr_storage *peer);
+	/* Refuse a request, with optional private data; consumes req. */
+	int (*reject)(struct oti_listener *l, struct oti_connreq *req,
+		      const void *pdata, size_t len);
+	/* Pending requests are rejected. */
+	void (*listener_close)(struct oti_listener *l);
+
+	/* --- endpoints --------------------------------------------------- */
+
+	/*
+	 * Passive: an ep for req, bound to the device the request arrived
+	 * on; consumes req whatever the result.  Register and post receives,
+	 * then accept().
+	 */
+	int (*ep_accept_open)(struct oti_listener *l, struct oti_connreq *req,
+			      struct oti_ep **out);
+	int (*accept)(struct oti_ep *ep, const void *pdata, size_t len);
+
+	/*
+	 * Active: an ep for reaching dst (from src if given).  Resolution is
+	 * asynchronous: OTI_EV_RESOLVED (or OTI_EV_UNREACHABLE) follows on
+	 * the ep's fd.  Then register, post receives, and connect().
+	 */
+	int (*ep_open)(const struct sockaddr *dst, socklen_t dstlen,
+		       const struct sockaddr *src, socklen_t srclen,
+		       struct oti_ep **out);
+	int (*connect)(struct oti_ep *ep, const void *pdata, size_t len);
+
+	/*
+	 * Local and peer transport addresses of a resolved/connected ep.
+	 * Either output may be NULL.
+	 */
+	int (*ep_names)(struct oti_ep *ep, struct sockaddr_storage *local,
+			struct sockaddr_storage *peer);
+
+	/*
+	 * One pollable fd per ep: readable when get_event() or poll_cq()
+	 * may have work.  Level: after arm() returned 0, the fd becomes
+	 * readable when new work arrives.
+	 */
+	int (*ep_fd)(struct oti_ep *ep);
+	/* 0 = nothing pending, safe to sleep on ep_fd(); -EAGAIN = poll again. */
+	int (*ep_arm)(struct oti_ep *ep);
+	/* Next connection event, -EAGAIN if none. */
+	int (*get_event)(struct oti_ep *ep, struct oti_event *ev);
+	/* Up to n completions; returns the count (0 if none) or -errno. */
+	int (*poll_cq)(struct oti_ep *ep, struct oti_wc *wc, int n);
+
+	/* --- data ---------------------------------------------------------- */
+
+	/* Register [addr, addr+len) for use with ep (and its device). */
+	int (*mr_reg)(struct oti_ep *ep, void *addr, size_t len, unsigned access,
+		      struct oti_mr **out);
+	int (*mr_dereg)(struct oti_mr *mr);
+
+	/*
+	 * Receives complete in posting order; a message longer than the
+	 * buffer completes with an error and the ep is then in error.
+	 */
+	int (*post_recv)(struct oti_ep *ep, const struct oti_sge *sge, uint64_t ctx);
+	/* Sends are delivered in posting order and complete in order. */
+	int (*post_send)(struct oti_ep *ep, const struct oti_sge *sge, uint64_t ctx,
+			 unsigned flags);
+	/*
+	 * RDMA to/from the peer's registration named by rkey at raddr (the
+	 * peer's raddr_base + offset).  A later send is not delivered before
+	 * an earlier RDMA write has landed.
+	 */
+	int (*rdma_read)(struct oti_ep *ep, const struct oti_sge *local,
+			 uint64_t raddr, uint32_t rkey, uint64_t ctx);
+	int (*rdma_write)(struct oti_ep *ep, const struct oti_sge *local,
+			  uint64_t raddr, uint32_t rkey, uint64_t ctx);
+
+	/* --- teardown ------------------------------------------------------ */
+
+	/*
+	 * Orderly transport shutdown: sends already posted are delivered
+	 * first, then the peer sees OTI_EV_DISCONNECTED.  Outstanding receives
+	 * complete with -ECANCELED.  Never blocks.
+	 */
+	int (*disconnect)(struct oti_ep *ep);
+	/*
+	 * Frees the ep.  Registrations made on it must be deregistered
+	 * first.  If still connected the peer sees OTI_EV_DISCONNECTED.
+	 */
+	void (*ep_close)(struct oti_ep *ep);
+};
+
+/* --- registry (transports/oti.c) ------------------------------------- */
+
+/*
+ * Register the compiled-in backends in priority order (RDMA first,
+ * software last) and init() each enabled one.  Thread-safe, idempotent.
+ * Returns the number of usable backends.
+ */
+int oti_init(void);
+void oti_fini(void);
+
+/*
+ * First usable backend whose probe accepts (local, remote), or NULL.
+ * Backends disabled by the "transports" tunable are skipped.
+ */
+const struct oti_ops *oti_select(const struct sockaddr *local,
+				 const struct sockaddr *remote);
+
+/* Backend by name ("tcp-fallback"), whether enabled or not; NULL if none. */
+const struct oti_ops *oti_find(const char *name);
+
+/* Shared "not supported" entry for backends that lack an operation. */
+int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, uint64_t raddr,
+		uint32_t rkey, uint64_t ctx);
+
+/* Backends. */
+extern const struct oti_ops tcpf_transport_ops;
+
+#endif /* OTI_H */
