@@ -265,8 +265,10 @@ struct oti_ops {
 	 */
 	int (*disconnect)(struct oti_ep *ep);
 	/*
-	 * Frees the ep.  Registrations made on it must be deregistered
-	 * first.  If still connected the peer sees OTI_EV_DISCONNECTED.
+	 * Frees the ep; posted work is discarded.  Registrations made on it
+	 * stay valid until mr_dereg(), which the engine calls after ep_close()
+	 * (the verbs order: QP, then MRs).  If still connected the peer sees
+	 * OTI_EV_DISCONNECTED.
 	 */
 	void (*ep_close)(struct oti_ep *ep);
 };
