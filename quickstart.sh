@@ -1,0 +1,311 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+#
+# Quick start on a fresh Debian 12 machine:
+#
+#   ./quickstart.sh demo   install dependencies, build, run tools/demo.sh
+#   ./quickstart.sh test   install dependencies, build, run every test stage
+#
+# Both are safe to rerun: packages already installed are not touched, build
+# directories are reused and only rebuilt where sources changed.
+#
+# `test` runs, in order:
+#   check      make check in build/              (the normal build)
+#   sanitizers make check in build-asan/         (--enable-sanitizers, ASan+UBSan+LSan)
+#   distcheck  make distcheck from build/        (tarball builds, checks, installs)
+#   clang      build-clang/ with CC=clang, -Werror; builds the tests, runs none
+# and ends with one line `tests: N passed, M failed` (automake counts summed
+# over the three test runs; a stage that fails outside its tests counts as
+# one failure).  The exit status is non-zero if anything failed.
+#
+# Environment:
+#   QUICKSTART_STAGES    space-separated subset of the stages above (default: all)
+#   QUICKSTART_TIMEOUT   seconds one stage may take before it is killed (default 1500)
+#   QUICKSTART_JOBS      make -j value (default: nproc)
+set -euo pipefail
+
+srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$srcdir"
+
+DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
+      libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libcriterion-dev
+      uthash-dev iperf3 socat curl python3 clang valgrind)
+
+jobs=${QUICKSTART_JOBS:-$(nproc 2>/dev/null || echo 2)}
+stage_timeout=${QUICKSTART_TIMEOUT:-1500}
+
+say() { printf '\n==> %s\n' "$*"; }
+warn() { printf 'quickstart: warning: %s\n' "$*" >&2; }
+die() { printf 'quickstart: error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+	cat <<EOF
+usage: $0 demo|test
+  demo   install dependencies, build into build/, run tools/demo.sh
+  test   install dependencies, build, run the unit and integration tests
+         (normal, sanitizer and distcheck builds) and a clang -Werror build
+EOF
+}
+
+# Run a command as root: directly, or through sudo.
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo "$@"
+	else
+		die "not root and sudo is not installed: run as root, or install: $*"
+	fi
+}
+
+install_deps() {
+	if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+		die "this script needs a Debian-like system (dpkg-query, apt-get)"
+	fi
+	local missing=() p st
+	for p in "${DEPS[@]}"; do
+		st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+		[ "$st" = "install ok installed" ] || missing+=("$p")
+	done
+	if [ "${#missing[@]}" -eq 0 ]; then
+		say "dependencies: all ${#DEPS[@]} Debian packages already installed"
+		return 0
+	fi
+	say "dependencies: installing ${missing[*]}"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends "${missing[@]}" </dev/null
+}
+
+# configure exists and is newer than its inputs, or run autogen.sh.
+ensure_configure() {
+	if [ -f config.status ]; then
+		die "the source tree is configured in place ($srcdir/config.status);" \
+			"run 'make distclean' there first: builds go to build*/"
+	fi
+	if [ ! -x configure ] || [ ! -f Makefile.in ] ||
+	   [ configure -ot configure.ac ] || [ Makefile.in -ot Makefile.am ]; then
+		say "autogen: generating configure and Makefile.in"
+		./autogen.sh
+	fi
+}
+
+# configure_dir DIR [configure args...]: (re)configure DIR when it has no
+# Makefile or was configured with other arguments.
+configure_dir() {
+	local dir=$1
+	shift
+	local want="$*" stamp="$dir/.quickstart-configure"
+	mkdir -p "$dir"
+	if [ ! -f "$dir/Makefile" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+		say "configure: $dir ${want:+($want)}"
+		rm -f "$stamp"
+		(cd "$dir" && "$srcdir/configure" "$@") || return 1
+		printf '%s\n' "$want" >"$stamp"
+	fi
+}
+
+build_dir() {
+	local dir=$1
+	shift
+	configure_dir "$dir" "$@" || return 1
+	say "build: make -j$jobs in $dir"
+	make -C "$dir" -j"$jobs"
+}
+
+# ---------------------------------------------------------------- demo ---
+
+cmd_demo() {
+	install_deps
+	ensure_configure
+	build_dir "$srcdir/build" || die "build failed"
+	[ -x tools/demo.sh ] || die "tools/demo.sh is missing or not executable"
+	say "demo: tools/demo.sh $srcdir/build"
+	tools/demo.sh "$srcdir/build"
+}
+
+# ---------------------------------------------------------------- test ---
+
+tot_pass=0 tot_fail=0 tot_skip=0 tot_xfail=0 tot_xpass=0 tot_error=0
+summary=()
+failed_any=0
+
+# The harness's closing counts ("# PASS:  7") from a make check / distcheck
+# transcript; several runs in one transcript are summed.
+count_of() { # FIELD FILE
+	awk -v f="# $1:" 'index($0, f) == 1 { n += $NF } END { print n + 0 }' "$2"
+}
+
+# Show the harness logs of a failed run: test-suite.log has the log of
+# every failing test; if the run was killed before writing it, show the
+# logs of tests that never finished (a .log with no .trs).
+show_logs() {
+	local dir=$1 f found=0
+	while IFS= read -r f; do
+		found=1
+		printf '\n----- %s -----\n' "$f"
+		cat "$f"
+	done < <(find "$dir" -name test-suite.log -newer "$dir/.quickstart-stage-start" 2>/dev/null)
+	while IFS= read -r f; do
+		[ -f "${f%.log}.trs" ] && continue
+		case $f in */test-suite.log | */config.log) continue ;; esac
+		found=1
+		printf '\n----- %s (unfinished) -----\n' "$f"
+		tail -n 200 "$f"
+	done < <(find "$dir" -name '*.log' -newer "$dir/.quickstart-stage-start" 2>/dev/null)
+	[ "$found" -eq 1 ] || printf '(no test logs found under %s)\n' "$dir"
+}
+
+# run_tests NAME DIR MAKE-TARGET...: run make in DIR with a time limit,
+# keep the transcript, add its counts to the totals.
+run_tests() {
+	local name=$1 dir=$2
+	shift 2
+	local out="$dir/quickstart-$name.out" rc=0
+	touch "$dir/.quickstart-stage-start"
+	say "$name: make $* in $dir (limit ${stage_timeout}s)"
+	set +e
+	AM_COLOR_TESTS=no timeout --kill-after=30 "$stage_timeout" \
+		make -C "$dir" -j"$jobs" "$@" </dev/null 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	set -e
+	local p f s xf xp e
+	p=$(count_of PASS "$out") f=$(count_of FAIL "$out") s=$(count_of SKIP "$out")
+	xf=$(count_of XFAIL "$out") xp=$(count_of XPASS "$out") e=$(count_of ERROR "$out")
+	tot_pass=$((tot_pass + p)) tot_skip=$((tot_skip + s)) tot_xfail=$((tot_xfail + xf))
+	tot_fail=$((tot_fail + f)) tot_xpass=$((tot_xpass + xp)) tot_error=$((tot_error + e))
+	local bad=$((f + xp + e)) note=""
+	if [ "$rc" -ne 0 ]; then
+		failed_any=1
+		if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+			note=" (killed after ${stage_timeout}s)"
+		fi
+		if [ "$bad" -eq 0 ]; then
+			# Failed outside the tests (build, install, distclean
+			# check, time limit): count it once so the total shows it.
+			tot_error=$((tot_error + 1))
+			note="$note (failed outside the tests, exit $rc)"
+		fi
+		summary+=("$(printf '%-11s FAILED  pass %d, fail %d, error %d, xpass %d, skip %d%s' \
+			"$name" "$p" "$f" "$e" "$xp" "$s" "$note")")
+		printf '\n===== %s failed: test logs =====\n' "$name"
+		show_logs "$dir"
+	else
+		summary+=("$(printf '%-11s ok      pass %d, fail %d, skip %d, xfail %d' \
+			"$name" "$p" "$f" "$s" "$xf")")
+	fi
+	return 0
+}
+
+# A stage that only builds: success or one failure.
+run_build_stage() {
+	local name=$1
+	shift
+	say "$name: $*"
+	if "$@"; then
+		summary+=("$(printf '%-11s ok      (build only)' "$name")")
+	else
+		failed_any=1
+		tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' "$name")")
+	fi
+}
+
+# Does LeakSanitizer work here?  It needs to stop the world with ptrace-like
+# clone(CLONE_UNTRACED) tricks that some containers forbid; if so, run the
+# sanitizer stage with leak detection off and say so.
+lsan_works() {
+	local tmp ok=1
+	tmp=$(mktemp -d)
+	printf '#include <stdlib.h>\nvoid *volatile p;\nint main(void){ p = malloc(33); p = 0; return 0; }\n' >"$tmp/leak.c"
+	if ! cc -fsanitize=address -g "$tmp/leak.c" -o "$tmp/leak" 2>"$tmp/cc.err"; then
+		warn "cannot build a sanitizer probe: $(cat "$tmp/cc.err")"
+		ok=0
+	elif ASAN_OPTIONS=detect_leaks=1 "$tmp/leak" >"$tmp/out" 2>&1; then
+		ok=0	# the leak was not reported
+	elif ! grep -q 'detected memory leaks' "$tmp/out"; then
+		ok=0	# LSan could not run (e.g. "LeakSanitizer has encountered a fatal error")
+	fi
+	rm -rf "$tmp"
+	[ "$ok" -eq 1 ]
+}
+
+stage_check() {
+	if build_dir "$srcdir/build"; then
+		run_tests check "$srcdir/build" check
+	else
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' check)")
+	fi
+}
+
+stage_sanitizers() {
+	local leaks=1
+	if ! lsan_works; then
+		leaks=0
+		warn "LeakSanitizer does not work on this machine: leak detection is OFF for this run"
+	fi
+	export ASAN_OPTIONS="detect_leaks=$leaks:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1"
+	export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+	export LSAN_OPTIONS="${LSAN_OPTIONS:-}"
+	if build_dir "$srcdir/build-asan" --enable-sanitizers; then
+		run_tests sanitizers "$srcdir/build-asan" check
+	else
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' sanitizers)")
+	fi
+	unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+}
+
+stage_distcheck() {
+	if configure_dir "$srcdir/build"; then
+		run_tests distcheck "$srcdir/build" distcheck
+	else
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (configure)' distcheck)")
+	fi
+}
+
+# The library, the tools and the test programs with clang and -Werror;
+# `check TESTS=` builds the test programs and runs none.
+build_clang() {
+	build_dir "$srcdir/build-clang" CC=clang --enable-werror &&
+		make -C "$srcdir/build-clang" -j"$jobs" check TESTS=
+}
+
+stage_clang() {
+	run_build_stage clang build_clang
+}
+
+cmd_test() {
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check sanitizers distcheck clang} s
+	install_deps
+	ensure_configure
+	for s in $stages; do
+		case $s in
+		check | sanitizers | distcheck | clang) "stage_$s" ;;
+		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
+		esac
+	done
+	local secs=$((SECONDS - start))
+	local passed=$((tot_pass + tot_xfail)) failed=$((tot_fail + tot_xpass + tot_error))
+	printf '\n===== summary (%dm%02ds) =====\n' $((secs / 60)) $((secs % 60))
+	printf '%s\n' "${summary[@]}"
+	printf 'totals      pass %d, fail %d, error %d, xpass %d, xfail %d, skip %d\n' \
+		"$tot_pass" "$tot_fail" "$tot_error" "$tot_xpass" "$tot_xfail" "$tot_skip"
+	if [ "$failed_any" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1	# cannot happen, but never print "0 failed" on failure
+	fi
+	printf 'tests: %d passed, %d failed\n' "$passed" "$failed"
+	[ "$failed_any" -eq 0 ] && [ "$failed" -eq 0 ]
+}
+
+case ${1:-} in
+demo) cmd_demo ;;
+test) cmd_test ;;
+-h | --help | help) usage ;;
+*)
+	usage >&2
+	exit 2
+	;;
+esac
