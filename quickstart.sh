@@ -137,23 +137,31 @@ count_of() { # FIELD FILE
 }
 
 # Show the harness logs of a failed run: test-suite.log has the log of
-# every failing test; if the run was killed before writing it, show the
-# logs of tests that never finished (a .log with no .trs).
+# every failing test.  make deletes the .log of a test it is killed in the
+# middle of, so the watchdog copies those first (quickstart-NAME.unfinished).
 show_logs() {
-	local dir=$1 f found=0
+	local dir=$1 unfinished=$2 f found=0
 	while IFS= read -r f; do
 		found=1
 		printf '\n----- %s -----\n' "$f"
 		cat "$f"
 	done < <(find "$dir" -name test-suite.log -newer "$dir/.quickstart-stage-start" 2>/dev/null)
+	if [ -s "$unfinished" ]; then
+		found=1
+		cat "$unfinished"
+	fi
+	[ "$found" -eq 1 ] || printf '(no test logs found under %s)\n' "$dir"
+}
+
+# Copy the logs of the tests running now (a .log with no .trs yet).
+snapshot_unfinished() {
+	local dir=$1 f
 	while IFS= read -r f; do
 		[ -f "${f%.log}.trs" ] && continue
-		case $f in */test-suite.log | */config.log) continue ;; esac
-		found=1
-		printf '\n----- %s (unfinished) -----\n' "$f"
-		tail -n 200 "$f"
+		case $f in */test-suite.log | */config.log | */quickstart-*) continue ;; esac
+		printf '\n----- %s (still running when the stage was killed) -----\n' "$f"
+		tail -n 300 "$f"
 	done < <(find "$dir" -name '*.log' -newer "$dir/.quickstart-stage-start" 2>/dev/null)
-	[ "$found" -eq 1 ] || printf '(no test logs found under %s)\n' "$dir"
 }
 
 # run_tests NAME DIR MAKE-TARGET...: run make in DIR with a time limit,
@@ -161,13 +169,24 @@ show_logs() {
 run_tests() {
 	local name=$1 dir=$2
 	shift 2
-	local out="$dir/quickstart-$name.out" rc=0
+	local out="$dir/quickstart-$name.out" unfinished="$dir/quickstart-$name.unfinished"
+	local rc=0 watchdog
 	touch "$dir/.quickstart-stage-start"
+	rm -f "$unfinished"
 	say "$name: make $* in $dir (limit ${stage_timeout}s)"
+	# Just before timeout(1) kills the run, keep what the hung tests said.
+	(
+		end=$((SECONDS + stage_timeout - 10))
+		while [ "$SECONDS" -lt "$end" ]; do sleep 2; done
+		snapshot_unfinished "$dir" >"$unfinished"
+	) </dev/null >/dev/null 2>&1 &
+	watchdog=$!
 	set +e
 	AM_COLOR_TESTS=no timeout --kill-after=30 "$stage_timeout" \
 		make -C "$dir" -j"$jobs" "$@" </dev/null 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
+	kill "$watchdog" 2>/dev/null
+	wait "$watchdog" 2>/dev/null
 	set -e
 	local p f s xf xp e
 	p=$(count_of PASS "$out") f=$(count_of FAIL "$out") s=$(count_of SKIP "$out")
@@ -189,7 +208,7 @@ run_tests() {
 		summary+=("$(printf '%-11s FAILED  pass %d, fail %d, error %d, xpass %d, skip %d%s' \
 			"$name" "$p" "$f" "$e" "$xp" "$s" "$note")")
 		printf '\n===== %s failed: test logs =====\n' "$name"
-		show_logs "$dir"
+		show_logs "$dir" "$unfinished"
 	else
 		summary+=("$(printf '%-11s ok      pass %d, fail %d, skip %d, xfail %d' \
 			"$name" "$p" "$f" "$s" "$xf")")
