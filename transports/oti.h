@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The Offload Transport Interface (OTI): the one boundary between the SDP
- * engine (sdp/) and the transports that move its messages (transports/*).
+ * engine (sdp/) and the transports that move its messages (the backends under transports/).
  *
  * A backend fills in a struct oti_ops and is registered, in priority order,
  * by oti_init().  The engine never includes a backend header: it asks
