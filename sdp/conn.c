@@ -1,0 +1,1112 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The SDP protocol on one connection, Bcopy mode: Hello/HelloAck in the
+ * transport's private data, credit flow control, segmentation into the
+ * peer's buffers, reassembly into the user's buffer, DisConn half-close and
+ * abortive close.  Every function here runs with the socket's lock held.
+ *
+ * Zero copy is not offered: we advertise max_adverts = 1 (0 is illegal),
+ * never send SrcAvail or SinkAvail, answer a peer's SrcAvail with SendSM
+ * (after taking its inline bytes as data) so it finishes by Bcopy, and
+ * treat a SinkAvail as the protocol error it is outside Pipelined mode.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "engine.h"
+#include "log.h"
+#include "tunables.h"
+
+#define LOGSYS "conn"
+
+static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
+{
+	return c->rx_mem + (size_t)slot * c->rx_size;
+}
+
+static uint8_t *tx_buf(struct sdp_conn *c, uint32_t slot)
+{
+	return c->tx_mem + (size_t)slot * c->tx_size;
+}
+
+static uint32_t tx_payload_max(const struct sdp_conn *c)
+{
+	return c->tx_size - SDP_BSDH_LEN;
+}
+
+/* --- set-up ------------------------------------------------------------- */
+
+static struct sdp_conn *conn_new(void)
+{
+	struct sdp_conn *c = calloc(1, sizeof(*c));
+
+	if (c)
+		c->ep_fd = -1;
+	return c;
+}
+
+static int conn_post_rx(struct sdp_conn *c, uint32_t slot)
+{
+	struct oti_sge sge = {
+		.addr = rx_buf(c, slot), .len = c->rx_size, .mr = c->rx_mr,
+	};
+
+	return c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
+}
+
+/* Receive ring and control slots; must precede the Hello or HelloAck,
+ * whose bufs field promises these buffers. */
+static int conn_setup_rx(struct sdp_conn *c)
+{
+	struct oti_caps caps;
+	int ret;
+
+	c->t->query_caps(&caps);
+	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
+	if (caps.max_recv_wr && c->nrx > caps.max_recv_wr)
+		c->nrx = caps.max_recv_wr;
+	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
+	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
+	c->rxq = calloc(c->nrx, sizeof(*c->rxq));
+	if (!c->rx_mem || !c->rxq)
+		return -ENOMEM;
+	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
+			   OTI_ACCESS_LOCAL_WRITE, &c->rx_mr);
+	if (ret)
+		return ret;
+	ret = c->t->mr_reg(c->ep, c->ctrl_mem, sizeof(c->ctrl_mem), 0, &c->ctrl_mr);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < c->nrx; i++) {
+		ret = conn_post_rx(c, i);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Send ring, sized for the peer's receive buffers. */
+static int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz)
+{
+	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
+	int ret;
+
+	c->tx_size = peer_rcvsz < cap ? peer_rcvsz : cap;
+	c->ntx = (uint32_t)tun_int(TUN_send_bufs);
+	c->tx_mem = aligned_alloc(4096, ((size_t)c->ntx * c->tx_size + 4095) & ~(size_t)4095);
+	c->tx_len = calloc(c->ntx, sizeof(*c->tx_len));
+	if (!c->tx_mem || !c->tx_len)
+		return -ENOMEM;
+	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
+	return ret;
+}
+
+void conn_free(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c)
+		return;
+	if (c->in_progress_set)
+		progress_del(s->parent ? s->parent : s, c->ep_fd);
+	if (c->ep)
+		c->t->ep_close(c->ep);
+	if (c->rx_mr)
+		c->t->mr_dereg(c->rx_mr);
+	if (c->tx_mr)
+		c->t->mr_dereg(c->tx_mr);
+	if (c->ctrl_mr)
+		c->t->mr_dereg(c->ctrl_mr);
+	free(c->rx_mem);
+	free(c->rxq);
+	free(c->tx_mem);
+	free(c->tx_len);
+	free(c);
+	s->conn = NULL;
+}
+
+static void addr_to_in6(const struct sockaddr_storage *ss, struct in6_addr *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (ss->ss_family == AF_INET)
+		memcpy(&out->s6_addr[12], &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	else if (ss->ss_family == AF_INET6)
+		*out = ((const struct sockaddr_in6 *)ss)->sin6_addr;
+}
+
+static uint16_t addr_port(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+static void addr_set_port(struct sockaddr_storage *ss, uint16_t port)
+{
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+}
+
+/* --- teardown ------------------------------------------------------------- */
+
+static void conn_transport_down(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || c->transport_down)
+		return;
+	c->transport_down = true;
+	if (c->ep)
+		c->t->disconnect(c->ep);
+}
+
+/* The connection ended abnormally: err (positive) is what the
+ * application will see once. */
+static void conn_set_reset(struct sdp_sock *s, int err)
+{
+	if (s->state == SDP_S_CLOSED && s->reset)
+		return;
+	if (s->state == SDP_S_ESTABLISHED)
+		SDP_STAT_INC(resets, 1);
+	s->reset = true;
+	if (!s->app_closed)
+		s->so_error = err;
+	s->state = SDP_S_CLOSED;
+	/* Data not yet sent is lost, as with a TCP reset. */
+	if (s->conn) {
+		s->conn->tx_filled = s->conn->tx_posted;
+		s->conn->ctrl_pending = 0;
+	}
+	sock_changed(s, true);
+}
+
+void conn_abort(struct sdp_sock *s, int err)
+{
+	conn_set_reset(s, err);
+	conn_transport_down(s);
+}
+
+void conn_protocol_error(struct sdp_sock *s, const char *why)
+{
+	SDP_STAT_INC(protocol_errors, 1);
+	sdp_warn(LOGSYS, "sd %d: protocol error from peer: %s; aborting the connection",
+		 s->sd, why);
+	conn_abort(s, ECONNRESET);
+}
+
+bool conn_finished(const struct sdp_sock *s)
+{
+	return !s->conn || s->conn->transport_down || s->state != SDP_S_ESTABLISHED;
+}
+
+/* --- sending -------------------------------------------------------------- */
+
+static void conn_fill_bsdh(struct sdp_conn *c, void *buf, uint8_t mid, uint8_t flags,
+			   uint32_t len)
+{
+	struct sdp_bsdh h = {
+		.mid = mid,
+		.flags = flags,
+		.bufs = (uint16_t)(c->cr.posted > 0xffff ? 0xffff : c->cr.posted),
+		.len = len,
+		.mseq_ack = c->cr.last_rx_mseq,
+	};
+
+	h.mseq = sdp_credits_on_send(&c->cr);
+	sdp_bsdh_encode(buf, &h);
+}
+
+/* A payload-free message from a control slot; the caller checked credits. */
+static int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
+{
+	struct sdp_conn *c = s->conn;
+	uint32_t slot = c->ctrl_posted % SDP_CTRL_SLOTS;
+	uint8_t *buf = c->ctrl_mem + slot * SDP_CTRL_SLOT_SIZE;
+	struct oti_sge sge = { .addr = buf, .len = (uint32_t)(SDP_BSDH_LEN + extlen), .mr = c->ctrl_mr };
+	int ret;
+
+	if (ext)
+		memcpy(buf + SDP_BSDH_LEN, ext, extlen);
+	conn_fill_bsdh(c, buf, mid, 0, sge.len);
+	ret = c->t->post_send(c->ep, &sge, SDP_CTX_CTRL | slot, OTI_SEND_INLINE);
+	if (ret) {
+		conn_abort(s, -ret);
+		return ret;
+	}
+	c->ctrl_posted++;
+	SDP_STAT_INC(msgs_sent, 1);
+	return 0;
+}
+
+static bool ctrl_slot_free(const struct sdp_conn *c)
+{
+	return c->ctrl_posted - c->ctrl_done < SDP_CTRL_SLOTS;
+}
+
+/* Hold a partly filled last buffer back while the application said more
+ * is coming (MSG_MORE / TCP_CORK). */
+static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
+{
+	uint32_t slot = (c->tx_filled - 1) % c->ntx;
+
+	return s->cork && c->tx_len[slot] < tx_payload_max(c);
+}
+
+/*
+ * Post whatever may go now: data buffers while credits last, then control
+ * messages (DisConn only once all data is out), then a credit update if
+ * the peer is running short of buffers it knows about.
+ */
+static void conn_flush(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	bool sent = false;
+
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down)
+		return;
+
+	while (c->tx_posted != c->tx_filled) {
+		if (c->tx_posted + 1 == c->tx_filled && conn_hold_tail(s, c))
+			break;
+		if (!sdp_can_send_data(&c->cr)) {
+			SDP_STAT_INC(credit_stalls, 1);
+			break;
+		}
+		uint32_t slot = c->tx_posted % c->ntx;
+		uint8_t *buf = tx_buf(c, slot);
+		struct oti_sge sge = {
+			.addr = buf, .len = SDP_BSDH_LEN + c->tx_len[slot], .mr = c->tx_mr,
+		};
+		struct oti_caps caps;
+
+		conn_fill_bsdh(c, buf, SDP_MID_DATA, 0, sge.len);
+		c->t->query_caps(&caps);
+		int ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot,
+					  sge.len <= caps.max_inline ? OTI_SEND_INLINE : 0);
+		if (ret) {
+			conn_abort(s, -ret);
+			return;
+		}
+		c->tx_posted++;
+		SDP_STAT_INC(msgs_sent, 1);
+		SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
+		sent = true;
+	}
+
+	if ((c->ctrl_pending & SDP_CTRL_SEND_SM) && ctrl_slot_free(c) &&
+	    sdp_can_send_ctrl(&c->cr)) {
+		if (conn_post_ctrl(s, SDP_MID_SEND_SM, NULL, 0))
+			return;
+		c->ctrl_pending &= ~SDP_CTRL_SEND_SM;
+		sent = true;
+	}
+	if ((c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK) && ctrl_slot_free(c) &&
+	    sdp_can_send_ctrl(&c->cr)) {
+		uint8_t ext[SDP_U32H_LEN];
+
+		/* Our buffers have one fixed size: the answer is always it. */
+		sdp_u32h_encode(ext, c->rx_size);
+		if (conn_post_ctrl(s, SDP_MID_CH_RCV_BUF_ACK, ext, sizeof(ext)))
+			return;
+		c->ctrl_pending &= ~SDP_CTRL_CH_RCV_BUF_ACK;
+		sent = true;
+	}
+	if ((c->ctrl_pending & SDP_CTRL_DISCONN) && c->tx_posted == c->tx_filled &&
+	    ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
+		if (conn_post_ctrl(s, SDP_MID_DISCONN, NULL, 0))
+			return;
+		c->ctrl_pending &= ~SDP_CTRL_DISCONN;
+		c->disconn_sent = true;
+		sent = true;
+		sdp_dbg(LOGSYS, "sd %d: DisConn sent", s->sd);
+	}
+
+	if (!sent && !c->disconn_sent && sdp_update_needed(&c->cr) && ctrl_slot_free(c)) {
+		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0)
+			SDP_STAT_INC(credit_updates_sent, 1);
+	}
+}
+
+bool conn_writable(const struct sdp_sock *s)
+{
+	const struct sdp_conn *c = s->conn;
+
+	if (!c || !c->tx_len)
+		return false;
+	if (c->tx_filled - c->tx_done < c->ntx)
+		return true;
+	/* All buffers in use: room only in a last one still filling. */
+	return c->tx_filled != c->tx_posted &&
+	       c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c);
+}
+
+/*
+ * Copy as much of iov (after skipping `skip` bytes) as the send buffers
+ * take, then flush.  Returns bytes taken (possibly 0) or a negative errno.
+ */
+ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		  size_t skip)
+{
+	struct sdp_conn *c = s->conn;
+	size_t taken = 0;
+	int i = 0;
+	size_t off = skip;
+
+	while (i < iovcnt && off >= iov[i].iov_len) {
+		off -= iov[i].iov_len;
+		i++;
+	}
+	while (i < iovcnt) {
+		uint32_t slot;
+
+		if (c->tx_filled != c->tx_posted &&
+		    c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c)) {
+			slot = (c->tx_filled - 1) % c->ntx;
+		} else if (c->tx_filled - c->tx_done < c->ntx) {
+			slot = c->tx_filled % c->ntx;
+			c->tx_len[slot] = 0;
+			c->tx_filled++;
+		} else {
+			break;
+		}
+		uint32_t room = tx_payload_max(c) - c->tx_len[slot];
+		size_t n = iov[i].iov_len - off;
+
+		if (n > room)
+			n = room;
+		memcpy(tx_buf(c, slot) + SDP_BSDH_LEN + c->tx_len[slot],
+		       (const uint8_t *)iov[i].iov_base + off, n);
+		c->tx_len[slot] += (uint32_t)n;
+		c->tx_queued_bytes += n;
+		taken += n;
+		off += n;
+		if (off == iov[i].iov_len) {
+			off = 0;
+			i++;
+		}
+	}
+	bool more = flags & MSG_MORE;
+	int saved_cork = s->cork;
+
+	if (more)
+		s->cork = 1;
+	conn_flush(s);
+	s->cork = saved_cork;
+	return (ssize_t)taken;
+}
+
+void conn_shutdown_write(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN))
+		return;
+	c->ctrl_pending |= SDP_CTRL_DISCONN;
+	/* A corked tail must go out before the DisConn. */
+	int saved_cork = s->cork;
+
+	s->cork = 0;
+	conn_flush(s);
+	s->cork = saved_cork;
+}
+
+/* --- receiving ------------------------------------------------------------ */
+
+/*
+ * Copy queued data into iov (after `skip` bytes already filled).  Consumed
+ * buffers are posted again, and the peer is told when that matters.
+ */
+ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		  size_t skip)
+{
+	struct sdp_conn *c = s->conn;
+	bool peek = flags & MSG_PEEK;
+	size_t copied = 0;
+	uint32_t q = 0;		/* segments looked at (peek) */
+	uint32_t qoff = 0;	/* bytes already taken from segment q (peek) */
+	int i = 0;
+	size_t off = skip;
+	bool reposted = false;
+
+	while (i < iovcnt && off >= iov[i].iov_len) {
+		off -= iov[i].iov_len;
+		i++;
+	}
+	while (i < iovcnt && q < c->rxq_count) {
+		struct sdp_rx_seg *seg = &c->rxq[(c->rxq_head + q) % c->nrx];
+		uint32_t avail = seg->len - (peek ? qoff : 0);
+		size_t n = iov[i].iov_len - off;
+
+		if (n > avail)
+			n = avail;
+		memcpy((uint8_t *)iov[i].iov_base + off,
+		       rx_buf(c, seg->slot) + seg->off + (peek ? qoff : 0), n);
+		copied += n;
+		off += n;
+		if (off == iov[i].iov_len) {
+			off = 0;
+			i++;
+		}
+		if (peek) {
+			qoff += (uint32_t)n;
+			if (qoff == seg->len) {
+				q++;
+				qoff = 0;
+			}
+			continue;
+		}
+		seg->off += (uint32_t)n;
+		seg->len -= (uint32_t)n;
+		c->rx_bytes -= n;
+		if (seg->len == 0) {
+			int ret = conn_post_rx(c, seg->slot);
+
+			c->rxq_head = (c->rxq_head + 1) % c->nrx;
+			c->rxq_count--;
+			if (ret) {
+				conn_abort(s, -ret);
+				break;
+			}
+			sdp_credits_on_repost(&c->cr);
+			reposted = true;
+		}
+	}
+	if (!peek)
+		SDP_STAT_INC(bytes_received, copied);
+	if (reposted)
+		conn_flush(s);
+	return (ssize_t)copied;
+}
+
+/* One in-band message arrived in receive buffer slot. */
+static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
+{
+	struct sdp_conn *c = s->conn;
+	uint8_t *buf = rx_buf(c, slot);
+	struct sdp_bsdh h;
+	int ret;
+	bool keep = false;	/* the buffer holds data for the application */
+
+	ret = sdp_bsdh_decode(buf, len, &h);
+	if (ret) {
+		conn_protocol_error(s, ret == -EMSGSIZE ? "bad message length" : "malformed header");
+		return;
+	}
+	if (h.mseq != c->cr.last_rx_mseq + 1) {
+		conn_protocol_error(s, "message out of sequence");
+		return;
+	}
+	if (!sdp_credits_on_recv(&c->cr, h.mseq, h.mseq_ack, h.bufs)) {
+		conn_protocol_error(s, "acknowledges a message never sent");
+		return;
+	}
+	SDP_STAT_INC(msgs_received, 1);
+
+	uint32_t data_off = SDP_BSDH_LEN + (uint32_t)sdp_ext_len(h.mid);
+	uint32_t data_len = h.len - data_off;
+
+	switch (h.mid) {
+	case SDP_MID_SRC_AVAIL:
+		/* We do not read zero copy: the inline bytes are data, the
+		 * rest comes by Bcopy after our SendSM. */
+		c->ctrl_pending |= SDP_CTRL_SEND_SM;
+		/* fall through */
+	case SDP_MID_DATA:
+		if (data_len == 0)
+			break;
+		if (c->disconn_rcvd) {
+			conn_protocol_error(s, "data after DisConn");
+			return;
+		}
+		if (s->app_closed) {
+			/* Nobody will read it: a closed TCP socket answers
+			 * with a reset. */
+			conn_abort(s, ECONNRESET);
+			return;
+		}
+		if (h.flags & SDP_FLAG_OOB_PRES) {
+			/* Urgent data is not offered yet: without
+			 * SO_OOBINLINE Linux takes the urgent byte out of the
+			 * stream, and so do we. */
+			if (!s->oobinline)
+				data_len--;
+			if (data_len == 0)
+				break;
+		}
+		c->rxq[(c->rxq_head + c->rxq_count) % c->nrx] = (struct sdp_rx_seg){
+			.slot = slot, .off = data_off, .len = data_len,
+		};
+		c->rxq_count++;
+		c->rx_bytes += data_len;
+		keep = true;
+		sock_changed(s, true);
+		break;
+	case SDP_MID_DISCONN:
+		if (c->disconn_rcvd) {
+			conn_protocol_error(s, "second DisConn");
+			return;
+		}
+		c->disconn_rcvd = true;
+		sdp_dbg(LOGSYS, "sd %d: DisConn received", s->sd);
+		sock_changed(s, true);
+		break;
+	case SDP_MID_ABORT_CONN:
+		conn_abort(s, ECONNRESET);
+		return;
+	case SDP_MID_CH_RCV_BUF:
+		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
+		break;
+	case SDP_MID_MODE_CHANGE: {
+		int send_half;
+		enum sdp_mode mode;
+
+		/* Legal values are accepted: in any mode we answer zero copy
+		 * by SendSM, which every mode allows. */
+		if (sdp_mch_decode(buf + SDP_BSDH_LEN, &send_half, &mode)) {
+			conn_protocol_error(s, "bad ModeChange");
+			return;
+		}
+		break;
+	}
+	case SDP_MID_SRC_AVAIL_CANCEL:
+		/* Our SendSM (queued or sent) already refuses the advert. */
+		c->ctrl_pending |= SDP_CTRL_SEND_SM;
+		break;
+	case SDP_MID_CH_RCV_BUF_ACK:
+		/* We never ask; an unsolicited answer changes nothing. */
+		break;
+	default:
+		/* SinkAvail outside Pipelined mode, completions and cancels of
+		 * adverts we never made, SuspComm we cannot honour. */
+		conn_protocol_error(s, sdp_mid_name(h.mid));
+		return;
+	}
+
+	if (!keep) {
+		ret = conn_post_rx(c, slot);
+		if (ret) {
+			conn_abort(s, -ret);
+			return;
+		}
+		sdp_credits_on_repost(&c->cr);
+	}
+}
+
+static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
+{
+	struct sdp_conn *c = s->conn;
+	uint64_t kind = SDP_CTX_KIND(wc->ctx);
+
+	if (wc->status) {
+		if (wc->status == -ECANCELED || c->transport_down)
+			return;
+		sdp_dbg(LOGSYS, "sd %d: completion error %d", s->sd, wc->status);
+		conn_abort(s, ECONNRESET);
+		return;
+	}
+	if (kind == SDP_CTX_RX) {
+		if (s->state != SDP_S_ESTABLISHED) {
+			/* Reset while messages were in flight: drop them. */
+			return;
+		}
+		conn_handle_msg(s, SDP_CTX_SLOT(wc->ctx), wc->len);
+	} else if (kind == SDP_CTX_TX) {
+		uint32_t slot = c->tx_done % c->ntx;
+
+		c->tx_queued_bytes -= c->tx_len[slot];
+		c->tx_done++;
+		sock_changed(s, false);
+	} else if (kind == SDP_CTX_CTRL) {
+		c->ctrl_done++;
+	}
+}
+
+static int conn_drain_cq(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	struct oti_wc wc[16];
+	int n, total = 0;
+
+	do {
+		n = c->t->poll_cq(c->ep, wc, 16);
+		if (n < 0) {
+			conn_abort(s, ECONNRESET);
+			return n;
+		}
+		for (int i = 0; i < n && s->conn; i++)
+			conn_handle_wc(s, &wc[i]);
+		total += n;
+	} while (n == 16);
+	return total;
+}
+
+/* --- connection establishment --------------------------------------------- */
+
+static void conn_fill_names(struct sdp_sock *s)
+{
+	struct sockaddr_storage local, peer;
+	uint16_t lport = addr_port(&s->local);
+
+	if (s->conn->t->ep_names(s->conn->ep, &local, &peer) == 0) {
+		/* The transport's address; an SDP-level port we already know
+		 * (bound or listening) is kept. */
+		if (!s->bound || lport == 0)
+			lport = addr_port(&local);
+		s->local = local;
+		addr_set_port(&s->local, lport);
+		if (s->peer.ss_family == AF_UNSPEC)
+			s->peer = peer;
+	}
+}
+
+static void conn_established(struct sdp_sock *s)
+{
+	s->state = SDP_S_ESTABLISHED;
+	conn_fill_names(s);
+	s->conn->deadline_ns = 0;
+	sdp_conn_log(LOGSYS, "sd %d: SDP connection established over %s (%s side)",
+		     s->sd, s->conn->t->name, s->is_child ? "passive" : "active");
+	sock_changed(s, true);
+}
+
+static void conn_connect_failed(struct sdp_sock *s, int err)
+{
+	SDP_STAT_INC(connect_failures, 1);
+	sdp_conn_log(LOGSYS, "sd %d: SDP connect failed: %s", s->sd, strerror(err));
+	s->so_error = err;
+	s->state = SDP_S_CLOSED;
+	s->reset = true;
+	conn_transport_down(s);
+	sock_changed(s, true);
+}
+
+static void conn_send_hello(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	struct oti_caps caps;
+	struct sdp_hello h = {
+		.bsdh = { .mid = SDP_MID_HELLO },
+		.major = SDP_MAJOR_VERSION,
+		.minor = SDP_MINOR_VERSION,
+		.ip_version = s->domain == AF_INET6 ? 6 : 4,
+		.max_adverts = 1,
+		.desremrcvsz = (uint32_t)tun_int(TUN_buf_size),
+		.has_addrs = 1,
+	};
+	uint8_t pdata[OTI_MAX_PRIVATE_DATA];
+	int ret, len;
+
+	ret = conn_setup_rx(c);
+	if (ret) {
+		conn_connect_failed(s, -ret);
+		return;
+	}
+	h.bsdh.bufs = (uint16_t)c->nrx;
+	h.localrcvsz = c->rx_size;
+	conn_fill_names(s);
+	h.src_port = addr_port(&s->local);
+	addr_to_in6(&s->local, &h.src_addr);
+	addr_to_in6(&s->peer, &h.dst_addr);
+	c->t->query_caps(&caps);
+	len = sdp_hello_encode(pdata, caps.max_private_data, &h);
+	if (len < 0) {
+		conn_connect_failed(s, EPROTO);
+		return;
+	}
+	ret = c->t->connect(c->ep, pdata, (size_t)len);
+	if (ret) {
+		conn_connect_failed(s, -ret);
+		return;
+	}
+	s->state = SDP_S_CONNECTING;
+}
+
+static void conn_hello_ack_received(struct sdp_sock *s, const struct oti_event *ev)
+{
+	struct sdp_conn *c = s->conn;
+	struct sdp_hello_ack ack;
+	int ret;
+
+	ret = sdp_hello_ack_decode(ev->private_data, ev->private_data_len, &ack);
+	if (ret) {
+		SDP_STAT_INC(protocol_errors, 1);
+		sdp_warn(LOGSYS, "sd %d: peer's HelloAck is invalid (%d)", s->sd, ret);
+		conn_connect_failed(s, ret == -EPROTONOSUPPORT ? ECONNREFUSED : ECONNRESET);
+		return;
+	}
+	ret = conn_setup_tx(c, ack.actrcvsz);
+	if (ret) {
+		conn_connect_failed(s, -ret);
+		return;
+	}
+	c->peer_max_adverts = ack.max_adverts;
+	sdp_credits_init(&c->cr, ack.bsdh.bufs, c->nrx);
+	SDP_STAT_INC(connections_active, 1);
+	conn_established(s);
+	conn_flush(s);
+}
+
+int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len)
+{
+	struct sdp_conn *c;
+	const struct oti_ops *t;
+	int ret;
+
+	t = oti_select(s->bound ? (const struct sockaddr *)&s->local : NULL, dst);
+	if (!t)
+		return -ENETUNREACH;
+	c = conn_new();
+	if (!c)
+		return -ENOMEM;
+	c->t = t;
+	memcpy(&s->peer, dst, len);
+	s->conn = c;
+
+	struct sockaddr_storage src;
+	socklen_t srclen = 0;
+
+	if (s->bound) {
+		/* Source address only: the SDP port is ours, the transport
+		 * picks its own. */
+		src = s->local;
+		addr_set_port(&src, 0);
+		srclen = src.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+						  : sizeof(struct sockaddr_in6);
+	}
+	ret = t->ep_open(dst, len, srclen ? (struct sockaddr *)&src : NULL, srclen, &c->ep);
+	if (ret)
+		goto err_free;
+	c->ep_fd = t->ep_fd(c->ep);
+	s->state = SDP_S_RESOLVING;
+	c->deadline_ns = sdp_now_ns() + (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
+	ret = progress_add(s, c->ep_fd);
+	if (ret)
+		goto err_free;
+	c->in_progress_set = true;
+	progress_watch(s);
+	return 0;
+
+err_free:
+	conn_free(s);
+	memset(&s->peer, 0, sizeof(s->peer));
+	s->state = SDP_S_NEW;
+	return ret;
+}
+
+static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
+{
+	struct sdp_conn *c = s->conn;
+
+	switch (ev->type) {
+	case OTI_EV_RESOLVED:
+		if (s->state == SDP_S_RESOLVING)
+			conn_send_hello(s);
+		break;
+	case OTI_EV_ESTABLISHED:
+		if (s->state != SDP_S_CONNECTING)
+			break;
+		if (s->is_child) {
+			SDP_STAT_INC(connections_passive, 1);
+			conn_established(s);
+		} else {
+			conn_hello_ack_received(s, ev);
+		}
+		break;
+	case OTI_EV_REJECTED:
+		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
+			conn_connect_failed(s, ECONNREFUSED);
+		break;
+	case OTI_EV_UNREACHABLE:
+		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
+			conn_connect_failed(s, ev->status ? -ev->status : EHOSTUNREACH);
+		break;
+	case OTI_EV_DISCONNECTED:
+	case OTI_EV_ERROR:
+		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING) {
+			conn_connect_failed(s, ECONNREFUSED);
+			break;
+		}
+		/* Messages that arrived before the transport went down are
+		 * still in the completion queue: take them first, so a
+		 * DisConn there makes this an orderly close. */
+		if (s->state == SDP_S_ESTABLISHED)
+			conn_drain_cq(s);
+		if (!s->conn)
+			break;
+		c->transport_down = true;
+		if (s->state == SDP_S_ESTABLISHED) {
+			if (!c->disconn_rcvd || ev->type == OTI_EV_ERROR) {
+				conn_set_reset(s, ECONNRESET);
+			} else {
+				/* Orderly: the peer closed after its DisConn.
+				 * What we still had to send cannot go. */
+				s->state = SDP_S_CLOSED;
+				if (c->tx_filled != c->tx_posted || !c->disconn_sent)
+					c->tx_filled = c->tx_posted;
+				sock_changed(s, true);
+			}
+		}
+		break;
+	}
+}
+
+void conn_progress(struct sdp_sock *s)
+{
+	struct oti_event ev;
+
+	if (!s->conn || !s->conn->ep)
+		return;
+	for (int rounds = 0; rounds < 64 && s->conn; rounds++) {
+		bool busy = false;
+
+		while (s->conn && !s->conn->transport_down &&
+		       s->conn->t->get_event(s->conn->ep, &ev) == 0) {
+			conn_handle_event(s, &ev);
+			busy = true;
+		}
+		if (!s->conn)
+			return;
+		/* Before the HelloAck there are no credits to account
+		 * messages against: leave them queued until then. */
+		if (s->state == SDP_S_ESTABLISHED || s->state == SDP_S_CLOSED) {
+			if (conn_drain_cq(s) > 0)
+				busy = true;
+		}
+		if (s->conn && s->state == SDP_S_ESTABLISHED)
+			conn_flush(s);
+		if (!busy)
+			break;
+	}
+	struct sdp_conn *c = s->conn;
+
+	/* Both DisConns exchanged and everything we sent has left: the
+	 * transport connection has nothing more to carry. */
+	if (c && s->state == SDP_S_ESTABLISHED && c->disconn_sent && c->disconn_rcvd &&
+	    !c->transport_down && c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted)
+		conn_transport_down(s);
+	if (s->conn && s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns &&
+	    (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING))
+		conn_connect_failed(s, ETIMEDOUT);
+}
+
+/* --- passive side ------------------------------------------------------------ */
+
+static void listener_reject(struct sdp_sock *s, struct oti_connreq *req)
+{
+	s->lt->reject(s->listener, req, NULL, 0);
+}
+
+static void listener_take_request(struct sdp_sock *s, struct oti_connreq *req,
+				  const void *pdata, size_t pdata_len,
+				  const struct sockaddr_storage *peer)
+{
+	struct sdp_hello hello;
+	struct sdp_hello_ack ack = {
+		.bsdh = { .mid = SDP_MID_HELLO_ACK },
+		.major = SDP_MAJOR_VERSION,
+		.minor = SDP_MINOR_VERSION,
+		.ip_version = s->domain == AF_INET6 ? 6 : 4,
+		.max_adverts = 1,
+	};
+	uint8_t out[OTI_MAX_PRIVATE_DATA];
+	struct oti_caps caps;
+	struct sdp_sock *child;
+	struct sdp_conn *c;
+	int ret, len;
+
+	if (s->acceptq_len + s->pending_children >= s->backlog) {
+		sdp_conn_log(LOGSYS, "sd %d: accept queue full (backlog %d), refusing",
+			     s->sd, s->backlog);
+		listener_reject(s, req);
+		return;
+	}
+	ret = sdp_hello_decode(pdata, pdata_len, &hello);
+	if (ret) {
+		SDP_STAT_INC(protocol_errors, 1);
+		sdp_warn(LOGSYS, "sd %d: refusing a connection with an invalid Hello (%s)",
+			 s->sd, ret == -EPROTONOSUPPORT ? "unsupported SDP version" : "malformed");
+		listener_reject(s, req);
+		return;
+	}
+	child = sock_alloc(s->domain, false, true, false);
+	if (!child) {
+		listener_reject(s, req);
+		return;
+	}
+	c = conn_new();
+	if (!c) {
+		listener_reject(s, req);
+		sock_put(child);
+		return;
+	}
+	c->t = s->lt;
+	child->conn = c;
+	child->is_child = true;
+	child->parent = s;
+	child->state = SDP_S_CONNECTING;
+	child->local = s->local;
+	child->peer = *peer;
+	child->bound = true;
+	/* Options a listener passes on to accepted sockets on Linux. */
+	child->nodelay = s->nodelay;
+	child->keepalive = s->keepalive;
+	child->rcvbuf = s->rcvbuf;
+	child->sndbuf = s->sndbuf;
+	child->linger = s->linger;
+	child->oobinline = s->oobinline;
+
+	ret = c->t->ep_accept_open(s->listener, req, &c->ep);
+	if (ret)
+		goto err_child;
+	c->ep_fd = c->t->ep_fd(c->ep);
+	ret = conn_setup_rx(c);
+	if (!ret)
+		ret = conn_setup_tx(c, hello.localrcvsz);
+	if (ret)
+		goto err_child;
+	sdp_credits_init(&c->cr, hello.bsdh.bufs, c->nrx);
+	c->peer_max_adverts = hello.max_adverts;
+	ack.bsdh.bufs = (uint16_t)c->nrx;
+	ack.actrcvsz = c->rx_size;
+	c->t->query_caps(&caps);
+	len = sdp_hello_ack_encode(out, caps.max_private_data, &ack);
+	if (len < 0) {
+		ret = len;
+		goto err_child;
+	}
+	ret = c->t->accept(c->ep, out, (size_t)len);
+	if (ret)
+		goto err_child;
+	c->deadline_ns = sdp_now_ns() + (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
+	/* Until accepted, the child is driven through its listener. */
+	ret = progress_add(s, c->ep_fd);
+	if (ret)
+		goto err_child;
+	c->in_progress_set = true;
+
+	if (s->acceptq_len + s->pending_children + 1 > s->acceptq_cap) {
+		int cap = s->acceptq_cap ? s->acceptq_cap * 2 : 16;
+		struct sdp_sock **q = realloc(s->acceptq, (size_t)cap * sizeof(*q));
+
+		if (!q) {
+			ret = -ENOMEM;
+			goto err_child;
+		}
+		s->acceptq = q;
+		s->acceptq_cap = cap;
+	}
+	/* Pending children live after the established ones. */
+	s->acceptq[s->acceptq_len + s->pending_children] = child;
+	s->pending_children++;
+	progress_watch(s);
+	return;
+
+err_child:
+	sdp_warn(LOGSYS, "sd %d: could not set up an accepted connection: %s",
+		 s->sd, strerror(-ret));
+	conn_free(child);
+	child->parent = NULL;
+	sock_put(child);
+}
+
+/* Move established children forward in acceptq, drop failed ones. */
+static void listener_progress_children(struct sdp_sock *s)
+{
+	int first_pending = s->acceptq_len;
+	bool arrived = false;
+
+	for (int i = first_pending; i < s->acceptq_len + s->pending_children;) {
+		struct sdp_sock *child = s->acceptq[i];
+
+		pthread_mutex_lock(&child->lock);
+		conn_progress(child);
+		if (child->conn && child->conn->deadline_ns &&
+		    sdp_now_ns() > child->conn->deadline_ns && child->state == SDP_S_CONNECTING)
+			conn_abort(child, ETIMEDOUT);
+		enum sdp_state st = child->state;
+
+		pthread_mutex_unlock(&child->lock);
+		if (st == SDP_S_CONNECTING) {
+			i++;
+			continue;
+		}
+		/* Remove from the pending part. */
+		memmove(&s->acceptq[i], &s->acceptq[i + 1],
+			(size_t)(s->acceptq_len + s->pending_children - i - 1) * sizeof(*s->acceptq));
+		s->pending_children--;
+		if (st == SDP_S_ESTABLISHED) {
+			memmove(&s->acceptq[s->acceptq_len + 1], &s->acceptq[s->acceptq_len],
+				(size_t)(i - s->acceptq_len) * sizeof(*s->acceptq));
+			s->acceptq[s->acceptq_len++] = child;
+			arrived = true;
+			i++;
+		} else {
+			pthread_mutex_lock(&child->lock);
+			conn_free(child);
+			child->parent = NULL;
+			pthread_mutex_unlock(&child->lock);
+			sock_put(child);
+		}
+	}
+	/* Accepted-queue children may receive data before accept(). */
+	for (int i = 0; i < s->acceptq_len; i++) {
+		struct sdp_sock *child = s->acceptq[i];
+
+		pthread_mutex_lock(&child->lock);
+		conn_progress(child);
+		pthread_mutex_unlock(&child->lock);
+	}
+	if (arrived)
+		sock_changed(s, true);
+}
+
+void listener_progress(struct sdp_sock *s)
+{
+	uint8_t pdata[OTI_MAX_PRIVATE_DATA];
+	struct sockaddr_storage peer;
+	struct oti_connreq *req;
+	size_t len;
+
+	if (!s->listener)
+		return;
+	for (int n = 0; n < 64; n++) {
+		len = 0;
+		memset(&peer, 0, sizeof(peer));
+		if (s->lt->get_connreq(s->listener, &req, pdata, &len, &peer))
+			break;
+		listener_take_request(s, req, pdata, len, &peer);
+	}
+	listener_progress_children(s);
+}
+
+void listener_free(struct sdp_sock *s)
+{
+	if (s->in_progress_set && s->listener) {
+		progress_del(s, s->lt->listener_fd(s->listener));
+		s->in_progress_set = false;
+	}
+	for (int i = 0; i < s->acceptq_len + s->pending_children; i++) {
+		struct sdp_sock *child = s->acceptq[i];
+
+		pthread_mutex_lock(&child->lock);
+		/* Never accepted: the peer sees a reset, as on Linux. */
+		if (child->conn)
+			conn_abort(child, ECONNRESET);
+		conn_free(child);
+		child->parent = NULL;
+		pthread_mutex_unlock(&child->lock);
+		sock_put(child);
+	}
+	free(s->acceptq);
+	s->acceptq = NULL;
+	s->acceptq_len = s->pending_children = s->acceptq_cap = 0;
+	if (s->listener) {
+		s->lt->listener_close(s->listener);
+		s->listener = NULL;
+	}
+}

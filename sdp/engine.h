@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Internals of the SDP engine, shared by sock.c (the socket API and the sd
+ * table), conn.c (the protocol on one connection), progress.c (the progress
+ * thread and waiting) and poll.c (readiness).
+ *
+ * Locking: one mutex per socket (struct sdp_sock.lock) protects everything
+ * in the socket, its connection and its transport objects.  The sd table
+ * has its own lock (sock.c), always taken before a socket lock, never
+ * after.  A listener's lock may be held while taking a child's lock (to
+ * queue it for accept), never the reverse.
+ */
+#ifndef SDP_ENGINE_H
+#define SDP_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "credits.h"
+#include "oti.h"
+#include "sdp.h"
+#include "wire.h"
+
+enum sdp_state {
+	SDP_S_NEW,		/* created, maybe bound */
+	SDP_S_LISTEN,
+	SDP_S_RESOLVING,	/* active: waiting for the transport to resolve */
+	SDP_S_CONNECTING,	/* Hello sent / HelloAck sent, not yet established */
+	SDP_S_ESTABLISHED,	/* data may flow (possibly half-closed) */
+	SDP_S_CLOSED,		/* connection over: reset, failed, or fully closed */
+};
+
+/* One received data segment waiting for the application. */
+struct sdp_rx_seg {
+	uint32_t slot;		/* receive buffer index */
+	uint32_t off;		/* first unread byte in that buffer */
+	uint32_t len;		/* unread bytes */
+};
+
+/* Control messages waiting for a credit, sent in this order. */
+enum {
+	SDP_CTRL_SEND_SM = 1u << 0,
+	SDP_CTRL_CH_RCV_BUF_ACK = 1u << 1,
+	SDP_CTRL_DISCONN = 1u << 2,
+};
+
+#define SDP_CTRL_SLOTS 8
+#define SDP_CTRL_SLOT_SIZE 64
+
+/* Completion contexts: kind in the top bits, slot below. */
+#define SDP_CTX_RX (1ull << 32)
+#define SDP_CTX_TX (2ull << 32)
+#define SDP_CTX_CTRL (3ull << 32)
+#define SDP_CTX_KIND(ctx) ((ctx) & ~0xffffffffull)
+#define SDP_CTX_SLOT(ctx) ((uint32_t)(ctx))
+
+struct sdp_conn {
+	const struct oti_ops *t;
+	struct oti_ep *ep;
+	int ep_fd;
+	bool in_progress_set;	/* ep_fd is in the progress thread's epoll */
+
+	struct sdp_credits cr;
+
+	/* Receive side: nrx buffers of rx_size bytes (BSDH included). */
+	uint8_t *rx_mem;
+	struct oti_mr *rx_mr;
+	uint32_t nrx, rx_size;
+	struct sdp_rx_seg *rxq;	/* ring of nrx: data not yet read */
+	uint32_t rxq_head, rxq_count;
+	uint64_t rx_bytes;	/* sum of rxq lengths */
+
+	/* Send side: ntx buffers of tx_size bytes, used as a ring:
+	 * [tx_done, tx_posted) posted and not completed, [tx_posted,
+	 * tx_filled) holding data waiting for credits; the last of those may
+	 * still be filling. */
+	uint8_t *tx_mem;
+	struct oti_mr *tx_mr;
+	uint32_t ntx, tx_size;	/* tx_size = the peer's buffer size */
+	uint32_t *tx_len;	/* payload bytes in each buffer */
+	uint32_t tx_done, tx_posted, tx_filled;
+	uint64_t tx_queued_bytes;	/* in buffers, not yet completed */
+
+	uint8_t ctrl_mem[SDP_CTRL_SLOTS * SDP_CTRL_SLOT_SIZE];
+	struct oti_mr *ctrl_mr;
+	uint32_t ctrl_done, ctrl_posted;
+	unsigned ctrl_pending;	/* SDP_CTRL_* */
+
+	uint8_t peer_max_adverts;
+	bool disconn_sent, disconn_rcvd;
+	bool transport_down;	/* disconnect() called or DISCONNECTED seen */
+	uint64_t deadline_ns;	/* connect or disconnect timeout, 0 = none */
+};
+
+struct sdp_waiter {
+	int fd;			/* the waiting thread's eventfd */
+	struct sdp_waiter *next;
+};
+
+struct sdp_sock {
+	pthread_mutex_t lock;
+	atomic_int ref;		/* table + progress set + callers in flight */
+	int sd;			/* the readiness eventfd; -1 once closed */
+	int domain;		/* AF_INET or AF_INET6 */
+	enum sdp_state state;
+	bool nonblock;
+	bool app_closed;	/* sdp_close() done: an orphan finishing teardown */
+	bool shut_rd, shut_wr;	/* local shutdown() */
+	bool bound;
+	bool is_child;		/* made by a listener, not yet accepted */
+	int so_error;		/* positive errno, as SO_ERROR gives */
+	bool reset;		/* connection ended abnormally */
+	bool epipe_reported;	/* ECONNRESET was returned once, EPIPE after */
+
+	struct sockaddr_storage local, peer;
+
+	/* Options. */
+	int rcvbuf, sndbuf;
+	int keepalive, reuseaddr, reuseport, oobinline, nodelay, cork;
+	int keepidle, keepintvl, keepcnt, rcvlowat;
+	struct linger linger;
+	struct timeval rcvtimeo, sndtimeo;
+
+	/* Readiness: the sd (eventfd) is readable while events & interest. */
+	int interest;
+	bool fd_level;
+
+	/* Threads blocked on this socket (sdp_wait). */
+	struct sdp_waiter *waiters;
+
+	/* Listener. */
+	const struct oti_ops *lt;
+	struct oti_listener *listener;
+	int backlog;
+	bool in_progress_set;
+	struct sdp_sock *parent;	/* child: its listener, until accepted */
+	struct sdp_sock **acceptq;	/* established children, FIFO */
+	int acceptq_len, acceptq_cap;
+	int pending_children;		/* handshaking, not yet in acceptq */
+
+	/* Connection (state >= RESOLVING). */
+	struct sdp_conn *conn;
+};
+
+/* --- sock.c ----------------------------------------------------------------- */
+
+/* Lookup by sd, with a reference; NULL if not ours.  Put with sock_put(). */
+struct sdp_sock *sock_get(int sd);
+void sock_put(struct sdp_sock *s);
+/* A new socket with its readiness fd; in the table if in_table. */
+struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table);
+/* Enter a child into the sd table when it is accepted. */
+int sock_publish(struct sdp_sock *s);
+uint64_t sdp_now_ns(void);
+
+extern struct sdp_stats sdp_global_stats;
+#define SDP_STAT_INC(field, n) \
+	__atomic_add_fetch(&sdp_global_stats.field, (n), __ATOMIC_RELAXED)
+
+/* --- conn.c ----------------------------------------------------------------- */
+
+/*
+ * Drive one socket: transport events, completions, deferred sends.  Caller
+ * holds s->lock.  Calls sock_changed() when anything visible changed.
+ */
+void conn_progress(struct sdp_sock *s);
+/* Listener: take pending connection requests. */
+void listener_progress(struct sdp_sock *s);
+/* Active open after the caller validated everything. */
+int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len);
+/* Copy user data into send buffers and post what credits allow. */
+ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		  size_t skip);
+ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		  size_t skip);
+/* Free send space (bytes that a send would accept now). */
+bool conn_writable(const struct sdp_sock *s);
+/* Start the graceful close of the sending half (DisConn after data). */
+void conn_shutdown_write(struct sdp_sock *s);
+/* Abortive close: drop everything, peer sees a reset. */
+void conn_abort(struct sdp_sock *s, int err);
+/* Whether the connection is done and may be freed (orphans). */
+bool conn_finished(const struct sdp_sock *s);
+void conn_free(struct sdp_sock *s);
+/* Reject pending requests and close the transport listener. */
+void listener_free(struct sdp_sock *s);
+/* Protocol error on the connection: abort and count it. */
+void conn_protocol_error(struct sdp_sock *s, const char *why);
+
+/* --- progress.c ------------------------------------------------------------- */
+
+/* Add an fd that drives s (ep or listener fd) to the progress thread;
+ * takes a reference on s, dropped by progress_del. */
+int progress_add(struct sdp_sock *s, int fd);
+void progress_del(struct sdp_sock *s, int fd);
+/* Keep an app-closed socket alive until its teardown finishes. */
+void progress_adopt_orphan(struct sdp_sock *s);
+/* Tick s until its deadline-bound state (connecting, children handshaking)
+ * is over, so timeouts fire without any fd activity. */
+void progress_watch(struct sdp_sock *s);
+
+/*
+ * Block the calling thread until something changes on s or the deadline
+ * (ns since CLOCK_MONOTONIC epoch, 0 = none) passes.  Called and returns
+ * with s->lock held.  Returns 0 (re-check), -EAGAIN (deadline), -EINTR.
+ */
+int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns);
+/* The calling thread's wakeup eventfd (created on first use). */
+int sdp_thread_waker(void);
+
+/* --- poll.c ----------------------------------------------------------------- */
+
+/* Current poll mask; caller holds s->lock. */
+int sock_events_locked(struct sdp_sock *s);
+/* Something changed: wake waiters and update the readiness fd.  edge:
+ * new data or connection arrived (signal even if already readable). */
+void sock_changed(struct sdp_sock *s, bool edge);
+
+#endif /* SDP_ENGINE_H */

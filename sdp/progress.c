@@ -1,0 +1,446 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The progress thread and blocking waits.
+ *
+ * One thread per process ("sdp-progress") sleeps in epoll on every
+ * transport fd (endpoints and listeners).  When one fires it takes the
+ * owning socket's lock and drives it, so that credits, readiness and
+ * teardown move on while the application is busy elsewhere or asleep in
+ * its own poll/epoll on the sds.  It also ticks every SDP_TICK_MS for
+ * sockets with deadlines (connect timeouts, orphans finishing their close)
+ * and sleeps without a timeout when there are none, so an idle process
+ * does not spin.
+ *
+ * Application threads that block (recv, send, accept, connect, sdp_poll)
+ * park on a per-thread eventfd listed in the socket's waiters; whoever
+ * changes the socket (sock_changed) writes to it.  A blocked thread also
+ * watches the socket's transport fd itself, so it wakes without a detour
+ * through the progress thread.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "log.h"
+#include "tunables.h"
+
+#define LOGSYS "progress"
+#define SDP_TICK_MS 100
+
+/* A socket with a reference held on behalf of the progress thread. */
+struct sock_ref {
+	struct sdp_sock *s;
+	struct sock_ref *next;
+};
+
+/* Protects everything below.  Never held while taking a socket lock
+ * (the thread copies what it needs and drops it first). */
+static pthread_mutex_t prog_lock = PTHREAD_MUTEX_INITIALIZER;
+static int prog_epfd = -1;
+static int prog_wakefd = -1;	/* interrupts epoll_wait for new work */
+static bool prog_running;
+static pthread_t prog_thread;
+static struct sock_ref *prog_releases;	/* refs to drop after the batch */
+static struct sock_ref *prog_watch;	/* sockets with deadlines */
+static pid_t prog_pid;
+
+static void prog_push(struct sock_ref **list, struct sdp_sock *s)
+{
+	struct sock_ref *r = malloc(sizeof(*r));
+
+	if (!r) {
+		/* Keeping a reference forever leaks one socket; dropping
+		 * it now could free memory the thread still uses. */
+		sdp_err(LOGSYS, "out of memory: a socket will not be freed");
+		return;
+	}
+	r->s = s;
+	r->next = *list;
+	*list = r;
+}
+
+static void prog_kick(void)
+{
+	uint64_t one = 1;
+
+	if (prog_wakefd >= 0 && write(prog_wakefd, &one, sizeof(one)) < 0) {
+		/* The counter is already non-zero: the thread will wake. */
+	}
+}
+
+/* Drive one socket after its fd fired or a tick; returns true to keep it
+ * on the watch list. */
+static bool prog_drive(struct sdp_sock *s, bool tick)
+{
+	bool keep = false;
+
+	pthread_mutex_lock(&s->lock);
+	for (int i = 0; i < 8; i++) {
+		if (s->listener)
+			listener_progress(s);
+		else if (s->conn)
+			conn_progress(s);
+		/* Re-arm: sleeping is safe only when nothing is pending. */
+		int again = 0;
+
+		if (s->listener && s->lt->listener_arm(s->listener) == -EAGAIN)
+			again = 1;
+		if (!s->listener && s->conn && s->conn->ep && !s->conn->transport_down &&
+		    s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
+			again = 1;
+		for (int k = 0; s->listener && k < s->acceptq_len + s->pending_children; k++) {
+			struct sdp_sock *c = s->acceptq[k];
+
+			pthread_mutex_lock(&c->lock);
+			if (c->conn && c->conn->ep && !c->conn->transport_down &&
+			    c->conn->t->ep_arm(c->conn->ep) == -EAGAIN)
+				again = 1;
+			pthread_mutex_unlock(&c->lock);
+		}
+		if (!again)
+			break;
+	}
+	if (tick) {
+		if (s->app_closed && s->conn) {
+			bool expired = s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns;
+
+			if (!conn_finished(s) && expired) {
+				sdp_conn_log(LOGSYS, "closed connection: peer did not finish the close in time, resetting");
+				conn_abort(s, ETIMEDOUT);
+			}
+			if (conn_finished(s))
+				conn_free(s);
+			else
+				keep = true;
+		} else if (s->listener) {
+			keep = s->pending_children > 0;
+		} else if (s->conn) {
+			keep = s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return keep;
+}
+
+static void prog_tick(void)
+{
+	struct sock_ref *list, *keep = NULL;
+
+	pthread_mutex_lock(&prog_lock);
+	list = prog_watch;
+	prog_watch = NULL;
+	pthread_mutex_unlock(&prog_lock);
+
+	while (list) {
+		struct sock_ref *r = list;
+
+		list = r->next;
+		if (prog_drive(r->s, true)) {
+			r->next = keep;
+			keep = r;
+		} else {
+			sock_put(r->s);
+			free(r);
+		}
+	}
+	pthread_mutex_lock(&prog_lock);
+	while (keep) {
+		struct sock_ref *r = keep;
+
+		keep = r->next;
+		r->next = prog_watch;
+		prog_watch = r;
+	}
+	pthread_mutex_unlock(&prog_lock);
+}
+
+static void prog_release(void)
+{
+	struct sock_ref *list;
+
+	pthread_mutex_lock(&prog_lock);
+	list = prog_releases;
+	prog_releases = NULL;
+	pthread_mutex_unlock(&prog_lock);
+	while (list) {
+		struct sock_ref *r = list;
+
+		list = r->next;
+		sock_put(r->s);
+		free(r);
+	}
+}
+
+static void *prog_main(void *arg)
+{
+	struct epoll_event ev[64];
+	int epfd = (int)(intptr_t)arg;
+
+	for (;;) {
+		pthread_mutex_lock(&prog_lock);
+		int timeout = prog_watch ? SDP_TICK_MS : -1;
+		pthread_mutex_unlock(&prog_lock);
+
+		int n = epoll_wait(epfd, ev, 64, timeout);
+
+		if (n < 0 && errno != EINTR) {
+			sdp_err(LOGSYS, "epoll_wait failed: %s; progress thread stops", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			if (!ev[i].data.ptr) {
+				uint64_t v;
+
+				if (read(prog_wakefd, &v, sizeof(v)) < 0) {
+					/* Raced with another reader: nothing to do. */
+				}
+				continue;
+			}
+			/* The socket stays valid: its reference is dropped
+			 * only in prog_release(), after this batch. */
+			prog_drive(ev[i].data.ptr, false);
+		}
+		prog_tick();
+		prog_release();
+	}
+	return NULL;
+}
+
+/* Start the thread on first use (and again in a forked child). */
+static int prog_start_locked(void)
+{
+	sigset_t all, old;
+	int ret;
+
+	if (prog_running && prog_pid == getpid())
+		return 0;
+	prog_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (prog_epfd < 0)
+		return -errno;
+	prog_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (prog_wakefd < 0) {
+		ret = -errno;
+		close(prog_epfd);
+		prog_epfd = -1;
+		return ret;
+	}
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+	epoll_ctl(prog_epfd, EPOLL_CTL_ADD, prog_wakefd, &ev);
+
+	/* The thread must never take the application's signals. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = -pthread_create(&prog_thread, NULL, prog_main, (void *)(intptr_t)prog_epfd);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret) {
+		close(prog_wakefd);
+		close(prog_epfd);
+		prog_wakefd = prog_epfd = -1;
+		return ret;
+	}
+	pthread_setname_np(prog_thread, "sdp-progress");
+	pthread_detach(prog_thread);
+	prog_running = true;
+	prog_pid = getpid();
+	return 0;
+}
+
+int progress_add(struct sdp_sock *s, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = s };
+	int ret;
+
+	pthread_mutex_lock(&prog_lock);
+	ret = prog_start_locked();
+	if (!ret && epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		ret = -errno;
+	if (!ret)
+		atomic_fetch_add(&s->ref, 1);	/* put in prog_release() */
+	pthread_mutex_unlock(&prog_lock);
+	return ret;
+}
+
+void progress_del(struct sdp_sock *s, int fd)
+{
+	pthread_mutex_lock(&prog_lock);
+	if (prog_epfd >= 0)
+		epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+	/* The thread may hold s from its current batch: drop the reference
+	 * only after that batch. */
+	prog_push(&prog_releases, s);
+	pthread_mutex_unlock(&prog_lock);
+	prog_kick();
+}
+
+static void progress_watch_locked(struct sdp_sock *s)
+{
+	for (struct sock_ref *r = prog_watch; r; r = r->next)
+		if (r->s == s)
+			return;
+	atomic_fetch_add(&s->ref, 1);	/* put in prog_tick() */
+	prog_push(&prog_watch, s);
+}
+
+void progress_adopt_orphan(struct sdp_sock *s)
+{
+	if (s->conn && !s->conn->deadline_ns)
+		s->conn->deadline_ns = sdp_now_ns() +
+				       (uint64_t)tun_int(TUN_disconnect_timeout_ms) * 1000000ull;
+	pthread_mutex_lock(&prog_lock);
+	progress_watch_locked(s);
+	pthread_mutex_unlock(&prog_lock);
+	prog_kick();
+}
+
+void progress_watch(struct sdp_sock *s)
+{
+	pthread_mutex_lock(&prog_lock);
+	progress_watch_locked(s);
+	pthread_mutex_unlock(&prog_lock);
+	prog_kick();
+}
+
+/* --- waiting ------------------------------------------------------------------ */
+
+static pthread_key_t waker_key;
+static pthread_once_t waker_once = PTHREAD_ONCE_INIT;
+static __thread int waker_fd = -1;
+static __thread pid_t waker_pid;
+
+static void waker_destroy(void *p)
+{
+	int fd = (int)(intptr_t)p - 1;
+
+	if (fd >= 0)
+		close(fd);
+}
+
+static void waker_key_init(void)
+{
+	(void)pthread_key_create(&waker_key, waker_destroy);
+}
+
+int sdp_thread_waker(void)
+{
+	if (waker_fd >= 0 && waker_pid == getpid())
+		return waker_fd;
+	pthread_once(&waker_once, waker_key_init);
+	waker_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (waker_fd < 0)
+		return -errno;
+	waker_pid = getpid();
+	/* +1 so that fd 0 is not taken for "no value". */
+	pthread_setspecific(waker_key, (void *)(intptr_t)(waker_fd + 1));
+	return waker_fd;
+}
+
+static int wait_timeout_ms(uint64_t deadline_ns)
+{
+	if (!deadline_ns)
+		return -1;
+	uint64_t now = sdp_now_ns();
+
+	if (now >= deadline_ns)
+		return 0;
+	uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+
+	return ms > 60000 ? 60000 : (int)ms;
+}
+
+/* The fd that brings news for s, armed; -1 if none, -EAGAIN if news is
+ * already there. */
+static int wait_source_fd(struct sdp_sock *s)
+{
+	if (s->listener) {
+		if (s->lt->listener_arm(s->listener) == -EAGAIN)
+			return -EAGAIN;
+		return s->lt->listener_fd(s->listener);
+	}
+	if (s->conn && s->conn->ep && !s->conn->transport_down) {
+		if (s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
+			return -EAGAIN;
+		return s->conn->ep_fd;
+	}
+	return -1;
+}
+
+int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
+{
+	struct pollfd pfd[2];
+	struct sdp_waiter w;
+	int wfd = sdp_thread_waker();
+	int nfds = 1, r;
+	uint64_t v;
+
+	if (deadline_ns && sdp_now_ns() >= deadline_ns)
+		return -EAGAIN;
+	int src = wait_source_fd(s);
+
+	if (src == -EAGAIN)
+		return 0;
+	if (wfd < 0) {
+		/* No eventfd to sleep on: degrade to a short nap. */
+		pthread_mutex_unlock(&s->lock);
+		usleep(1000);
+		pthread_mutex_lock(&s->lock);
+		return 0;
+	}
+	if (read(wfd, &v, sizeof(v)) < 0) {
+		/* Nothing stale to drain. */
+	}
+	w.fd = wfd;
+	w.next = s->waiters;
+	s->waiters = &w;
+	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
+	if (src >= 0) {
+		pfd[1] = (struct pollfd){ .fd = src, .events = POLLIN };
+		nfds = 2;
+	}
+	pthread_mutex_unlock(&s->lock);
+	r = poll(pfd, (nfds_t)nfds, wait_timeout_ms(deadline_ns));
+	int err = errno;
+
+	pthread_mutex_lock(&s->lock);
+	for (struct sdp_waiter **p = &s->waiters; *p; p = &(*p)->next) {
+		if (*p == &w) {
+			*p = w.next;
+			break;
+		}
+	}
+	if (r < 0 && err == EINTR)
+		return -EINTR;
+	if (r == 0 && deadline_ns && sdp_now_ns() >= deadline_ns)
+		return -EAGAIN;
+	return 0;
+}
+
+/* After fork() only the calling thread exists in the child: the progress
+ * thread must be started again there, on an epoll set of its own (the
+ * inherited one is shared with the parent). */
+static void prog_atfork_child(void)
+{
+	/* The lock may have been held by a parent thread at fork time. */
+	pthread_mutex_init(&prog_lock, NULL);
+	if (prog_epfd >= 0)
+		close(prog_epfd);
+	if (prog_wakefd >= 0)
+		close(prog_wakefd);
+	prog_epfd = prog_wakefd = -1;
+	prog_running = false;
+	/* The lists hold references the parent's thread owned; the memory
+	 * is the child's copy and is left alone. */
+	prog_releases = NULL;
+	prog_watch = NULL;
+}
+
+__attribute__((constructor)) static void prog_register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, prog_atfork_child);
+}

@@ -1,0 +1,1122 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The socket-like API of the engine (include/sdp.h): the sd table, socket
+ * life cycle, options, and the blocking rules of Linux TCP.  Protocol work
+ * is in conn.c; waiting and the progress thread in progress.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "log.h"
+#include "tunables.h"
+
+#define LOGSYS "sock"
+
+struct sdp_stats sdp_global_stats;
+
+/* --- the sd table ----------------------------------------------------------
+ * Dense, indexed by the readiness fd: two levels so that it grows without
+ * moving entries.  table_lock protects it; taken before any socket lock.
+ */
+#define TAB_CHUNK 1024
+#define TAB_CHUNKS 1024		/* sds up to 1M */
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sdp_sock **table[TAB_CHUNKS];
+
+static int table_set(int sd, struct sdp_sock *s)
+{
+	if (sd < 0 || sd >= TAB_CHUNK * TAB_CHUNKS)
+		return -EMFILE;
+	struct sdp_sock ***chunk = &table[sd / TAB_CHUNK];
+
+	if (!*chunk) {
+		*chunk = calloc(TAB_CHUNK, sizeof(**chunk));
+		if (!*chunk)
+			return -ENOMEM;
+	}
+	(*chunk)[sd % TAB_CHUNK] = s;
+	return 0;
+}
+
+static struct sdp_sock *table_get_locked(int sd)
+{
+	if (sd < 0 || sd >= TAB_CHUNK * TAB_CHUNKS || !table[sd / TAB_CHUNK])
+		return NULL;
+	return table[sd / TAB_CHUNK][sd % TAB_CHUNK];
+}
+
+struct sdp_sock *sock_get(int sd)
+{
+	struct sdp_sock *s;
+
+	pthread_mutex_lock(&table_lock);
+	s = table_get_locked(sd);
+	if (s)
+		atomic_fetch_add(&s->ref, 1);
+	pthread_mutex_unlock(&table_lock);
+	return s;
+}
+
+void sock_put(struct sdp_sock *s)
+{
+	if (atomic_fetch_sub(&s->ref, 1) != 1)
+		return;
+	/* Last reference: nobody can reach the socket any more. */
+	if (s->conn)
+		conn_free(s);
+	if (s->sd >= 0)
+		close(s->sd);
+	pthread_mutex_destroy(&s->lock);
+	free(s->acceptq);
+	free(s);
+	SDP_STAT_INC(sockets_open, (uint64_t)-1);
+}
+
+uint64_t sdp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table)
+{
+	struct sdp_sock *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	/* EFD_NONBLOCK: the engine drains it; the application only polls. */
+	s->sd = eventfd(0, EFD_NONBLOCK | (cloexec ? EFD_CLOEXEC : 0));
+	if (s->sd < 0) {
+		free(s);
+		return NULL;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	atomic_init(&s->ref, 1);
+	s->domain = domain;
+	s->nonblock = nonblock;
+	s->state = SDP_S_NEW;
+	s->local.ss_family = (sa_family_t)domain;
+	s->interest = POLLIN | POLLRDHUP;
+	long bufs = tun_int(TUN_buf_size) * tun_int(TUN_recv_bufs);
+	s->rcvbuf = bufs > INT_MAX ? INT_MAX : (int)bufs;
+	bufs = tun_int(TUN_buf_size) * tun_int(TUN_send_bufs);
+	s->sndbuf = bufs > INT_MAX ? INT_MAX : (int)bufs;
+	s->keepidle = 7200;
+	s->keepintvl = 75;
+	s->keepcnt = 9;
+	s->rcvlowat = 1;
+	SDP_STAT_INC(sockets_open, 1);
+	if (in_table && sock_publish(s)) {
+		sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+int sock_publish(struct sdp_sock *s)
+{
+	pthread_mutex_lock(&table_lock);
+	int ret = table_set(s->sd, s);
+	pthread_mutex_unlock(&table_lock);
+	return ret;
+}
+
+/* --- helpers --------------------------------------------------------------- */
+
+static socklen_t domain_addrlen(int domain)
+{
+	return domain == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/* Checks an address given to bind/connect the way inet(6)_bind does. */
+static int check_addr(struct sdp_sock *s, const struct sockaddr *addr, socklen_t len)
+{
+	if (!addr)
+		return -EFAULT;
+	if (len < sizeof(sa_family_t))
+		return -EINVAL;
+	if (addr->sa_family != s->domain)
+		return -EAFNOSUPPORT;
+	if (len < domain_addrlen(s->domain))
+		return -EINVAL;
+	return 0;
+}
+
+static void copy_addr_out(const struct sockaddr_storage *ss, int domain,
+			  struct sockaddr *addr, socklen_t *len)
+{
+	socklen_t full = domain_addrlen(domain);
+	struct sockaddr_storage tmp = *ss;
+
+	tmp.ss_family = (sa_family_t)domain;
+	if (addr && len)
+		memcpy(addr, &tmp, *len < full ? *len : full);
+	if (len)
+		*len = full;
+}
+
+static uint64_t deadline_from(const struct timeval *tv)
+{
+	if (!tv->tv_sec && !tv->tv_usec)
+		return 0;
+	return sdp_now_ns() + (uint64_t)tv->tv_sec * 1000000000ull +
+	       (uint64_t)tv->tv_usec * 1000ull;
+}
+
+/* The pending error, reported once (as sock_error() does). */
+static int take_error(struct sdp_sock *s)
+{
+	int err = s->so_error;
+
+	s->so_error = 0;
+	return err;
+}
+
+static void drive(struct sdp_sock *s)
+{
+	if (s->state == SDP_S_LISTEN)
+		listener_progress(s);
+	else if (s->conn)
+		conn_progress(s);
+}
+
+/* --- API ------------------------------------------------------------------- */
+
+int sdp_init(void)
+{
+	sdp_log_init();
+	return oti_init();
+}
+
+int sdp_socket(int domain, int type, int protocol)
+{
+	struct sdp_sock *s;
+	int ret;
+
+	if (domain == SDP_AF_INET_SDP)
+		domain = AF_INET;
+	else if (domain == SDP_AF_INET6_SDP)
+		domain = AF_INET6;
+	if (domain != AF_INET && domain != AF_INET6)
+		return -EAFNOSUPPORT;
+	if (type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC | 0xf))
+		return -EINVAL;
+	if ((type & 0xf) != SOCK_STREAM)
+		return -ESOCKTNOSUPPORT;
+	if (protocol != 0 && protocol != IPPROTO_TCP)
+		return -EPROTONOSUPPORT;
+	ret = sdp_init();
+	if (ret < 0)
+		return ret;
+	if (ret == 0)
+		return -ENODEV;
+	s = sock_alloc(domain, type & SOCK_NONBLOCK, type & SOCK_CLOEXEC, true);
+	if (!s)
+		return errno == EMFILE || errno == ENFILE ? -errno : -ENOMEM;
+	return s->sd;
+}
+
+int sdp_is_socket(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+
+	if (!s)
+		return 0;
+	sock_put(s);
+	return 1;
+}
+
+/* Reserve the address in the transport now, so that bind() reports
+ * EADDRINUSE where Linux does and getsockname() shows the port. */
+static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage name;
+	socklen_t namelen = sizeof(name);
+	const struct oti_ops *t;
+	int ret;
+
+	t = oti_select(addr, NULL);
+	if (!t)
+		return -EADDRNOTAVAIL;
+	ret = t->listen(addr, len, SOMAXCONN, &s->listener);
+	if (ret)
+		return ret;
+	s->lt = t;
+	ret = t->listener_name(s->listener, (struct sockaddr *)&name, &namelen);
+	if (ret) {
+		t->listener_close(s->listener);
+		s->listener = NULL;
+		return ret;
+	}
+	s->local = name;
+	s->bound = true;
+	return 0;
+}
+
+int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	ret = check_addr(s, addr, len);
+	if (!ret && (s->bound || s->state != SDP_S_NEW))
+		ret = -EINVAL;
+	if (!ret)
+		ret = bind_locked(s, addr, len);
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+int sdp_listen(int sd, int backlog)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret = 0;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	if (backlog < 0)
+		backlog = 0;
+	if (backlog > 4096)
+		backlog = 4096;
+	if (s->state == SDP_S_LISTEN) {
+		s->backlog = backlog + 1;
+		goto out;
+	}
+	if (s->state != SDP_S_NEW) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (!s->bound) {
+		struct sockaddr_storage any = { .ss_family = (sa_family_t)s->domain };
+
+		ret = bind_locked(s, (struct sockaddr *)&any, domain_addrlen(s->domain));
+		if (ret)
+			goto out;
+	}
+	/* Linux lets backlog + 1 connections wait. */
+	s->backlog = backlog + 1;
+	ret = progress_add(s, s->lt->listener_fd(s->listener));
+	if (ret)
+		goto out;
+	s->in_progress_set = true;
+	s->state = SDP_S_LISTEN;
+	sdp_conn_log(LOGSYS, "sd %d: listening over %s", s->sd, s->lt->name);
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct sdp_sock *s = sock_get(sd), *child = NULL;
+	int ret;
+
+	if (!s)
+		return -EBADF;
+	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) {
+		sock_put(s);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&s->lock);
+	uint64_t deadline = deadline_from(&s->rcvtimeo);
+
+	for (;;) {
+		if (s->state != SDP_S_LISTEN) {
+			ret = -EINVAL;
+			goto out;
+		}
+		listener_progress(s);
+		if (s->acceptq_len > 0)
+			break;
+		if (s->nonblock) {
+			ret = -EAGAIN;
+			goto out;
+		}
+		ret = sdp_wait(s, deadline);
+		if (ret)
+			goto out;
+	}
+	child = s->acceptq[0];
+	s->acceptq_len--;
+	memmove(&s->acceptq[0], &s->acceptq[1],
+		(size_t)(s->acceptq_len + s->pending_children) * sizeof(*s->acceptq));
+
+	pthread_mutex_lock(&child->lock);
+	/* From now on the child is driven on its own. */
+	if (child->conn && child->conn->in_progress_set) {
+		progress_del(s, child->conn->ep_fd);
+		child->conn->in_progress_set = false;
+		if (progress_add(child, child->conn->ep_fd) == 0)
+			child->conn->in_progress_set = true;
+	}
+	child->parent = NULL;
+	child->is_child = false;
+	child->nonblock = flags & SOCK_NONBLOCK;
+	if (!(flags & SOCK_CLOEXEC))
+		(void)fcntl(child->sd, F_SETFD, 0);
+	copy_addr_out(&child->peer, child->domain, addr, len);
+	ret = sock_publish(child);
+	if (ret == 0)
+		ret = child->sd;
+	sock_changed(child, true);
+	pthread_mutex_unlock(&child->lock);
+	if (ret < 0)
+		sock_put(child);
+	/* A full queue may have refused requests; room again now. */
+	sock_changed(s, false);
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	ret = check_addr(s, addr, len);
+	if (ret)
+		goto out;
+	switch (s->state) {
+	case SDP_S_LISTEN:
+	case SDP_S_ESTABLISHED:
+		ret = -EISCONN;
+		goto out;
+	case SDP_S_RESOLVING:
+	case SDP_S_CONNECTING:
+		if (s->nonblock) {
+			ret = -EALREADY;
+			goto out;
+		}
+		break;		/* wait for the attempt under way */
+	case SDP_S_CLOSED:
+		if (s->conn && s->conn->tx_len && !s->so_error) {
+			/* A connection existed and ended. */
+			ret = -EISCONN;
+			goto out;
+		}
+		/* A failed attempt may be retried, as with TCP. */
+		conn_free(s);
+		s->so_error = 0;
+		s->reset = false;
+		memset(&s->peer, 0, sizeof(s->peer));
+		s->state = SDP_S_NEW;
+		/* fall through */
+	case SDP_S_NEW:
+		if (s->listener) {
+			/* Bound for a source address, not to listen: give the
+			 * transport port back. */
+			listener_free(s);
+		}
+		ret = conn_start_connect(s, addr, len);
+		if (ret)
+			goto out;
+		conn_progress(s);
+		if (s->nonblock && (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING)) {
+			ret = -EINPROGRESS;
+			goto out;
+		}
+		break;
+	}
+
+	uint64_t deadline = deadline_from(&s->sndtimeo);
+
+	while (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
+		ret = sdp_wait(s, deadline);
+		if (ret == -EAGAIN) {
+			/* SO_SNDTIMEO bounds connect(); the attempt goes on. */
+			ret = -EINPROGRESS;
+			goto out;
+		}
+		if (ret)
+			goto out;
+		conn_progress(s);
+	}
+	if (s->state == SDP_S_ESTABLISHED)
+		ret = 0;
+	else
+		ret = s->so_error ? -take_error(s) : -ECONNREFUSED;
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+static size_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	return total;
+}
+
+static bool send_shut(const struct sdp_sock *s)
+{
+	return s->shut_wr ||
+	       (s->conn && (s->conn->disconn_sent || (s->conn->ctrl_pending & SDP_CTRL_DISCONN)));
+}
+
+static ssize_t epipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return -EPIPE;
+}
+
+ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct sdp_sock *s;
+	size_t total, done = 0;
+	ssize_t ret;
+
+	if (iovcnt < 0 || iovcnt > IOV_MAX)
+		return -EINVAL;
+	if (flags & MSG_OOB)
+		return -EOPNOTSUPP;
+	s = sock_get(sd);
+	if (!s)
+		return -EBADF;
+	total = iov_total(iov, iovcnt);
+	pthread_mutex_lock(&s->lock);
+	uint64_t deadline = deadline_from(&s->sndtimeo);
+	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
+
+	for (;;) {
+		drive(s);
+		if (s->so_error) {
+			ret = done ? (ssize_t)done : -take_error(s);
+			goto out;
+		}
+		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
+			if (dontwait) {
+				ret = -EAGAIN;
+				goto out;
+			}
+			ret = sdp_wait(s, deadline);
+			if (ret)
+				goto out;
+			continue;
+		}
+		if (s->state != SDP_S_ESTABLISHED || send_shut(s)) {
+			/* Never connected, shut down, or closed: EPIPE, as
+			 * sk_stream_wait_connect() and tcp_sendmsg() say. */
+			ret = done ? (ssize_t)done : epipe(flags);
+			goto out;
+		}
+		if (done == total)
+			break;
+		ret = conn_send(s, iov, iovcnt, flags, done);
+		if (ret < 0)
+			goto out;
+		done += (size_t)ret;
+		if (done == total)
+			break;
+		if (s->state != SDP_S_ESTABLISHED)
+			continue;
+		if (ret == 0) {
+			if (dontwait) {
+				ret = done ? (ssize_t)done : -EAGAIN;
+				goto out;
+			}
+			ret = sdp_wait(s, deadline);
+			if (ret) {
+				ret = done ? (ssize_t)done : ret;
+				goto out;
+			}
+		}
+	}
+	ret = (ssize_t)done;
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+ssize_t sdp_send(int sd, const void *buf, size_t len, int flags)
+{
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+
+	return sdp_sendv(sd, &iov, 1, flags);
+}
+
+ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct sdp_sock *s;
+	size_t total, done = 0;
+	ssize_t ret;
+
+	if (iovcnt < 0 || iovcnt > IOV_MAX)
+		return -EINVAL;
+	/* Urgent data is taken out of the stream (see conn.c), so there is
+	 * never any to read: Linux says EINVAL then. */
+	if (flags & MSG_OOB)
+		return -EINVAL;
+	s = sock_get(sd);
+	if (!s)
+		return -EBADF;
+	total = iov_total(iov, iovcnt);
+	pthread_mutex_lock(&s->lock);
+	uint64_t deadline = deadline_from(&s->rcvtimeo);
+	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
+	size_t want = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total
+		      : (size_t)s->rcvlowat < total ? (size_t)s->rcvlowat : total;
+
+	if (s->state == SDP_S_NEW || s->state == SDP_S_LISTEN) {
+		ret = -ENOTCONN;
+		goto out;
+	}
+	for (;;) {
+		drive(s);
+		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
+			if (dontwait) {
+				ret = -EAGAIN;
+				goto out;
+			}
+			ret = sdp_wait(s, deadline);
+			if (ret)
+				goto out;
+			continue;
+		}
+		if (total == 0)
+			break;
+		if (s->conn && s->conn->rx_bytes) {
+			ret = conn_recv(s, iov, iovcnt, flags, done);
+			if (ret < 0)
+				goto out;
+			done += (size_t)ret;
+			if (flags & MSG_PEEK)
+				break;
+			if (done >= want)
+				break;
+			continue;
+		}
+		/* Nothing queued. */
+		if (s->so_error) {
+			ret = done ? (ssize_t)done : -take_error(s);
+			goto out;
+		}
+		if (s->shut_rd || s->state == SDP_S_CLOSED || (s->conn && s->conn->disconn_rcvd))
+			break;		/* end of stream */
+		if (!s->conn) {
+			ret = done ? (ssize_t)done : -ENOTCONN;
+			goto out;
+		}
+		if (dontwait) {
+			ret = done ? (ssize_t)done : -EAGAIN;
+			goto out;
+		}
+		ret = sdp_wait(s, deadline);
+		if (ret) {
+			ret = done ? (ssize_t)done : ret;
+			goto out;
+		}
+	}
+	ret = (ssize_t)done;
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+ssize_t sdp_recv(int sd, void *buf, size_t len, int flags)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+
+	return sdp_recvv(sd, &iov, 1, flags);
+}
+
+int sdp_shutdown(int sd, int how)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret = 0;
+
+	if (!s)
+		return -EBADF;
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+		sock_put(s);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&s->lock);
+	switch (s->state) {
+	case SDP_S_NEW:
+	case SDP_S_RESOLVING:
+		ret = -ENOTCONN;
+		break;
+	case SDP_S_LISTEN:
+		/* Linux closes the listener; accept() then fails. */
+		if (how != SHUT_WR) {
+			listener_free(s);
+			s->state = SDP_S_CLOSED;
+		}
+		break;
+	default:
+		if (how != SHUT_WR)
+			s->shut_rd = true;
+		if (how != SHUT_RD) {
+			s->shut_wr = true;
+			if (s->state == SDP_S_ESTABLISHED)
+				conn_shutdown_write(s);
+		}
+		break;
+	}
+	sock_changed(s, true);
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+int sdp_close(int sd)
+{
+	struct sdp_sock *s;
+
+	pthread_mutex_lock(&table_lock);
+	s = table_get_locked(sd);
+	if (s)
+		table_set(sd, NULL);
+	pthread_mutex_unlock(&table_lock);
+	if (!s)
+		return -EBADF;
+
+	pthread_mutex_lock(&s->lock);
+	s->app_closed = true;
+	if (s->state == SDP_S_LISTEN || s->listener) {
+		listener_free(s);
+	} else if (s->state == SDP_S_ESTABLISHED && s->conn) {
+		drive(s);
+		bool unread = s->conn && s->conn->rx_bytes;
+		bool abortive = s->linger.l_onoff && s->linger.l_linger == 0;
+
+		if (s->conn && (unread || abortive)) {
+			/* Linux resets rather than pretend the peer's data was
+			 * read, and SO_LINGER 0 asks for exactly that. */
+			conn_abort(s, ECONNRESET);
+		} else if (s->conn) {
+			conn_shutdown_write(s);
+			if (s->linger.l_onoff && !s->nonblock) {
+				uint64_t deadline = sdp_now_ns() +
+						    (uint64_t)s->linger.l_linger * 1000000000ull;
+
+				while (s->conn && s->state == SDP_S_ESTABLISHED &&
+				       !(s->conn->disconn_sent &&
+					 s->conn->tx_done == s->conn->tx_posted)) {
+					if (sdp_wait(s, deadline))
+						break;
+					conn_progress(s);
+				}
+			}
+		}
+	} else if (s->conn) {
+		conn_abort(s, ECONNRESET);
+	}
+	/* The application's fd number is released now, like close(2); the
+	 * connection may finish its teardown as an orphan. */
+	close(s->sd);
+	s->sd = -1;
+	if (s->conn && !conn_finished(s))
+		progress_adopt_orphan(s);
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return 0;
+}
+
+int sdp_getsockname(int sd, struct sockaddr *addr, socklen_t *len)
+{
+	struct sdp_sock *s = sock_get(sd);
+
+	if (!s)
+		return -EBADF;
+	if (!len) {
+		sock_put(s);
+		return -EFAULT;
+	}
+	pthread_mutex_lock(&s->lock);
+	copy_addr_out(&s->local, s->domain, addr, len);
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return 0;
+}
+
+int sdp_getpeername(int sd, struct sockaddr *addr, socklen_t *len)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret = 0;
+
+	if (!s)
+		return -EBADF;
+	if (!len) {
+		sock_put(s);
+		return -EFAULT;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->state != SDP_S_ESTABLISHED && !(s->state == SDP_S_CLOSED && s->conn && s->conn->tx_len))
+		ret = -ENOTCONN;
+	else
+		copy_addr_out(&s->peer, s->domain, addr, len);
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+/* --- options ---------------------------------------------------------------- */
+
+static int opt_int_in(const void *val, socklen_t len, int *out)
+{
+	if (!val)
+		return -EFAULT;
+	if (len < sizeof(int))
+		return -EINVAL;
+	memcpy(out, val, sizeof(int));
+	return 0;
+}
+
+static int opt_out(void *val, socklen_t *len, const void *v, socklen_t vlen)
+{
+	if (!len)
+		return -EFAULT;
+	if (*len > vlen)
+		*len = vlen;
+	if (val)
+		memcpy(val, v, *len);
+	return 0;
+}
+
+static int opt_timeval_in(const void *val, socklen_t len, struct timeval *tv)
+{
+	if (!val)
+		return -EFAULT;
+	if (len < sizeof(*tv))
+		return -EINVAL;
+	memcpy(tv, val, sizeof(*tv));
+	if (tv->tv_usec < 0 || tv->tv_usec >= 1000000)
+		return -EDOM;
+	if (tv->tv_sec < 0)
+		tv->tv_sec = tv->tv_usec = 0;	/* Linux: negative means no timeout */
+	return 0;
+}
+
+int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret = 0, v = 0;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	if (level == SOL_SOCKET) {
+		switch (name) {
+		case SO_RCVBUF:
+		case SO_SNDBUF:
+			ret = opt_int_in(val, len, &v);
+			if (ret)
+				break;
+			/* Linux doubles the request for bookkeeping, with
+			 * floors; the value only shapes what we report. */
+			if (v < 0)
+				v = 0;
+			v = v > INT_MAX / 2 ? INT_MAX : v * 2;
+			if (name == SO_RCVBUF)
+				s->rcvbuf = v < 2304 ? 2304 : v;
+			else
+				s->sndbuf = v < 4608 ? 4608 : v;
+			break;
+		case SO_KEEPALIVE:
+		case SO_REUSEADDR:
+		case SO_REUSEPORT:
+		case SO_OOBINLINE:
+			ret = opt_int_in(val, len, &v);
+			if (ret)
+				break;
+			if (name == SO_KEEPALIVE)
+				s->keepalive = !!v;
+			else if (name == SO_REUSEADDR)
+				s->reuseaddr = !!v;
+			else if (name == SO_REUSEPORT)
+				s->reuseport = !!v;
+			else
+				s->oobinline = !!v;
+			break;
+		case SO_RCVLOWAT:
+			ret = opt_int_in(val, len, &v);
+			if (!ret)
+				s->rcvlowat = v < 1 ? 1 : v;
+			break;
+		case SO_LINGER:
+			if (!val)
+				ret = -EFAULT;
+			else if (len < sizeof(struct linger))
+				ret = -EINVAL;
+			else
+				memcpy(&s->linger, val, sizeof(s->linger));
+			break;
+		case SO_RCVTIMEO:
+			ret = opt_timeval_in(val, len, &s->rcvtimeo);
+			break;
+		case SO_SNDTIMEO:
+			ret = opt_timeval_in(val, len, &s->sndtimeo);
+			break;
+		default:
+			ret = -ENOPROTOOPT;
+			break;
+		}
+	} else if (level == IPPROTO_TCP) {
+		ret = opt_int_in(val, len, &v);
+		if (ret)
+			goto out;
+		switch (name) {
+		case TCP_NODELAY:
+			s->nodelay = !!v;
+			break;
+		case TCP_CORK:
+			s->cork = !!v;
+			if (!v && s->conn && s->state == SDP_S_ESTABLISHED)
+				conn_progress(s);	/* uncork: flush the tail */
+			break;
+		case TCP_MAXSEG:
+			if (v < 0 || v > 65535)
+				ret = -EINVAL;
+			break;
+		case TCP_KEEPIDLE:
+		case TCP_KEEPINTVL:
+			if (v < 1 || v > 32767)
+				ret = -EINVAL;
+			else if (name == TCP_KEEPIDLE)
+				s->keepidle = v;
+			else
+				s->keepintvl = v;
+			break;
+		case TCP_KEEPCNT:
+			if (v < 1 || v > 127)
+				ret = -EINVAL;
+			else
+				s->keepcnt = v;
+			break;
+		default:
+			ret = -ENOPROTOOPT;
+			break;
+		}
+	} else {
+		ret = -ENOPROTOOPT;
+	}
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int ret = 0, v = 0;
+
+	if (!s)
+		return -EBADF;
+	if (!len) {
+		sock_put(s);
+		return -EFAULT;
+	}
+	if (*len > INT_MAX) {
+		sock_put(s);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (level == SOL_SOCKET) {
+		switch (name) {
+		case SO_ERROR:
+			v = take_error(s);
+			break;
+		case SO_TYPE:
+			v = SOCK_STREAM;
+			break;
+		case SO_DOMAIN:
+			v = s->domain;
+			break;
+		case SO_PROTOCOL:
+			v = IPPROTO_TCP;
+			break;
+		case SO_ACCEPTCONN:
+			v = s->state == SDP_S_LISTEN;
+			break;
+		case SO_RCVBUF:
+			v = s->rcvbuf;
+			break;
+		case SO_SNDBUF:
+			v = s->sndbuf;
+			break;
+		case SO_KEEPALIVE:
+			v = s->keepalive;
+			break;
+		case SO_REUSEADDR:
+			v = s->reuseaddr;
+			break;
+		case SO_REUSEPORT:
+			v = s->reuseport;
+			break;
+		case SO_OOBINLINE:
+			v = s->oobinline;
+			break;
+		case SO_RCVLOWAT:
+			v = s->rcvlowat;
+			break;
+		case SO_SNDLOWAT:
+			v = 1;
+			break;
+		case SO_LINGER:
+			ret = opt_out(val, len, &s->linger, sizeof(s->linger));
+			goto out;
+		case SO_RCVTIMEO:
+			ret = opt_out(val, len, &s->rcvtimeo, sizeof(s->rcvtimeo));
+			goto out;
+		case SO_SNDTIMEO:
+			ret = opt_out(val, len, &s->sndtimeo, sizeof(s->sndtimeo));
+			goto out;
+		default:
+			ret = -ENOPROTOOPT;
+			goto out;
+		}
+	} else if (level == IPPROTO_TCP) {
+		switch (name) {
+		case TCP_NODELAY:
+			v = s->nodelay;
+			break;
+		case TCP_CORK:
+			v = s->cork;
+			break;
+		case TCP_MAXSEG:
+			v = s->conn && s->conn->tx_size ? (int)(s->conn->tx_size - SDP_BSDH_LEN)
+							 : 536;
+			break;
+		case TCP_KEEPIDLE:
+			v = s->keepidle;
+			break;
+		case TCP_KEEPINTVL:
+			v = s->keepintvl;
+			break;
+		case TCP_KEEPCNT:
+			v = s->keepcnt;
+			break;
+		default:
+			ret = -ENOPROTOOPT;
+			goto out;
+		}
+	} else {
+		ret = -ENOPROTOOPT;
+		goto out;
+	}
+	ret = opt_out(val, len, &v, sizeof(v));
+out:
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return ret;
+}
+
+int sdp_set_nonblock(int sd, int on)
+{
+	struct sdp_sock *s = sock_get(sd);
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	s->nonblock = !!on;
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return 0;
+}
+
+int sdp_get_nonblock(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int v;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	v = s->nonblock;
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return v;
+}
+
+int sdp_nread(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int v = 0;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	if (s->state == SDP_S_LISTEN)
+		v = -EINVAL;
+	else if (s->conn) {
+		drive(s);
+		if (s->conn)
+			v = s->conn->rx_bytes > INT_MAX ? INT_MAX : (int)s->conn->rx_bytes;
+	}
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return v;
+}
+
+int sdp_nwrite(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+	int v = 0;
+
+	if (!s)
+		return -EBADF;
+	pthread_mutex_lock(&s->lock);
+	if (s->state == SDP_S_LISTEN)
+		v = -EINVAL;
+	else if (s->conn)
+		v = s->conn->tx_queued_bytes > INT_MAX ? INT_MAX : (int)s->conn->tx_queued_bytes;
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return v;
+}
+
+const char *sdp_transport_name(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+	const char *name = NULL;
+
+	if (!s)
+		return NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->conn && (s->state == SDP_S_ESTABLISHED || s->state == SDP_S_CLOSED))
+		name = s->conn->t->name;
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+	return name;
+}
+
+void sdp_get_stats(struct sdp_stats *st)
+{
+	uint64_t *dst = (uint64_t *)st;
+	const uint64_t *src = (const uint64_t *)&sdp_global_stats;
+
+	for (size_t i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
