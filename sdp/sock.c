@@ -736,8 +736,12 @@ int sdp_close(int sd)
 	 * connection may finish its teardown as an orphan. */
 	close(s->sd);
 	s->sd = -1;
-	if (s->conn && !conn_finished(s))
-		progress_adopt_orphan(s);
+	if (s->conn) {
+		if (conn_finished(s))
+			conn_free(s);
+		else
+			progress_adopt_orphan(s);
+	}
 	pthread_mutex_unlock(&s->lock);
 	sock_put(s);
 	return 0;
