@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Unit tests of common/tunables.c.  The expectations are generated from
+ * tunables.def itself, so a tunable added there is covered without
+ * touching this file.
+ *
+ * Each Criterion test runs in its own process (the default), but the
+ * fixture still scrubs SDP_* variables on both ends: the harness exports
+ * SDP_TRANSPORTS, and a --no-fork run must not leak one test's setenv
+ * into the next.
+ */
+#include <criterion/criterion.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tunables.h"
+
+enum { TT_STR, TT_INT };
+
+static const struct {
+	const char *name;
+	int type;
+	const char *def;
+	long min, max;
+	const char *help;
+} tt_table[TUN_COUNT] = {
+#define TUNABLE(id, type, def, min, max, help) \
+	[TUN_##id] = { #id, TT_##type, def, min, max, help },
+#include "tunables.def"
+#undef TUNABLE
+};
+
+/* SDP_<NAME>, spelled independently of tunables.c. */
+static void tt_env_name(int id, char *out, size_t cap)
+{
+	size_t n = (size_t)snprintf(out, cap, "SDP_%s", tt_table[id].name);
+
+	cr_assert_lt(n, cap);
+	for (size_t i = 4; out[i]; i++)
+		out[i] = (char)toupper((unsigned char)out[i]);
+}
+
+static void tt_clean_env(void)
+{
+	char env[64];
+
+	for (int id = 0; id < TUN_COUNT; id++) {
+		tt_env_name(id, env, sizeof(env));
+		unsetenv(env);
+	}
+	tun_reset();
+}
+
+static long tt_default_int(int id)
+{
+	return strtol(tt_table[id].def, NULL, 0);
+}
+
+TestSuite(tunables, .init = tt_clean_env, .fini = tt_clean_env);
+
+Test(tunables, defaults)
+{
+	for (int id = 0; id < TUN_COUNT; id++) {
+		if (tt_table[id].type == TT_INT) {
+			cr_assert_eq(tun_int(id), tt_default_int(id), "%s",
+				     tt_table[id].name);
+			/* A default outside its own range would be refused
+			 * by tun_set: the table must be self-consistent. */
+			cr_assert_geq(tt_default_int(id), tt_table[id].min, "%s",
+				      tt_table[id].name);
+			cr_assert_leq(tt_default_int(id), tt_table[id].max, "%s",
+				      tt_table[id].name);
+		} else {
+			cr_assert_str_eq(tun_str(id), tt_table[id].def, "%s",
+					 tt_table[id].name);
+		}
+	}
+	/* The values other layers rely on by name. */
+	cr_assert_eq(tun_int(TUN_log_level), 9);
+	cr_assert_str_eq(tun_str(TUN_log_file), "");
+	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+}
+
+Test(tunables, environment_overrides_default)
+{
+	setenv("SDP_RECV_BUFS", "64", 1);
+	setenv("SDP_LOG_FILE", "/tmp/sdp-test.log", 1);
+	setenv("SDP_TCPF_PORT_OFFSET", "0x100", 1);
+	setenv("SDP_LOG_LEVEL", "1", 1);
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 64);
+	cr_assert_str_eq(tun_str(TUN_log_file), "/tmp/sdp-test.log");
+	cr_assert_eq(tun_int(TUN_tcpf_port_offset), 256);
+	cr_assert_eq(tun_int(TUN_log_level), 1);
+	/* The others keep their defaults. */
+	cr_assert_eq(tun_int(TUN_send_bufs), 16);
+
+	/* Range ends are inclusive. */
+	setenv("SDP_RECV_BUFS", "1024", 1);
+	setenv("SDP_SEND_BUFS", "4", 1);
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 1024);
+	cr_assert_eq(tun_int(TUN_send_bufs), 4);
+
+	/* An empty string is a valid value for a string tunable. */
+	setenv("SDP_TRANSPORTS", "", 1);
+	tun_reset();
+	cr_assert_str_eq(tun_str(TUN_transports), "");
+
+	/* Unsetting and resetting goes back to the default. */
+	unsetenv("SDP_RECV_BUFS");
+	unsetenv("SDP_TRANSPORTS");
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+}
+
+Test(tunables, every_tunable_has_its_variable)
+{
+	char env[64];
+
+	for (int id = 0; id < TUN_COUNT; id++) {
+		tt_env_name(id, env, sizeof(env));
+		if (tt_table[id].type == TT_INT) {
+			char v[32];
+			/* The end of the range that is not the default. */
+			long want = tt_default_int(id) == tt_table[id].max ?
+				    tt_table[id].min : tt_table[id].max;
+
+			snprintf(v, sizeof(v), "%ld", want);
+			setenv(env, v, 1);
+			tun_reset();
+			cr_assert_eq(tun_int(id), want, "%s", env);
+		} else {
+			setenv(env, "from-env", 1);
+			tun_reset();
+			cr_assert_str_eq(tun_str(id), "from-env", "%s", env);
+		}
+		unsetenv(env);
+	}
+}
+
+Test(tunables, malformed_environment_ignored)
+{
+	static const char *const bad[] = {
+		"", "abc", "12abc", "16 ", "1.5", "0x", "-", "3", "1025", "-16",
+		"99999999999999999999999", "0x7fffffffffffffffff",
+	};
+	char longstr[300];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("SDP_RECV_BUFS", bad[i], 1);
+		tun_reset();
+		cr_assert_eq(tun_int(TUN_recv_bufs), 16, "SDP_RECV_BUFS=\"%s\"", bad[i]);
+	}
+	/* A bad variable spoils only itself. */
+	setenv("SDP_RECV_BUFS", "junk", 1);
+	setenv("SDP_SEND_BUFS", "32", 1);
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+	cr_assert_eq(tun_int(TUN_send_bufs), 32);
+
+	/* A string too long for the value buffer keeps the default. */
+	memset(longstr, 'x', sizeof(longstr) - 1);
+	longstr[sizeof(longstr) - 1] = '\0';
+	setenv("SDP_LOG_FILE", longstr, 1);
+	setenv("SDP_TRANSPORTS", longstr, 1);
+	tun_reset();
+	cr_assert_str_eq(tun_str(TUN_log_file), "");
+	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+}
+
+Test(tunables, set_by_name)
+{
+	cr_assert_eq(tun_set("recv_bufs", "32"), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 32);
+	cr_assert_eq(tun_set("recv_bufs", "0x40"), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 64);
+	cr_assert_eq(tun_set("transports", "ib,tcp-fallback"), 0);
+	cr_assert_str_eq(tun_str(TUN_transports), "ib,tcp-fallback");
+	cr_assert_eq(tun_set("log_file", ""), 0);
+	cr_assert_str_eq(tun_str(TUN_log_file), "");
+	/* The last set wins. */
+	cr_assert_eq(tun_set("recv_bufs", "8"), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 8);
+	/* And tun_reset forgets all of them. */
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+}
+
+Test(tunables, set_checks_range_and_syntax)
+{
+	char longstr[300];
+
+	for (int id = 0; id < TUN_COUNT; id++) {
+		char v[32];
+
+		if (tt_table[id].type != TT_INT)
+			continue;
+		snprintf(v, sizeof(v), "%ld", tt_table[id].min - 1);
+		cr_assert_eq(tun_set(tt_table[id].name, v), -EINVAL, "%s=%s",
+			     tt_table[id].name, v);
+		snprintf(v, sizeof(v), "%ld", tt_table[id].max + 1);
+		cr_assert_eq(tun_set(tt_table[id].name, v), -EINVAL, "%s=%s",
+			     tt_table[id].name, v);
+		cr_assert_eq(tun_int(id), tt_default_int(id), "%s changed by a refused set",
+			     tt_table[id].name);
+		snprintf(v, sizeof(v), "%ld", tt_table[id].min);
+		cr_assert_eq(tun_set(tt_table[id].name, v), 0);
+		cr_assert_eq(tun_int(id), tt_table[id].min);
+		snprintf(v, sizeof(v), "%ld", tt_table[id].max);
+		cr_assert_eq(tun_set(tt_table[id].name, v), 0);
+		cr_assert_eq(tun_int(id), tt_table[id].max);
+	}
+
+	tun_reset();
+	cr_assert_eq(tun_set("recv_bufs", "abc"), -EINVAL);
+	cr_assert_eq(tun_set("recv_bufs", ""), -EINVAL);
+	cr_assert_eq(tun_set("recv_bufs", "16k"), -EINVAL);
+	cr_assert_eq(tun_set("recv_bufs", "99999999999999999999999"), -EINVAL);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+
+	memset(longstr, 'y', sizeof(longstr) - 1);
+	longstr[sizeof(longstr) - 1] = '\0';
+	cr_assert_eq(tun_set("log_file", longstr), -EINVAL);
+	cr_assert_str_eq(tun_str(TUN_log_file), "");
+	/* 255 characters still fit. */
+	longstr[255] = '\0';
+	cr_assert_eq(tun_set("log_file", longstr), 0);
+	cr_assert_str_eq(tun_str(TUN_log_file), longstr);
+}
+
+Test(tunables, set_unknown_name)
+{
+	cr_assert_eq(tun_set("no_such_tunable", "1"), -ENOENT);
+	cr_assert_eq(tun_set("", "1"), -ENOENT);
+	/* Names are the .def ids exactly, not the variable names. */
+	cr_assert_eq(tun_set("RECV_BUFS", "32"), -ENOENT);
+	cr_assert_eq(tun_set("SDP_RECV_BUFS", "32"), -ENOENT);
+	cr_assert_eq(tun_set("recv_buf", "32"), -ENOENT);
+	cr_assert_eq(tun_set("recv_bufsx", "32"), -ENOENT);
+	/* Unknown wins over malformed: the name is looked at first. */
+	cr_assert_eq(tun_set("no_such_tunable", "junk"), -ENOENT);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+}
+
+Test(tunables, environment_wins_over_set)
+{
+	setenv("SDP_RECV_BUFS", "64", 1);
+	setenv("SDP_TRANSPORTS", "ib", 1);
+	tun_reset();
+	/* Accepted (the value is valid) but shadowed by the environment. */
+	cr_assert_eq(tun_set("recv_bufs", "32"), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 64);
+	cr_assert_eq(tun_set("transports", "tcp-fallback"), 0);
+	cr_assert_str_eq(tun_str(TUN_transports), "ib");
+	/* Still validated, even though it would not take effect. */
+	cr_assert_eq(tun_set("recv_bufs", "100000"), -EINVAL);
+	/* Other tunables are still settable. */
+	cr_assert_eq(tun_set("send_bufs", "32"), 0);
+	cr_assert_eq(tun_int(TUN_send_bufs), 32);
+}
+
+Test(tunables, malformed_environment_does_not_block_set)
+{
+	setenv("SDP_RECV_BUFS", "lots", 1);
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+	cr_assert_eq(tun_set("recv_bufs", "32"), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 32);
+}
+
+Test(tunables, list_mentions_everything)
+{
+	char *text = NULL;
+	size_t size = 0;
+	FILE *f;
+
+	setenv("SDP_SEND_BUFS", "48", 1);
+	setenv("SDP_LOG_FILE", "/var/log/sdp-list-test", 1);
+	tun_reset();
+	f = open_memstream(&text, &size);
+	cr_assert_not_null(f);
+	tun_list(f);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_not_null(text);
+
+	for (int id = 0; id < TUN_COUNT; id++) {
+		char env[64];
+
+		tt_env_name(id, env, sizeof(env));
+		cr_assert_not_null(strstr(text, env), "%s missing from:\n%s", env, text);
+		cr_assert_not_null(strstr(text, tt_table[id].name));
+		cr_assert_not_null(strstr(text, tt_table[id].help), "help of %s",
+				   tt_table[id].name);
+	}
+	/* Current values, not only defaults. */
+	cr_assert_not_null(strstr(text, "48 (default 16"));
+	cr_assert_not_null(strstr(text, "\"/var/log/sdp-list-test\""));
+	free(text);
+}
+
+/* No fixture: the first use must read the environment by itself. */
+Test(tunables_lazy, first_use_reads_environment)
+{
+	unsetenv("SDP_SEND_BUFS");
+	setenv("SDP_RECV_BUFS", "128", 1);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 128);
+	cr_assert_eq(tun_int(TUN_send_bufs), 16);
+	/* Later changes to the environment wait for tun_reset. */
+	setenv("SDP_RECV_BUFS", "256", 1);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 128);
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 256);
+	unsetenv("SDP_RECV_BUFS");
+	tun_reset();
+}
