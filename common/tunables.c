@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +49,9 @@ static int tun_parse(const struct tun_desc *d, const char *text, struct tun_valu
 	}
 	char *end;
 	errno = 0;
-	long n = strtol(text, &end, 0);
+	/* Hexadecimal with 0x; otherwise decimal, so "010" is ten. */
+	bool hex = text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+	long n = strtol(text, &end, hex ? 16 : 10);
 	if (errno || end == text || *end != '\0' || n < d->min || n > d->max)
 		return -EINVAL;
 	v->i = n;

@@ -85,8 +85,11 @@ static inline bool sdp_can_send_update(const struct sdp_credits *c)
  */
 static inline bool sdp_update_needed(const struct sdp_credits *c)
 {
-	/* c->advertised: buffers the peer still thinks it has. */
-	if (c->posted > c->advertised && c->advertised <= c->posted / 2)
+	/* c->advertised: buffers the peer still thinks it has.  At 2 or
+	 * fewer it may not send data at all (the reserve), so it waits on
+	 * us whatever our ring size. */
+	if (c->posted > c->advertised &&
+	    (c->advertised <= c->posted / 2 || c->advertised <= 2))
 		return sdp_can_send_update(c);
 	return false;
 }

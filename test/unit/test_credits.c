@@ -308,18 +308,11 @@ Test(credits, update_needed_thresholds)
 }
 
 /*
- * KNOWN ISSUE in credits.h, left unfixed here (not this file's to change):
- * the comment on sdp_update_needed() promises an update "when we have
- * posted enough new ones that it would otherwise stall", but the code only
- * has the half-used rule (advertised <= posted / 2).  Below, the peer is
- * down to 2 credits, so it may not send data (that needs > 2), and we have
- * a freed buffer that would give it a third; yet 2 <= 3 / 2 is false, so
- * no update goes out until another buffer is freed.  Liveness only: the
- * peer is never overrun, and the stall ends when the application reads
- * more (the simulation below never deadlocks).  Enable once fixed, e.g.
- * by also sending when posted > advertised && advertised <= 2.
+ * The peer is down to 2 credits, so it may not send data (that needs > 2),
+ * and we have a freed buffer that would give it a third: the update must
+ * go now, not only once half the ring is free again.
  */
-Test(credits, update_when_peer_would_stall, .disabled = true)
+Test(credits, update_when_peer_would_stall)
 {
 	struct sdp_credits c;
 
