@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+# A malicious SDP peer (hostile_peer): it speaks to an SDP server process
+# (the victim, built on the public API) through the transport directly and
+# sends malformed Hellos and malformed in-band messages -- BSDH lengths that
+# lie, unknown and out-of-place MIDs, a message bigger than the advertised
+# buffer, payload on DisConn, undefined flags, acknowledgements of unsent
+# messages, random bytes.  Each time the victim must refuse or abort that
+# connection (the attacker sees the transport go down) and keep running,
+# while a well-behaved connection into the same process keeps streaming and
+# ends with a matching checksum, and a new connection afterwards works.
+. "$(dirname "$0")/lib.sh"
+
+HOSTILE=$(prog hostile_peer)
+bytes=64M
+if is_sanitized; then
+	bytes=16M
+fi
+log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
+run_with_timeout 180 "$HOSTILE" --bytes "$bytes" --case-timeout 10000
+rc=$?
+[ "$rc" -eq 0 ] || fail "hostile_peer exit $(status_text "$rc")"
+log "PASS"
+exit 0

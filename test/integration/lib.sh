@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: BSD-2-Clause
+# Helpers sourced by the integration tests (bash).
+#
+# A test exits 0 (pass), 1 (fail) or 77 (skip).  Nothing may hang: every
+# program runs under a time limit (run_with_timeout, wait_pid), the whole
+# script has a watchdog (TEST_LIMIT seconds, default 240), and the EXIT trap
+# kills whatever the test left running and removes its scratch directory.
+#
+# Ports are never fixed: servers listen on port 0 and write the port they
+# got to a file (sdpcat --port-file), so tests can run in parallel.
+
+set -u
+
+TEST_NAME=$(basename "$0" .sh)
+: "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+# The engine must run over the software transport here, whatever the
+# machine has.
+: "${SDP_TRANSPORTS:=tcp-fallback}"
+export SDP_TRANSPORTS top_builddir top_srcdir
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/sdp-$TEST_NAME.XXXXXX") || exit 99
+BG_PIDS=()
+WATCHDOG_PID=
+
+log() { printf '%s: %s\n' "$TEST_NAME" "$*"; }
+fail() {
+	log "FAIL: $*"
+	exit 1
+}
+skip() {
+	log "SKIP: $*"
+	exit 77
+}
+
+cleanup() {
+	local p
+	for p in "${BG_PIDS[@]}"; do
+		kill -9 "$p" 2>/dev/null
+	done
+	for p in "${BG_PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	if [ -n "$WATCHDOG_PID" ]; then
+		kill "$WATCHDOG_PID" 2>/dev/null
+		wait "$WATCHDOG_PID" 2>/dev/null
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'log "FAIL: interrupted or over the time limit (${TEST_LIMIT:-240}s)"; exit 1' INT TERM
+
+# The script as a whole: if something slipped past the per-command limits,
+# TERM ourselves; the trap above then cleans up.
+start_watchdog() {
+	local limit=${TEST_LIMIT:-240}
+	(
+		trap 'exit 0' TERM
+		sleep "$limit" &
+		wait $!
+		kill -TERM $$ 2>/dev/null
+	) </dev/null >/dev/null 2>&1 &
+	WATCHDOG_PID=$!
+}
+start_watchdog
+
+# Built with --enable-sanitizers?  Tests shrink their data then: the code
+# is several times slower and the suite must stay within minutes.
+is_sanitized() {
+	grep -q '^SAN_CFLAGS = .*-fsanitize' "$top_builddir/Makefile" 2>/dev/null
+}
+
+# prog NAME: path of a built program (tools/, bench/, test/integration/).
+prog() {
+	local d
+	for d in tools bench test/integration; do
+		if [ -x "$top_builddir/$d/$1" ]; then
+			printf '%s\n' "$top_builddir/$d/$1"
+			return 0
+		fi
+	done
+	log "ERROR: program $1 not found under $top_builddir"
+	exit 99
+}
+
+# run_with_timeout SECS CMD...: run CMD, killing it after SECS (status 124).
+run_with_timeout() {
+	local secs=$1
+	shift
+	timeout -k 5 "$secs" "$@"
+}
+
+# start_bg OUTFILE CMD...: start CMD in the background, output to OUTFILE;
+# its pid is in $BG_PID and is killed at exit if still running.
+start_bg() {
+	local out=$1
+	shift
+	"$@" >"$out" 2>&1 </dev/null &
+	BG_PID=$!
+	BG_PIDS+=("$BG_PID")
+}
+
+# wait_for_file FILE SECS: until FILE exists and is not empty.
+wait_for_file() {
+	local file=$1 secs=$2 i=0
+	while [ ! -s "$file" ]; do
+		i=$((i + 1))
+		if [ "$i" -gt $((secs * 20)) ]; then
+			return 1
+		fi
+		sleep 0.05
+	done
+	return 0
+}
+
+# wait_for_text FILE PATTERN SECS: until FILE contains PATTERN (grep -E).
+wait_for_text() {
+	local file=$1 pat=$2 secs=$3 i=0
+	until grep -Eq -- "$pat" "$file" 2>/dev/null; do
+		i=$((i + 1))
+		if [ "$i" -gt $((secs * 20)) ]; then
+			return 1
+		fi
+		sleep 0.05
+	done
+	return 0
+}
+
+# wait_pid PID SECS: wait for a background process; its exit status, or
+# 124 after killing it if it is still running after SECS.
+wait_pid() {
+	local pid=$1 secs=$2 i=0
+	while kill -0 "$pid" 2>/dev/null; do
+		i=$((i + 1))
+		if [ "$i" -gt $((secs * 20)) ]; then
+			kill -9 "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			return 124
+		fi
+		sleep 0.05
+	done
+	wait "$pid"
+}
+
+# start_server OUTFILE [--tcp] SDPCAT-ARGS...: sdpcat -l 127.0.0.1:0 (or
+# the -l given) in the background; sets $SERVER_PID and $PORT.
+start_server() {
+	local out=$1
+	shift
+	local pf="$TMP/port.$RANDOM.$RANDOM"
+	local addr=127.0.0.1:0 a
+	for a in "$@"; do
+		case $a in \[*\]:0) addr=$a ;; esac
+	done
+	local args=()
+	for a in "$@"; do
+		case $a in \[*\]:0) ;; *) args+=("$a") ;; esac
+	done
+	start_bg "$out" "$SDPCAT" -l "$addr" --port-file "$pf" "${args[@]}"
+	SERVER_PID=$BG_PID
+	if ! wait_for_file "$pf" 30; then
+		log "server did not start listening within 30 s:"
+		sed 's/^/  server: /' "$out"
+		return 1
+	fi
+	PORT=$(cat "$pf")
+	return 0
+}
+
+# xfer_case DESC CLIENT_TIMEOUT "SERVER ARGS" "CLIENT ARGS": one checksummed
+# sdpcat transfer (server --count 1).  Both must exit 0 and the client
+# must print "checksum ok".  Returns 0 or 1 (after printing why).
+xfer_case() {
+	local desc=$1 limit=$2 sargs=$3 cargs=$4 host=127.0.0.1 rc src
+	local sout="$TMP/server.out" cout="$TMP/client.out"
+	# shellcheck disable=SC2086
+	case " $sargs " in *" [::1]:0 "*) host="[::1]" ;; esac
+	# shellcheck disable=SC2086
+	if ! start_server "$sout" --count 1 $sargs; then
+		log "FAIL $desc: server did not start"
+		return 1
+	fi
+	# shellcheck disable=SC2086
+	run_with_timeout "$limit" "$SDPCAT" -c "$host:$PORT" $cargs >"$cout" 2>&1
+	rc=$?
+	wait_pid "$SERVER_PID" 20
+	src=$?
+	if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'checksum ok' "$cout"; then
+		log "ok   $desc: $(sed -n 's/^sdpcat: //p' "$cout" | tail -n 1)"
+		return 0
+	fi
+	log "FAIL $desc: client exit $(status_text "$rc"), server exit $(status_text "$src")"
+	sed 's/^/  client: /' "$cout"
+	sed 's/^/  server: /' "$sout"
+	return 1
+}
+
+# status_text STATUS: "1", "124 (timed out)", "137 (killed)".
+status_text() {
+	case $1 in
+	124) echo "124 (timed out)" ;;
+	137) echo "137 (SIGKILL)" ;;
+	*) if [ "$1" -gt 128 ]; then echo "$1 (signal $(($1 - 128)))"; else echo "$1"; fi ;;
+	esac
+}
+
+# Is IPv6 loopback (::1) configured here?
+have_ipv6_loopback() {
+	[ -r /proc/net/if_inet6 ] &&
+		grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+# 100 concurrent SDP connections in one process (conn_storm): a server
+# thread serves them all from one sdp_poll() loop while 100 client threads
+# connect at the same moment and each streams its own seeded data (random
+# write sizes) and checks the server's verdict (count + XXH64).  Every
+# connection must complete.  The same run over the kernel's TCP first
+# checks the test program itself.
+. "$(dirname "$0")/lib.sh"
+
+STORM=$(prog conn_storm)
+bytes=256K
+if is_sanitized; then
+	bytes=64K
+fi
+
+log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
+log "reference: the same storm over the kernel's TCP"
+if ! run_with_timeout 60 "$STORM" --tcp --conns 100 --bytes "$bytes" --timeout 45; then
+	fail "the storm fails over kernel TCP: the test program is broken"
+fi
+log "SDP: 100 concurrent connections"
+run_with_timeout 150 "$STORM" --conns 100 --bytes "$bytes" --timeout 120
+rc=$?
+[ "$rc" -eq 0 ] || fail "conn_storm exit $(status_text "$rc")"
+log "a second storm in a fresh process, 20 connections of 1 MiB"
+run_with_timeout 150 "$STORM" --conns 20 --bytes 1M --timeout 120
+rc=$?
+[ "$rc" -eq 0 ] || fail "conn_storm exit $(status_text "$rc")"
+log "PASS"
+exit 0
