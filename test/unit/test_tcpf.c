@@ -481,14 +481,14 @@ static void connect_pair(struct pair *p, int family, const char *ip)
 	cr_assert_eq(port_of(&bpeer), port_of(&alocal));
 }
 
-/* Registrations go before their ep, as the contract asks. */
+/* The verbs order, as the contract asks: eps first, then registrations. */
 static void close_pair(struct pair *p)
 {
-	freebuf(&p->arx);
-	freebuf(&p->brx);
 	untrack_ep(p->a);
 	untrack_ep(p->b);
 	untrack_lis(p->l);
+	freebuf(&p->arx);
+	freebuf(&p->brx);
 }
 
 static void fill(uint8_t *p, size_t len, unsigned seed)
@@ -694,9 +694,9 @@ Test(tcpf, messages_in_order, .init = tcpf_setup, .fini = tcpf_teardown)
 		cr_assert_eq(wc.op, OTI_WC_SEND);
 		cr_assert_eq(wc.ctx, 300 + i);
 	}
+	close_pair(&p);
 	freebuf(&tx);
 	freebuf(&btx);
-	close_pair(&p);
 }
 
 Test(tcpf, rdma_write_then_send, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -735,10 +735,10 @@ Test(tcpf, rdma_write_then_send, .init = tcpf_setup, .fini = tcpf_teardown)
 	wc = wait_wc(p.a);
 	cr_assert_eq(wc.op, OTI_WC_SEND);
 	cr_assert_eq(wc.ctx, 78);
+	close_pair(&p);
 	freebuf(&sink);
 	freebuf(&src);
 	freebuf(&note);
-	close_pair(&p);
 }
 
 Test(tcpf, rdma_read, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -764,9 +764,9 @@ Test(tcpf, rdma_read, .init = tcpf_setup, .fini = tcpf_teardown)
 	cr_assert_eq(dst.p[8 + len], 0x11);
 	/* The target side saw no completion for it. */
 	cr_assert_eq(p.b->wch, p.b->wct);
+	close_pair(&p);
 	freebuf(&src);
 	freebuf(&dst);
-	close_pair(&p);
 }
 
 Test(tcpf, reject_with_data, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -902,8 +902,8 @@ Test(tcpf, disconnect_after_sends, .init = tcpf_setup, .fini = tcpf_teardown)
 	struct oti_sge sge = { .addr = tx.p, .len = 1, .mr = tx.mr };
 	cr_assert_eq(T->post_send(p.a->ep, &sge, 1, 0), -ENOTCONN);
 	cr_assert_eq(T->disconnect(p.a->ep), 0);
-	freebuf(&tx);
 	close_pair(&p);
+	freebuf(&tx);
 }
 
 Test(tcpf, close_is_seen_by_peer, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -912,8 +912,8 @@ Test(tcpf, close_is_seen_by_peer, .init = tcpf_setup, .fini = tcpf_teardown)
 	struct oti_event ev;
 
 	connect_pair(&p, AF_INET, "127.0.0.1");
-	freebuf(&p.brx);
 	untrack_ep(p.b);
+	freebuf(&p.brx);
 
 	/* An engine that only asks for events when the fd fires still learns
 	 * of the close (the provider sees it in the data path). */
@@ -934,9 +934,9 @@ Test(tcpf, close_is_seen_by_peer, .init = tcpf_setup, .fini = tcpf_teardown)
 		cr_assert_eq(wc.status, -ECANCELED);
 	}
 	assert_quiet(p.a);
-	freebuf(&p.arx);
 	untrack_ep(p.a);
 	untrack_lis(p.l);
+	freebuf(&p.arx);
 }
 
 Test(tcpf, fd_wakes_after_arm, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -986,8 +986,8 @@ Test(tcpf, fd_wakes_after_arm, .init = tcpf_setup, .fini = tcpf_teardown)
 		wc = wait_wc(p.a);
 		cr_assert_eq(wc.op, OTI_WC_SEND);
 	}
-	freebuf(&tx);
 	close_pair(&p);
+	freebuf(&tx);
 }
 
 Test(tcpf, ipv6_loopback, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -1010,8 +1010,8 @@ Test(tcpf, ipv6_loopback, .init = tcpf_setup, .fini = tcpf_teardown)
 	struct oti_wc wc = wait_wc(p.b);
 	cr_assert_eq(wc.status, 0);
 	cr_assert_arr_eq(p.brx.p, tx.p, 4096);
-	freebuf(&tx);
 	close_pair(&p);
+	freebuf(&tx);
 }
 
 /* The transport must work on the host's real addresses, not just lo. */
@@ -1042,8 +1042,8 @@ Test(tcpf, non_loopback_address, .init = tcpf_setup, .fini = tcpf_teardown)
 	struct oti_wc wc = wait_wc(p.b);
 	cr_assert_eq(wc.status, 0);
 	cr_assert_eq(wc.len, 100);
-	freebuf(&tx);
 	close_pair(&p);
+	freebuf(&tx);
 }
 
 /* Several connections at once, each with its own queues, one listener. */
@@ -1087,10 +1087,10 @@ Test(tcpf, many_connections, .init = tcpf_setup, .fini = tcpf_teardown)
 		cr_assert_eq(arx[i].p[0], i);
 	}
 	for (int i = 0; i < N; i++) {
-		freebuf(&arx[i]);
-		freebuf(&btx[i]);
 		untrack_ep(a[i]);
 		untrack_ep(b[i]);
+		freebuf(&arx[i]);
+		freebuf(&btx[i]);
 	}
 	untrack_lis(l);
 }
@@ -1110,8 +1110,8 @@ Test(tcpf, message_longer_than_buffer, .init = tcpf_setup, .fini = tcpf_teardown
 	cr_assert_eq(wc.ctx, 0);
 	wait_event_type(p.b, OTI_EV_DISCONNECTED, &ev);
 	wait_event_type(p.a, OTI_EV_DISCONNECTED, &ev);
-	freebuf(&tx);
 	close_pair(&p);
+	freebuf(&tx);
 }
 
 /*
@@ -1137,9 +1137,9 @@ Test(tcpf, rdma_access_violation_drops_connection, .init = tcpf_setup, .fini = t
 	assert_quiet(p.b);
 	cr_assert_eq(sink.p[0], 0x5a);
 	cr_assert_eq(sink.p[4095], 0x5a);
+	close_pair(&p);
 	freebuf(&sink);
 	freebuf(&src);
-	close_pair(&p);
 }
 
 /*
@@ -1204,9 +1204,9 @@ Test(tcpf, bulk_both_ways, .init = tcpf_setup, .fini = tcpf_teardown)
 		if (!busy)
 			progress((int)(end - now_ms()) + 1);
 	}
+	close_pair(&p);
 	freebuf(&tx[0]);
 	freebuf(&tx[1]);
-	close_pair(&p);
 }
 
 /*
@@ -1245,9 +1245,9 @@ Test(tcpf, large_rdma, .init = tcpf_setup, .fini = tcpf_teardown)
 	cr_assert_eq(wc.op, OTI_WC_RDMA_READ);
 	cr_assert_eq(wc.status, 0);
 	cr_assert(!memcmp(remote.p, local.p, len), "RDMA read data differs");
+	close_pair(&p);
 	freebuf(&remote);
 	freebuf(&local);
-	close_pair(&p);
 }
 
 /*
@@ -1387,10 +1387,10 @@ static void *mt_run(void *arg)
 	}
 out:
 	for (int s = 0; s < 2; s++) {
-		if (mr[s])
-			T->mr_dereg(mr[s]);
 		if (ep[s])
 			T->ep_close(ep[s]);
+		if (mr[s])
+			T->mr_dereg(mr[s]);
 	}
 	if (l)
 		T->listener_close(l);
