@@ -57,6 +57,27 @@ static int conn_post_rx(struct sdp_conn *c, uint32_t slot)
 	return c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
 }
 
+/*
+ * A consumed receive buffer goes back to the transport, and the peer may
+ * learn of it.  Once the transport connection is down there is nobody to
+ * receive from: the buffer just retires.
+ */
+static int conn_repost(struct sdp_sock *s, uint32_t slot)
+{
+	struct sdp_conn *c = s->conn;
+	int ret;
+
+	if (c->transport_down)
+		return 0;
+	ret = conn_post_rx(c, slot);
+	if (ret) {
+		conn_abort(s, -ret);
+		return ret;
+	}
+	sdp_credits_on_repost(&c->cr);
+	return 0;
+}
+
 /* Receive ring and control slots; must precede the Hello or HelloAck,
  * whose bufs field promises these buffers. */
 static int conn_setup_rx(struct sdp_conn *c)
@@ -326,10 +347,15 @@ static void conn_flush(struct sdp_sock *s)
 		sdp_dbg(LOGSYS, "sd %d: DisConn sent", s->sd);
 	}
 
-	if (!sent && !c->disconn_sent && sdp_update_needed(&c->cr) && ctrl_slot_free(c)) {
-		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0)
+	/* Credit updates go on after our DisConn: we may still receive. */
+	if (!sent && sdp_update_needed(&c->cr) && ctrl_slot_free(c)) {
+		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
 			SDP_STAT_INC(credit_updates_sent, 1);
+			sent = true;
+		}
 	}
+	if (sent)
+		progress_posted(s);
 }
 
 bool conn_writable(const struct sdp_sock *s)
@@ -464,15 +490,12 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		seg->len -= (uint32_t)n;
 		c->rx_bytes -= n;
 		if (seg->len == 0) {
-			int ret = conn_post_rx(c, seg->slot);
+			uint32_t slot = seg->slot;
 
 			c->rxq_head = (c->rxq_head + 1) % c->nrx;
 			c->rxq_count--;
-			if (ret) {
-				conn_abort(s, -ret);
+			if (conn_repost(s, slot))
 				break;
-			}
-			sdp_credits_on_repost(&c->cr);
 			reposted = true;
 		}
 	}
@@ -587,14 +610,8 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		return;
 	}
 
-	if (!keep) {
-		ret = conn_post_rx(c, slot);
-		if (ret) {
-			conn_abort(s, -ret);
-			return;
-		}
-		sdp_credits_on_repost(&c->cr);
-	}
+	if (!keep)
+		conn_repost(s, slot);
 }
 
 static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
@@ -1014,13 +1031,16 @@ err_child:
 	sock_put(child);
 }
 
-/* Move established children forward in acceptq, drop failed ones. */
+/*
+ * acceptq holds the established children in [0, acceptq_len) in arrival
+ * order, then the ones still handshaking.  Move newly established children
+ * to the end of the first part, drop failed ones.
+ */
 static void listener_progress_children(struct sdp_sock *s)
 {
-	int first_pending = s->acceptq_len;
 	bool arrived = false;
 
-	for (int i = first_pending; i < s->acceptq_len + s->pending_children;) {
+	for (int i = s->acceptq_len; i < s->acceptq_len + s->pending_children;) {
 		struct sdp_sock *child = s->acceptq[i];
 
 		pthread_mutex_lock(&child->lock);
@@ -1033,19 +1053,20 @@ static void listener_progress_children(struct sdp_sock *s)
 		pthread_mutex_unlock(&child->lock);
 		if (st == SDP_S_CONNECTING) {
 			i++;
-			continue;
-		}
-		/* Remove from the pending part. */
-		memmove(&s->acceptq[i], &s->acceptq[i + 1],
-			(size_t)(s->acceptq_len + s->pending_children - i - 1) * sizeof(*s->acceptq));
-		s->pending_children--;
-		if (st == SDP_S_ESTABLISHED) {
+		} else if (st == SDP_S_ESTABLISHED) {
+			/* Rotate [acceptq_len, i] right by one: the child
+			 * becomes the last ready one. */
 			memmove(&s->acceptq[s->acceptq_len + 1], &s->acceptq[s->acceptq_len],
 				(size_t)(i - s->acceptq_len) * sizeof(*s->acceptq));
 			s->acceptq[s->acceptq_len++] = child;
+			s->pending_children--;
 			arrived = true;
 			i++;
 		} else {
+			memmove(&s->acceptq[i], &s->acceptq[i + 1],
+				(size_t)(s->acceptq_len + s->pending_children - i - 1) *
+					sizeof(*s->acceptq));
+			s->pending_children--;
 			pthread_mutex_lock(&child->lock);
 			conn_free(child);
 			child->parent = NULL;

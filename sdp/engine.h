@@ -114,7 +114,8 @@ struct sdp_sock {
 	bool is_child;		/* made by a listener, not yet accepted */
 	int so_error;		/* positive errno, as SO_ERROR gives */
 	bool reset;		/* connection ended abnormally */
-	bool epipe_reported;	/* ECONNRESET was returned once, EPIPE after */
+	bool connect_unreported;	/* non-blocking connect not yet confirmed by a
+					 * second connect() (which returns 0 once) */
 
 	struct sockaddr_storage local, peer;
 
@@ -199,6 +200,12 @@ int progress_add(struct sdp_sock *s, int fd);
 void progress_del(struct sdp_sock *s, int fd);
 /* Keep an app-closed socket alive until its teardown finishes. */
 void progress_adopt_orphan(struct sdp_sock *s);
+/*
+ * Work was posted on s's endpoint from an application thread: make sure
+ * the transport keeps moving it (some, like libfabric's tcp provider, only
+ * push queued data when armed or polled).  Caller holds s->lock.
+ */
+void progress_posted(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)
  * is over, so timeouts fire without any fd activity. */
 void progress_watch(struct sdp_sock *s);

@@ -48,7 +48,9 @@ static bool prog_running;
 static pthread_t prog_thread;
 static struct sock_ref *prog_releases;	/* refs to drop after the batch */
 static struct sock_ref *prog_watch;	/* sockets with deadlines */
+static struct sock_ref *prog_pokes;	/* sockets to drive once, soon */
 static pid_t prog_pid;
+static __thread bool on_progress_thread;
 
 static void prog_push(struct sock_ref **list, struct sdp_sock *s)
 {
@@ -177,10 +179,30 @@ static void prog_release(void)
 	}
 }
 
+static void prog_drive_pokes(void)
+{
+	struct sock_ref *list;
+
+	pthread_mutex_lock(&prog_lock);
+	list = prog_pokes;
+	prog_pokes = NULL;
+	pthread_mutex_unlock(&prog_lock);
+	while (list) {
+		struct sock_ref *r = list;
+
+		list = r->next;
+		prog_drive(r->s, false);
+		sock_put(r->s);
+		free(r);
+	}
+}
+
 static void *prog_main(void *arg)
 {
 	struct epoll_event ev[64];
 	int epfd = (int)(intptr_t)arg;
+
+	on_progress_thread = true;
 
 	for (;;) {
 		pthread_mutex_lock(&prog_lock);
@@ -206,6 +228,7 @@ static void *prog_main(void *arg)
 			 * only in prog_release(), after this batch. */
 			prog_drive(ev[i].data.ptr, false);
 		}
+		prog_drive_pokes();
 		prog_tick();
 		prog_release();
 	}
@@ -295,6 +318,22 @@ void progress_adopt_orphan(struct sdp_sock *s)
 				       (uint64_t)tun_int(TUN_disconnect_timeout_ms) * 1000000ull;
 	pthread_mutex_lock(&prog_lock);
 	progress_watch_locked(s);
+	pthread_mutex_unlock(&prog_lock);
+	prog_kick();
+}
+
+void progress_posted(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	/* The progress thread re-arms what it drives itself. */
+	if (on_progress_thread || !c || !c->ep || c->transport_down)
+		return;
+	if (c->t->ep_arm(c->ep) != -EAGAIN)
+		return;
+	pthread_mutex_lock(&prog_lock);
+	atomic_fetch_add(&s->ref, 1);	/* put in prog_drive_pokes() */
+	prog_push(&prog_pokes, s);
 	pthread_mutex_unlock(&prog_lock);
 	prog_kick();
 }
@@ -438,6 +477,7 @@ static void prog_atfork_child(void)
 	 * is the child's copy and is left alone. */
 	prog_releases = NULL;
 	prog_watch = NULL;
+	prog_pokes = NULL;
 }
 
 __attribute__((constructor)) static void prog_register_atfork(void)

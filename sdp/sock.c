@@ -401,8 +401,13 @@ int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 	if (ret)
 		goto out;
 	switch (s->state) {
-	case SDP_S_LISTEN:
 	case SDP_S_ESTABLISHED:
+		/* Linux: the first connect() after a non-blocking one
+		 * completed reports success, later ones EISCONN. */
+		ret = s->connect_unreported ? 0 : -EISCONN;
+		s->connect_unreported = false;
+		goto out;
+	case SDP_S_LISTEN:
 		ret = -EISCONN;
 		goto out;
 	case SDP_S_RESOLVING:
@@ -436,6 +441,7 @@ int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 			goto out;
 		conn_progress(s);
 		if (s->nonblock && (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING)) {
+			s->connect_unreported = true;
 			ret = -EINPROGRESS;
 			goto out;
 		}
@@ -601,8 +607,16 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				goto out;
 			continue;
 		}
-		if (total == 0)
-			break;
+		if (total == 0) {
+			/* tcp_recvmsg(): 0 at once, unless a non-blocking
+			 * call finds nothing at all to report. */
+			if (dontwait && !(s->conn && s->conn->rx_bytes) && s->state == SDP_S_ESTABLISHED &&
+			    !s->shut_rd && !s->so_error && !(s->conn && s->conn->disconn_rcvd))
+				ret = -EAGAIN;
+			else
+				ret = 0;
+			goto out;
+		}
 		if (s->conn && s->conn->rx_bytes) {
 			ret = conn_recv(s, iov, iovcnt, flags, done);
 			if (ret < 0)
