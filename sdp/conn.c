@@ -22,6 +22,8 @@
 
 #define LOGSYS "conn"
 
+static void conn_post_failed(struct sdp_sock *s, int ret, bool data);
+
 static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
 {
 	return c->rx_mem + (size_t)slot * c->rx_size;
@@ -71,7 +73,7 @@ static int conn_repost(struct sdp_sock *s, uint32_t slot)
 		return 0;
 	ret = conn_post_rx(c, slot);
 	if (ret) {
-		conn_abort(s, -ret);
+		conn_post_failed(s, ret, false);
 		return ret;
 	}
 	sdp_credits_on_repost(&c->cr);
@@ -212,6 +214,26 @@ void conn_abort(struct sdp_sock *s, int err)
 	conn_transport_down(s);
 }
 
+/*
+ * A transport call failed.  After the peer's DisConn, a control message or
+ * a receive that cannot be posted only means its transport has gone away
+ * in its orderly close; anything else is a reset (the application sees
+ * ECONNRESET, never the transport's own errno).
+ */
+static void conn_post_failed(struct sdp_sock *s, int ret, bool data)
+{
+	struct sdp_conn *c = s->conn;
+
+	sdp_dbg(LOGSYS, "sd %d: transport post failed: %d", s->sd, ret);
+	if (c->disconn_rcvd && !data) {
+		c->transport_down = true;
+		c->ctrl_pending = 0;
+		sock_changed(s, true);
+		return;
+	}
+	conn_abort(s, ECONNRESET);
+}
+
 void conn_protocol_error(struct sdp_sock *s, const char *why)
 {
 	SDP_STAT_INC(protocol_errors, 1);
@@ -256,7 +278,7 @@ static int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size
 	conn_fill_bsdh(c, buf, mid, 0, sge.len);
 	ret = c->t->post_send(c->ep, &sge, SDP_CTX_CTRL | slot, OTI_SEND_INLINE);
 	if (ret) {
-		conn_abort(s, -ret);
+		conn_post_failed(s, ret, false);
 		return ret;
 	}
 	c->ctrl_posted++;
@@ -310,7 +332,7 @@ static void conn_flush(struct sdp_sock *s)
 		int ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot,
 					  sge.len <= caps.max_inline ? OTI_SEND_INLINE : 0);
 		if (ret) {
-			conn_abort(s, -ret);
+			conn_post_failed(s, ret, true);
 			return;
 		}
 		c->tx_posted++;
@@ -621,6 +643,11 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 
 	if (wc->status) {
 		if (wc->status == -ECANCELED || c->transport_down)
+			return;
+		/* After the peer's DisConn its transport may go away while
+		 * our credit updates or receives are still in flight: that
+		 * is its orderly close.  Only data of ours lost is a reset. */
+		if (c->disconn_rcvd && kind != SDP_CTX_TX)
 			return;
 		sdp_dbg(LOGSYS, "sd %d: completion error %d", s->sd, wc->status);
 		conn_abort(s, ECONNRESET);

@@ -157,6 +157,8 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 /* Enter a child into the sd table when it is accepted. */
 int sock_publish(struct sdp_sock *s);
 uint64_t sdp_now_ns(void);
+/* Close every published socket (process exit). */
+void sock_close_all(void);
 
 extern struct sdp_stats sdp_global_stats;
 #define SDP_STAT_INC(field, n) \

@@ -460,6 +460,59 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	return 0;
 }
 
+/* Everything of s has been handed to the transport (or never will be). */
+static bool orphan_flushed(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || c->transport_down || s->state != SDP_S_ESTABLISHED)
+		return true;
+	return c->disconn_sent && c->tx_posted == c->tx_filled && c->tx_done == c->tx_posted &&
+	       c->ctrl_done == c->ctrl_posted;
+}
+
+/*
+ * At exit the kernel would go on sending what a closed TCP socket still
+ * held; here the process is the stack, so it waits (bounded by the
+ * exit_linger_ms tunable) until closed connections have handed their data
+ * and DisConn to the transport, whose own sockets the kernel then drains.
+ */
+__attribute__((destructor)) static void prog_exit_flush(void)
+{
+	if (!prog_running || prog_pid != getpid())
+		return;
+	sock_close_all();
+	uint64_t deadline = sdp_now_ns() + (uint64_t)tun_int(TUN_exit_linger_ms) * 1000000ull;
+
+	for (;;) {
+		struct sock_ref *list = NULL;
+		bool pending = false;
+
+		pthread_mutex_lock(&prog_lock);
+		for (struct sock_ref *r = prog_watch; r; r = r->next) {
+			atomic_fetch_add(&r->s->ref, 1);
+			prog_push(&list, r->s);
+		}
+		pthread_mutex_unlock(&prog_lock);
+		while (list) {
+			struct sock_ref *r = list;
+
+			list = r->next;
+			pthread_mutex_lock(&r->s->lock);
+			if (r->s->conn && !r->s->conn->transport_down)
+				conn_progress(r->s);
+			if (r->s->app_closed && !orphan_flushed(r->s))
+				pending = true;
+			pthread_mutex_unlock(&r->s->lock);
+			sock_put(r->s);
+			free(r);
+		}
+		if (!pending || sdp_now_ns() >= deadline)
+			break;
+		usleep(1000);
+	}
+}
+
 /* After fork() only the calling thread exists in the child: the progress
  * thread must be started again there, on an epoll set of its own (the
  * inherited one is shared with the parent). */

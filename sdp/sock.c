@@ -83,6 +83,23 @@ void sock_put(struct sdp_sock *s)
 	SDP_STAT_INC(sockets_open, (uint64_t)-1);
 }
 
+/*
+ * Process exit: what the kernel does for TCP, close every socket the
+ * application left open, gracefully.  Only in the process that made them:
+ * a forked child's copies belong to its parent.
+ */
+void sock_close_all(void)
+{
+	for (int c = 0; c < TAB_CHUNKS; c++) {
+		if (!table[c])
+			continue;
+		for (int i = 0; i < TAB_CHUNK; i++) {
+			if (table[c][i])
+				sdp_close(c * TAB_CHUNK + i);
+		}
+	}
+}
+
 uint64_t sdp_now_ns(void)
 {
 	struct timespec ts;
