@@ -291,13 +291,20 @@ static bool ctrl_slot_free(const struct sdp_conn *c)
 	return c->ctrl_posted - c->ctrl_done < SDP_CTRL_SLOTS;
 }
 
-/* Hold a partly filled last buffer back while the application said more
- * is coming (MSG_MORE / TCP_CORK). */
+/*
+ * Hold a partly filled last buffer back while the application said more
+ * is coming (MSG_MORE / TCP_CORK), or, as Linux's autocorking does, while
+ * an earlier send is still in flight: its completion flushes the tail, so
+ * a stream of small writes becomes few full messages (each costs a peer
+ * buffer and a credit) and a lone request still leaves at once.
+ */
 static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
 {
 	uint32_t slot = (c->tx_filled - 1) % c->ntx;
 
-	return s->cork && c->tx_len[slot] < tx_payload_max(c);
+	if (c->tx_len[slot] >= tx_payload_max(c))
+		return false;
+	return s->cork || c->tx_posted != c->tx_done;
 }
 
 /*

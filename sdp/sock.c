@@ -528,13 +528,22 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	uint64_t deadline = deadline_from(&s->sndtimeo);
 	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
 
+	/* The transport is driven only when the call cannot go on without
+	 * it: the progress thread reaps completions meanwhile, and each
+	 * drive costs system calls. */
+	bool driven = false;
+
 	for (;;) {
-		drive(s);
 		if (s->so_error) {
 			ret = done ? (ssize_t)done : -take_error(s);
 			goto out;
 		}
 		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
+			if (!driven) {
+				drive(s);
+				driven = true;
+				continue;
+			}
 			if (dontwait) {
 				ret = -EAGAIN;
 				goto out;
@@ -542,6 +551,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			ret = sdp_wait(s, deadline);
 			if (ret)
 				goto out;
+			driven = false;
 			continue;
 		}
 		if (s->state != SDP_S_ESTABLISHED || send_shut(s)) {
@@ -561,6 +571,11 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		if (s->state != SDP_S_ESTABLISHED)
 			continue;
 		if (ret == 0) {
+			if (!driven) {
+				drive(s);	/* completions may free buffers */
+				driven = true;
+				continue;
+			}
 			if (dontwait) {
 				ret = done ? (ssize_t)done : -EAGAIN;
 				goto out;
@@ -570,6 +585,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				ret = done ? (ssize_t)done : ret;
 				goto out;
 			}
+			driven = false;
 		}
 	}
 	ret = (ssize_t)done;
@@ -612,9 +628,15 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		ret = -ENOTCONN;
 		goto out;
 	}
+	bool driven = false;	/* see sdp_sendv() */
+
 	for (;;) {
-		drive(s);
 		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
+			if (!driven) {
+				drive(s);
+				driven = true;
+				continue;
+			}
 			if (dontwait) {
 				ret = -EAGAIN;
 				goto out;
@@ -622,9 +644,14 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			ret = sdp_wait(s, deadline);
 			if (ret)
 				goto out;
+			driven = false;
 			continue;
 		}
 		if (total == 0) {
+			if (!driven) {
+				drive(s);
+				driven = true;
+			}
 			/* tcp_recvmsg(): 0 at once, unless a non-blocking
 			 * call finds nothing at all to report. */
 			if (dontwait && !(s->conn && s->conn->rx_bytes) && s->state == SDP_S_ESTABLISHED &&
@@ -645,7 +672,12 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				break;
 			continue;
 		}
-		/* Nothing queued. */
+		/* Nothing queued: maybe the transport has news. */
+		if (!driven) {
+			drive(s);
+			driven = true;
+			continue;
+		}
 		if (s->so_error) {
 			ret = done ? (ssize_t)done : -take_error(s);
 			goto out;
@@ -665,6 +697,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			ret = done ? (ssize_t)done : ret;
 			goto out;
 		}
+		driven = false;
 	}
 	ret = (ssize_t)done;
 out:
