@@ -20,7 +20,7 @@
 #
 # Environment:
 #   QUICKSTART_STAGES    space-separated subset of the stages above (default: all)
-#   QUICKSTART_TIMEOUT   seconds one stage may take before it is killed (default 1500)
+#   QUICKSTART_TIMEOUT   seconds one stage may take before it is killed (default 1200)
 #   QUICKSTART_JOBS      make -j value (default: nproc)
 set -euo pipefail
 
@@ -32,7 +32,7 @@ DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
       uthash-dev iperf3 socat curl python3 clang valgrind)
 
 jobs=${QUICKSTART_JOBS:-$(nproc 2>/dev/null || echo 2)}
-stage_timeout=${QUICKSTART_TIMEOUT:-1500}
+stage_timeout=${QUICKSTART_TIMEOUT:-1200}
 
 say() { printf '\n==> %s\n' "$*"; }
 warn() { printf 'quickstart: warning: %s\n' "$*" >&2; }
@@ -309,7 +309,7 @@ cmd_test() {
 	local secs=$((SECONDS - start))
 	local passed=$((tot_pass + tot_xfail)) failed=$((tot_fail + tot_xpass + tot_error))
 	printf '\n===== summary (%dm%02ds) =====\n' $((secs / 60)) $((secs % 60))
-	printf '%s\n' "${summary[@]}"
+	[ "${#summary[@]}" -eq 0 ] || printf '%s\n' "${summary[@]}"
 	printf 'totals      pass %d, fail %d, error %d, xpass %d, xfail %d, skip %d\n' \
 		"$tot_pass" "$tot_fail" "$tot_error" "$tot_xpass" "$tot_xfail" "$tot_skip"
 	if [ "$failed_any" -ne 0 ] && [ "$failed" -eq 0 ]; then
