@@ -28,12 +28,16 @@
 #define WAIT_MS 5000
 #define MAXQ 1024
 
+/* Events and completions in the order the harness took them (seq). */
 struct tep {
 	struct oti_ep *ep;
 	struct oti_event ev[16];
+	int ev_seq[16];
 	int evh, evt;
 	struct oti_wc wc[MAXQ];
+	int wc_seq[MAXQ];
 	int wch, wct;
+	int last_seq;		/* seq of what wait_event/wait_wc returned last */
 };
 
 struct treq {
@@ -50,6 +54,7 @@ struct tlis {
 };
 
 static const struct oti_ops *T;
+static int seq;
 static struct tep *eps[64];
 static struct tlis *liss[8];
 
@@ -79,6 +84,39 @@ static void tcpf_teardown(void)
 		}
 	}
 	oti_fini();
+}
+
+/*
+ * A tunable changed through its environment variable, which wins over
+ * tun_set() (and which the test harness itself exports for "transports");
+ * env_restore() puts the old value back.
+ */
+struct env_saved {
+	const char *name;
+	char *value;
+	bool had;
+};
+
+static struct env_saved env_change(const char *name, const char *value)
+{
+	const char *old = getenv(name);
+	struct env_saved saved = { .name = name, .had = old != NULL };
+
+	if (old)
+		saved.value = strdup(old);
+	cr_assert_eq(setenv(name, value, 1), 0);
+	tun_reset();
+	return saved;
+}
+
+static void env_restore(struct env_saved *saved)
+{
+	if (saved->had)
+		setenv(saved->name, saved->value, 1);
+	else
+		unsetenv(saved->name);
+	free(saved->value);
+	tun_reset();
 }
 
 static long now_ms(void)
@@ -146,12 +184,14 @@ static void pump_ep(struct tep *t)
 	int n;
 
 	while (T->get_event(t->ep, &t->ev[t->evt % 16]) == 0) {
+		t->ev_seq[t->evt % 16] = ++seq;
 		t->evt++;
 		cr_assert_lt(t->evt - t->evh, 16, "event queue overflow");
 	}
 	while ((n = T->poll_cq(t->ep, wc, 32)) > 0) {
 		for (int i = 0; i < n; i++) {
 			t->wc[t->wct % MAXQ] = wc[i];
+			t->wc_seq[t->wct % MAXQ] = ++seq;
 			t->wct++;
 			cr_assert_lt(t->wct - t->wch, MAXQ, "wc queue overflow");
 		}
@@ -246,6 +286,7 @@ static void wait_event(struct tep *t, struct oti_event *ev)
 		progress((int)(end - now_ms()) + 1);
 	}
 	*ev = t->ev[t->evh % 16];
+	t->last_seq = t->ev_seq[t->evh % 16];
 	t->evh++;
 }
 
@@ -264,6 +305,7 @@ static struct oti_wc wait_wc(struct tep *t)
 		cr_assert_lt(now_ms(), end, "timed out waiting for a completion");
 		progress((int)(end - now_ms()) + 1);
 	}
+	t->last_seq = t->wc_seq[t->wch % MAXQ];
 	return t->wc[t->wch++ % MAXQ];
 }
 
@@ -520,12 +562,13 @@ Test(tcpf, registry, .init = tcpf_setup, .fini = tcpf_teardown)
 	cr_assert_eq(T->probe(&unix_sa, NULL), -ENODEV);
 
 	/* Disabled by the tunable: still found by name, never selected. */
-	cr_assert_eq(tun_set("transports", "ib, iwarp"), 0);
+	struct env_saved saved = env_change("SDP_TRANSPORTS", "ib, iwarp");
 	cr_assert_null(oti_select(NULL, (struct sockaddr *)&v4));
 	cr_assert_eq(oti_find("tcp-fallback"), T);
-	cr_assert_eq(tun_set("transports", "ib , tcp-fallback"), 0);
+	env_restore(&saved);
+	saved = env_change("SDP_TRANSPORTS", "ib , tcp-fallback");
 	cr_assert_eq(oti_select(NULL, (struct sockaddr *)&v4), T);
-	tun_reset();
+	env_restore(&saved);
 
 	cr_assert_eq(oti_no_rdma(NULL, NULL, 0, 0, 0), -EOPNOTSUPP);
 
@@ -604,7 +647,7 @@ Test(tcpf, port_mapping, .init = tcpf_setup, .fini = tcpf_teardown)
 	untrack_lis(l);
 
 	/* Another offset moves the TCP port with it. */
-	cr_assert_eq(tun_set("tcpf_port_offset", "12345"), 0);
+	struct env_saved saved = env_change("SDP_TCPF_PORT_OFFSET", "12345");
 	l = listen_on(AF_INET, "127.0.0.1", 0, &name);
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	tcp = mkaddr(AF_INET, "127.0.0.1", (uint16_t)(port_of(&name) + 12345));
@@ -612,7 +655,7 @@ Test(tcpf, port_mapping, .init = tcpf_setup, .fini = tcpf_teardown)
 	close(fd);
 	settle();
 	untrack_lis(l);
-	tun_reset();
+	env_restore(&saved);
 }
 
 Test(tcpf, connect_accept_private_data, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -865,14 +908,18 @@ Test(tcpf, disconnect_after_sends, .init = tcpf_setup, .fini = tcpf_teardown)
 	/* Straight after posting: what was posted still arrives. */
 	cr_assert_eq(T->disconnect(p.a->ep), 0);
 
+	int data_seq = 0;
 	for (int i = 0; i < n; i++) {
 		struct oti_wc wc = wait_wc(p.b);
 		cr_assert_eq(wc.op, OTI_WC_RECV);
 		cr_assert_eq(wc.status, 0, "recv %d: %d", i, wc.status);
 		cr_assert_eq(wc.len, RXSLOT);
 		cr_assert_arr_eq(p.brx.p + (size_t)i * RXSLOT, tx.p + (size_t)i * RXSLOT, RXSLOT);
+		data_seq = p.b->last_seq;
 	}
 	wait_event_type(p.b, OTI_EV_DISCONNECTED, &ev);
+	/* No completion carries data after DISCONNECTED. */
+	cr_assert_gt(p.b->last_seq, data_seq);
 	/* The passive side's remaining receives are flushed. */
 	for (int i = n; i < NRX; i++) {
 		struct oti_wc wc = wait_wc(p.b);
@@ -915,19 +962,7 @@ Test(tcpf, close_is_seen_by_peer, .init = tcpf_setup, .fini = tcpf_teardown)
 	untrack_ep(p.b);
 	freebuf(&p.brx);
 
-	/* An engine that only asks for events when the fd fires still learns
-	 * of the close (the provider sees it in the data path). */
-	long end = now_ms() + WAIT_MS;
-	int ret;
-	while ((ret = T->get_event(p.a->ep, &ev)) == -EAGAIN) {
-		struct pollfd pfd = { .fd = T->ep_fd(p.a->ep), .events = POLLIN };
-
-		if (T->ep_arm(p.a->ep) == -EAGAIN)
-			continue;
-		cr_assert_eq(poll(&pfd, 1, (int)(end - now_ms()) + 1), 1,
-			     "no wake-up for the peer's close");
-	}
-	cr_assert_eq(ret, 0);
+	wait_event(p.a, &ev);
 	cr_assert_eq(ev.type, OTI_EV_DISCONNECTED);
 	for (int i = 0; i < NRX; i++) {
 		struct oti_wc wc = wait_wc(p.a);
@@ -1411,4 +1446,69 @@ Test(tcpf, threads_share_the_domain, .init = tcpf_setup, .fini = tcpf_teardown)
 		pthread_join(w[i].tid, NULL);
 		cr_expect_str_empty(w[i].failed, "worker %d: %s", i, w[i].failed);
 	}
+}
+
+/*
+ * Messages and the close are all in B's socket before B looks: the
+ * DISCONNECTED the provider finds while reading them must still come after
+ * their completions (no completion carries data after DISCONNECTED).
+ */
+Test(tcpf, disconnected_comes_after_data, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	enum { N = 8, LEN = 4096 };
+	struct pair p;
+	struct oti_event ev;
+
+	connect_pair(&p, AF_INET, "127.0.0.1");
+	struct buf tx = mkbuf(p.a, (size_t)N * LEN, 0);
+	for (int i = 0; i < N; i++) {
+		fill(tx.p + (size_t)i * LEN, LEN, (unsigned)i);
+		post_send(p.a, &tx, (size_t)i * LEN, LEN, (uint64_t)i, 0);
+	}
+	cr_assert_eq(T->disconnect(p.a->ep), 0);
+
+	/* Drive A alone until it is down: everything has left it. */
+	long end = now_ms() + WAIT_MS;
+	while (p.a->evh == p.a->evt) {
+		struct pollfd pfd = { .fd = T->ep_fd(p.a->ep), .events = POLLIN };
+
+		pump_ep(p.a);
+		if (p.a->evh != p.a->evt || T->ep_arm(p.a->ep) == -EAGAIN)
+			continue;
+		cr_assert_lt(now_ms(), end, "A never went down");
+		poll(&pfd, 1, (int)(end - now_ms()) + 1);
+	}
+	wait_event_type(p.a, OTI_EV_DISCONNECTED, &ev);
+
+	/* B's engine asks for events first, as one may. */
+	int ret, data = 0;
+	while ((ret = T->get_event(p.b->ep, &ev)) == -EAGAIN) {
+		struct oti_wc wc;
+		int n = T->poll_cq(p.b->ep, &wc, 1);
+
+		cr_assert_geq(n, 0);
+		if (n == 0) {
+			struct pollfd pfd = { .fd = T->ep_fd(p.b->ep), .events = POLLIN };
+
+			if (T->ep_arm(p.b->ep) == 0)
+				cr_assert_eq(poll(&pfd, 1, WAIT_MS), 1, "B never woke");
+			continue;
+		}
+		cr_assert_eq(wc.op, OTI_WC_RECV);
+		if (wc.status == 0) {
+			cr_assert_eq(wc.len, LEN);
+			cr_assert_arr_eq(p.brx.p + wc.ctx * RXSLOT, tx.p + wc.ctx * LEN, LEN);
+			data++;
+		} else {
+			cr_assert_eq(wc.status, -ECANCELED);
+		}
+	}
+	cr_assert_eq(ret, 0);
+	cr_assert_eq(ev.type, OTI_EV_DISCONNECTED);
+	cr_assert_eq(data, N, "%d data completions before DISCONNECTED", data);
+	/* And none after it. */
+	struct oti_wc wc;
+	cr_assert_eq(T->poll_cq(p.b->ep, &wc, 1), 0);
+	close_pair(&p);
+	freebuf(&tx);
 }

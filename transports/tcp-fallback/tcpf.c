@@ -56,7 +56,11 @@
  *   Connection events that the provider does not produce (RESOLVED, an
  *   UNREACHABLE found while starting the connect) are written into the
  *   ep's own EQ with fi_eq_write(), so they are ordered with the
- *   provider's events and make the fd readable like them.  An ep holds 8
+ *   provider's events and make the fd readable like them.  The provider
+ *   finds a closed connection in the data path, behind the completions of
+ *   the last messages; get_event() keeps such a DISCONNECTED (or ERROR)
+ *   back until poll_cq() has emptied the CQ, so that no completion carries
+ *   data after it, as the contract says.  An ep holds 8
  *   fds (socket, two epoll fds and two socketpairs inside libfabric, our
  *   epoll fd), a listener 4.
  */
@@ -161,6 +165,10 @@ struct tcpf_ep {
 	/* disconnect() waits for these to drain before shutting down, so
 	 * that "sends already posted are delivered first" holds. */
 	bool shutdown_pending;
+	/* A DISCONNECTED or ERROR read while completions were still queued:
+	 * kept back until poll_cq() has taken them, see tcpf_get_event(). */
+	bool held;
+	struct oti_event held_ev;
 	unsigned tx_busy, rx_busy;
 	struct tcpf_op *tx_free, *rx_free;
 	struct tcpf_op *ops;		/* tx_depth + rx_depth records */
@@ -1156,6 +1164,9 @@ static int tcpf_ep_arm(struct oti_ep *oep)
 	struct tcpf_ep *e = tcpf_ep(oep);
 	struct fid *fids[2] = { &e->cq->fid, &e->eq->fid };
 
+	/* A held event is due once the CQ is empty; no fd would say so. */
+	if (e->held)
+		return -EAGAIN;
 	return tcpf_trywait(fids, 2);
 }
 
@@ -1258,14 +1269,46 @@ static bool tcpf_provider_event(struct tcpf_ep *e, uint32_t event, size_t n, str
 	}
 }
 
+/* Are completions waiting in the CQ?  A zero-count read takes none. */
+static bool tcpf_cq_pending(struct tcpf_ep *e)
+{
+	ssize_t n = fi_cq_read(e->cq, NULL, 0);
+
+	return n == 0 || n == -FI_EAVAIL;
+}
+
+/*
+ * The provider learns of a closed connection while reading the socket,
+ * after it has queued the completions of the messages before the close; so
+ * when the event is read they may still wait in the CQ.  The contract says
+ * no completion carries data after DISCONNECTED: the event waits for them.
+ */
+static bool tcpf_hold(struct tcpf_ep *e, const struct oti_event *ev)
+{
+	if (!tcpf_cq_pending(e))
+		return false;
+	e->held_ev = *ev;
+	e->held = true;
+	return true;
+}
+
 static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 {
 	struct tcpf_ep *e = tcpf_ep(oep);
 	bool progressed = false;
 
+	if (e->held) {
+		if (tcpf_cq_pending(e))
+			return -EAGAIN;
+		*ev = e->held_ev;
+		e->held = false;
+		return 0;
+	}
 	for (;;) {
+		enum tcpf_state was = e->state;
 		uint32_t event = 0;
 		ssize_t n = fi_eq_read(e->eq, &event, e->evbuf, e->evbuf_len, 0);
+		bool got;
 
 		if (n == -FI_EAGAIN) {
 			if (progressed)
@@ -1286,14 +1329,18 @@ static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 				return -EAGAIN;
 			if (m < 0)
 				return tcpf_errno(m);
-			if (tcpf_error_event(e, &err, ev))
-				return 0;
-			continue;
-		}
-		if (n < 0)
+			got = tcpf_error_event(e, &err, ev);
+		} else if (n < 0) {
 			return tcpf_errno(n);
-		if (tcpf_provider_event(e, event, (size_t)n, ev))
-			return 0;
+		} else {
+			got = tcpf_provider_event(e, event, (size_t)n, ev);
+		}
+		if (!got)
+			continue;
+		/* Only an established connection has data completions. */
+		if (was == TCPF_CONNECTED && e->state == TCPF_DOWN && tcpf_hold(e, ev))
+			return -EAGAIN;
+		return 0;
 	}
 }
 
