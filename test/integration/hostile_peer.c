@@ -47,6 +47,8 @@
 #define NRECV 16
 #define RECV_SIZE 65552u
 #define SEND_AREA (4u << 20)
+/* aligned_alloc() wants a multiple of the alignment. */
+#define MEM_SIZE ((NRECV * RECV_SIZE + SEND_AREA + 4095u) & ~4095u)
 
 static unsigned case_timeout_ms = 10000;
 
@@ -378,12 +380,12 @@ static int hconn_open(struct hconn *h, enum hello_variant hv, char *why, size_t 
 
 	memset(h, 0, sizeof(*h));
 	h->next_mseq = 1;
-	h->mem = aligned_alloc(4096, NRECV * RECV_SIZE + SEND_AREA);
+	h->mem = aligned_alloc(4096, MEM_SIZE);
 	if (!h->mem) {
 		snprintf(why, whycap, "out of memory");
 		return -ENOMEM;
 	}
-	memset(h->mem, 0, NRECV * RECV_SIZE + SEND_AREA);
+	memset(h->mem, 0, MEM_SIZE);
 	r = T->ep_open((struct sockaddr *)&dst, sizeof(dst), NULL, 0, &h->ep);
 	if (r) {
 		snprintf(why, whycap, "ep_open: %s", strerror(-r));
@@ -394,7 +396,7 @@ static int hconn_open(struct hconn *h, enum hello_variant hv, char *why, size_t 
 		snprintf(why, whycap, "no RESOLVED event (%s, type %d)", strerror(-r), ev.type);
 		return r ? r : -EPROTO;
 	}
-	r = T->mr_reg(h->ep, h->mem, NRECV * RECV_SIZE + SEND_AREA, OTI_ACCESS_LOCAL_WRITE, &h->mr);
+	r = T->mr_reg(h->ep, h->mem, MEM_SIZE, OTI_ACCESS_LOCAL_WRITE, &h->mr);
 	if (r) {
 		snprintf(why, whycap, "mr_reg: %s", strerror(-r));
 		return r;
@@ -791,7 +793,7 @@ static int run_hello_attack(int i, char *why, size_t cap)
 	}
 	/* Established: the victim took the bad Hello.  It may still drop
 	 * the connection at once; either way it is a failure to accept it. */
-	r = wait_event(&h, &ev, deadline_after(500));
+	(void)wait_event(&h, &ev, deadline_after(500));
 	snprintf(why, cap, "victim ESTABLISHED the connection%s",
 		 h.disconnected ? " (then disconnected)" : "");
 	r = -EPROTO;
