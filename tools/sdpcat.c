@@ -112,6 +112,7 @@ struct conn {
 	int sd;
 	char peer[80];
 	int ok;			/* result: 1 good, 0 failed */
+	bool detached;		/* serving forever: nobody joins, the thread frees */
 	pthread_t thread;
 	struct conn *next;
 };
@@ -280,6 +281,8 @@ static void *serve_thread(void *arg)
 		msg("%s: close: %s", c->peer, strerror(-ret));
 		c->ok = 0;
 	}
+	if (c->detached)
+		free(c);
 	return NULL;
 }
 
@@ -378,6 +381,7 @@ static int run_server(void)
 			msg("accepted %s connection from %s over %s", api_name(), c->peer,
 			    transport_of(sd));
 		served++;
+		c->detached = !opt.count;
 		ret = pthread_create(&c->thread, NULL, serve_thread, c);
 		if (ret) {
 			msg("pthread_create: %s", strerror(ret));

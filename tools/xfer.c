@@ -978,12 +978,9 @@ int xfer_pump_run(struct xfer_pump *p)
 			if (ret < 0)
 				return ret;
 			if (ret == 0) {
-				/* Only with a foreign O_NONBLOCK: wait it out. */
-				ret = xfer_wait(p->ops, p->sd, POLLOUT, -1);
-				if (ret < 0) {
-					p->err_op = "poll";
-					return ret;
-				}
+				/* EAGAIN on a blocking socket: SO_SNDTIMEO ran out. */
+				p->err_op = "send (SO_SNDTIMEO)";
+				return -ETIMEDOUT;
 			}
 		}
 		while (!rx_finished(p)) {
@@ -991,11 +988,9 @@ int xfer_pump_run(struct xfer_pump *p)
 			if (ret < 0)
 				return ret;
 			if (ret == 0) {
-				ret = xfer_wait(p->ops, p->sd, POLLIN, -1);
-				if (ret < 0) {
-					p->err_op = "poll";
-					return ret;
-				}
+				/* EAGAIN on a blocking socket: SO_RCVTIMEO ran out. */
+				p->err_op = "recv (SO_RCVTIMEO)";
+				return -ETIMEDOUT;
 			}
 		}
 		return 0;

@@ -178,7 +178,9 @@ uint64_t xfer_size_seed(uint32_t seed, int which);
  *
  * Set up with xfer_pump_init(), enable one or both directions, run.  With
  * both directions, or with nonblock, the socket must be non-blocking and
- * the pump waits with ops->poll(); otherwise it uses blocking calls.
+ * the pump waits with ops->poll(); otherwise the socket must be blocking
+ * and the pump uses blocking calls, where -EAGAIN can only mean that
+ * SO_RCVTIMEO / SO_SNDTIMEO ran out: that ends the run with -ETIMEDOUT.
  */
 #define XFER_UNLIMITED UINT64_MAX
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # SPDX-License-Identifier: BSD-2-Clause
 # Helpers sourced by the integration tests (bash).
 #
