@@ -1110,9 +1110,12 @@ static int run_api(void)
 		bool same = !strcmp(tcp, sdp);
 
 		printf("%s %s\n", same ? "ok  " : "DIFF", checks[i].name);
-		printf("     tcp: %s\n", tcp);
-		if (!same)
+		if (same) {
+			printf("     tcp = sdp: %s\n", tcp);
+		} else {
+			printf("     tcp: %s\n", tcp);
 			printf("     sdp: %s\n", sdp);
+		}
 		fflush(stdout);
 		if (!same)
 			diffs++;
