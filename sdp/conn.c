@@ -69,7 +69,7 @@ static int conn_repost(struct sdp_sock *s, uint32_t slot)
 	struct sdp_conn *c = s->conn;
 	int ret;
 
-	if (c->transport_down)
+	if (c->transport_down || c->post_failed)
 		return 0;
 	ret = conn_post_rx(c, slot);
 	if (ret) {
@@ -215,23 +215,29 @@ void conn_abort(struct sdp_sock *s, int err)
 }
 
 /*
- * A transport call failed.  After the peer's DisConn, a control message or
- * a receive that cannot be posted only means its transport has gone away
- * in its orderly close; anything else is a reset (the application sees
- * ECONNRESET, never the transport's own errno).
+ * A transport post failed.  Our data lost is a reset.  A credit update or
+ * a receive that cannot be posted usually means the peer's transport went
+ * away, maybe in its orderly close whose DisConn is still in our completion
+ * queue: stop posting and let the DISCONNECTED event, which comes after
+ * those completions, tell an orderly close from a reset (with a deadline
+ * in case it never comes).  The application never sees the transport's
+ * own errno.
  */
 static void conn_post_failed(struct sdp_sock *s, int ret, bool data)
 {
 	struct sdp_conn *c = s->conn;
 
 	sdp_dbg(LOGSYS, "sd %d: transport post failed: %d", s->sd, ret);
-	if (c->disconn_rcvd && !data) {
-		c->transport_down = true;
-		c->ctrl_pending = 0;
-		sock_changed(s, true);
+	if (data) {
+		conn_abort(s, ECONNRESET);
 		return;
 	}
-	conn_abort(s, ECONNRESET);
+	if (c->post_failed)
+		return;
+	c->post_failed = true;
+	c->ctrl_pending = 0;
+	c->deadline_ns = sdp_now_ns() + 1000000000ull;
+	progress_watch(s);
 }
 
 void conn_protocol_error(struct sdp_sock *s, const char *why)
@@ -317,7 +323,7 @@ static void conn_flush(struct sdp_sock *s)
 	struct sdp_conn *c = s->conn;
 	bool sent = false;
 
-	if (s->state != SDP_S_ESTABLISHED || c->transport_down)
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed)
 		return;
 
 	while (c->tx_posted != c->tx_filled) {
@@ -651,13 +657,13 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 	if (wc->status) {
 		if (wc->status == -ECANCELED || c->transport_down)
 			return;
-		/* After the peer's DisConn its transport may go away while
-		 * our credit updates or receives are still in flight: that
-		 * is its orderly close.  Only data of ours lost is a reset. */
+		/* A failed receive or control message may be the peer's
+		 * orderly close racing with its DisConn, still queued here:
+		 * conn_post_failed() leaves the verdict to DISCONNECTED.
+		 * Data of ours lost is a reset. */
 		if (c->disconn_rcvd && kind != SDP_CTX_TX)
 			return;
-		sdp_dbg(LOGSYS, "sd %d: completion error %d", s->sd, wc->status);
-		conn_abort(s, ECONNRESET);
+		conn_post_failed(s, wc->status, kind == SDP_CTX_TX);
 		return;
 	}
 	if (kind == SDP_CTX_RX) {
@@ -940,9 +946,13 @@ void conn_progress(struct sdp_sock *s)
 	if (c && s->state == SDP_S_ESTABLISHED && c->disconn_sent && c->disconn_rcvd &&
 	    !c->transport_down && c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted)
 		conn_transport_down(s);
-	if (s->conn && s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns &&
-	    (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING))
-		conn_connect_failed(s, ETIMEDOUT);
+	if (s->conn && s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns) {
+		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
+			conn_connect_failed(s, ETIMEDOUT);
+		else if (s->state == SDP_S_ESTABLISHED && s->conn->post_failed &&
+			 !s->conn->transport_down)
+			conn_abort(s, ECONNRESET);	/* no word from the transport */
+	}
 }
 
 /* --- passive side ------------------------------------------------------------ */

@@ -93,6 +93,8 @@ struct sdp_conn {
 	uint8_t peer_max_adverts;
 	bool disconn_sent, disconn_rcvd;
 	bool transport_down;	/* disconnect() called or DISCONNECTED seen */
+	bool post_failed;	/* a post failed: nothing more is posted, the
+				 * transport's DISCONNECTED event decides */
 	uint64_t deadline_ns;	/* connect or disconnect timeout, 0 = none */
 };
 

@@ -123,7 +123,9 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 		} else if (s->listener) {
 			keep = s->pending_children > 0;
 		} else if (s->conn) {
-			keep = s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING;
+			keep = s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
+			       (s->conn->post_failed && !s->conn->transport_down &&
+				s->state == SDP_S_ESTABLISHED);
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -465,7 +467,7 @@ static bool orphan_flushed(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
 
-	if (!c || c->transport_down || s->state != SDP_S_ESTABLISHED)
+	if (!c || c->transport_down || c->post_failed || s->state != SDP_S_ESTABLISHED)
 		return true;
 	return c->disconn_sent && c->tx_posted == c->tx_filled && c->tx_done == c->tx_posted &&
 	       c->ctrl_done == c->ctrl_posted;

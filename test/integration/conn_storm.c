@@ -26,11 +26,19 @@
  * Exit status 0 pass, 1 fail.  A watchdog turns a hang into a failure.
  */
 
-/* The tools' helpers (socket vtable, generator, hash, pump).  Included
- * rather than linked because this program's sources are only this file in
- * Makefile.am; xfer.c uses nothing but the public API. */
-#include "../../tools/xfer.c"
+#include "sdp.h"
+#include "xfer.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <poll.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <netinet/tcp.h>
@@ -962,7 +970,7 @@ static void ck_badsd(const struct xsock_ops *o, char *res)
 {
 	/* Far above any descriptor this process has. */
 	const int bad = 987654;
-	char b[4];
+	char b[4] = "bad";
 
 	add(res, "recv=%s", rv(o->recv(bad, b, sizeof(b), 0)));
 	add(res, "send=%s", rv(o->send(bad, b, sizeof(b), MSG_NOSIGNAL)));

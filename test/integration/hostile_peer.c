@@ -27,11 +27,19 @@
  * Exit 0 pass, 1 fail.
  */
 
-/* The tools' helpers: socket vtable, generator, hash, sdpcat protocol.
- * Included rather than linked: this program's sources are only this file
- * in Makefile.am; xfer.c uses nothing but the public API. */
-#include "../../tools/xfer.c"
+#include "sdp.h"
+#include "xfer.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <poll.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
