@@ -154,6 +154,9 @@ struct sdp_sock {
 /* Lookup by sd, with a reference; NULL if not ours.  Put with sock_put(). */
 struct sdp_sock *sock_get(int sd);
 void sock_put(struct sdp_sock *s);
+/* sock_get() and lock it; undone by sock_unlock_put(). */
+struct sdp_sock *sock_lock_sd(int sd);
+void sock_unlock_put(struct sdp_sock *s);
 /* A new socket with its readiness fd; in the table if in_table. */
 struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table);
 /* Enter a child into the sd table when it is accepted. */

@@ -75,35 +75,31 @@ void sock_changed(struct sdp_sock *s, bool edge)
 
 int sdp_events(int sd)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int ev;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	if (s->state == SDP_S_LISTEN)
 		listener_progress(s);
 	else if (s->conn)
 		conn_progress(s);
 	ev = sock_events_locked(s);
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ev;
 }
 
 int sdp_set_interest(int sd, int events)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	/* POLLOUT would keep the fd readable while merely writable, which
 	 * a level-triggered waiter could never sleep through. */
 	s->interest = events & ~(POLLOUT | POLLWRNORM);
 	sock_changed(s, false);
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return 0;
 }
 

@@ -100,6 +100,21 @@ void sock_close_all(void)
 	}
 }
 
+struct sdp_sock *sock_lock_sd(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+
+	if (s)
+		pthread_mutex_lock(&s->lock);
+	return s;
+}
+
+void sock_unlock_put(struct sdp_sock *s)
+{
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+}
+
 uint64_t sdp_now_ns(void)
 {
 	struct timespec ts;
@@ -285,30 +300,27 @@ static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_
 
 int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int ret;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	ret = check_addr(s, addr, len);
 	if (!ret && (s->bound || s->state != SDP_S_NEW))
 		ret = -EINVAL;
 	if (!ret)
 		ret = bind_locked(s, addr, len);
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
 int sdp_listen(int sd, int backlog)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int ret = 0;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	if (backlog < 0)
 		backlog = 0;
 	if (backlog > 4096)
@@ -337,8 +349,7 @@ int sdp_listen(int sd, int backlog)
 	s->state = SDP_S_LISTEN;
 	sdp_conn_log(LOGSYS, "sd %d: listening over %s", s->sd, s->lt->name);
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -401,19 +412,17 @@ int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags)
 	/* A full queue may have refused requests; room again now. */
 	sock_changed(s, false);
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
 int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int ret;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	ret = check_addr(s, addr, len);
 	if (ret)
 		goto out;
@@ -483,8 +492,7 @@ int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 	else
 		ret = s->so_error ? -take_error(s) : -ECONNREFUSED;
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -590,8 +598,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	ret = (ssize_t)done;
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -701,8 +708,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	ret = (ssize_t)done;
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -748,8 +754,7 @@ int sdp_shutdown(int sd, int how)
 		break;
 	}
 	sock_changed(s, true);
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -806,8 +811,7 @@ int sdp_close(int sd)
 		else
 			progress_adopt_orphan(s);
 	}
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return 0;
 }
 
@@ -823,8 +827,7 @@ int sdp_getsockname(int sd, struct sockaddr *addr, socklen_t *len)
 	}
 	pthread_mutex_lock(&s->lock);
 	copy_addr_out(&s->local, s->domain, addr, len);
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return 0;
 }
 
@@ -844,8 +847,7 @@ int sdp_getpeername(int sd, struct sockaddr *addr, socklen_t *len)
 		ret = -ENOTCONN;
 	else
 		copy_addr_out(&s->peer, s->domain, addr, len);
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -888,12 +890,11 @@ static int opt_timeval_in(const void *val, socklen_t len, struct timeval *tv)
 
 int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int ret = 0, v = 0;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	if (level == SOL_SOCKET) {
 		switch (name) {
 		case SO_RCVBUF:
@@ -990,8 +991,7 @@ int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 		ret = -ENOPROTOOPT;
 	}
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
@@ -1096,46 +1096,40 @@ int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len)
 	}
 	ret = opt_out(val, len, &v, sizeof(v));
 out:
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return ret;
 }
 
 int sdp_set_nonblock(int sd, int on)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	s->nonblock = !!on;
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return 0;
 }
 
 int sdp_get_nonblock(int sd)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int v;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	v = s->nonblock;
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return v;
 }
 
 int sdp_nread(int sd)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int v = 0;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	if (s->state == SDP_S_LISTEN)
 		v = -EINVAL;
 	else if (s->conn) {
@@ -1143,25 +1137,22 @@ int sdp_nread(int sd)
 		if (s->conn)
 			v = s->conn->rx_bytes > INT_MAX ? INT_MAX : (int)s->conn->rx_bytes;
 	}
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return v;
 }
 
 int sdp_nwrite(int sd)
 {
-	struct sdp_sock *s = sock_get(sd);
+	struct sdp_sock *s = sock_lock_sd(sd);
 	int v = 0;
 
 	if (!s)
 		return -EBADF;
-	pthread_mutex_lock(&s->lock);
 	if (s->state == SDP_S_LISTEN)
 		v = -EINVAL;
 	else if (s->conn)
 		v = s->conn->tx_queued_bytes > INT_MAX ? INT_MAX : (int)s->conn->tx_queued_bytes;
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return v;
 }
 
@@ -1175,8 +1166,7 @@ const char *sdp_transport_name(int sd)
 	pthread_mutex_lock(&s->lock);
 	if (s->conn && (s->state == SDP_S_ESTABLISHED || s->state == SDP_S_CLOSED))
 		name = s->conn->t->name;
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
+	sock_unlock_put(s);
 	return name;
 }
 
