@@ -945,9 +945,11 @@ Test(tcpf, disconnect_after_sends, .init = tcpf_setup, .fini = tcpf_teardown)
 	}
 	assert_quiet(p.a);
 	assert_quiet(p.b);
-	/* Nothing can be posted any more. */
-	struct oti_sge sge = { .addr = tx.p, .len = 1, .mr = tx.mr };
-	cr_assert_eq(T->post_send(p.a->ep, &sge, 1, 0), -ENOTCONN);
+	/* What is posted now is flushed. */
+	post_send(p.a, &tx, 0, 1, 77, 0);
+	struct oti_wc wc = wait_wc(p.a);
+	cr_assert_eq(wc.ctx, 77);
+	cr_assert_eq(wc.status, -ECANCELED);
 	cr_assert_eq(T->disconnect(p.a->ep), 0);
 	close_pair(&p);
 	freebuf(&tx);
@@ -1510,5 +1512,65 @@ Test(tcpf, disconnected_comes_after_data, .init = tcpf_setup, .fini = tcpf_teard
 	struct oti_wc wc;
 	cr_assert_eq(T->poll_cq(p.b->ep, &wc, 1), 0);
 	close_pair(&p);
+	freebuf(&tx);
+}
+
+/*
+ * Work posted while the connection is going away completes with -ECANCELED
+ * (as on a verbs QP in error), also work the provider took after it had
+ * already seen the close (it would keep such a receive forever), and before
+ * the DISCONNECTED event.
+ */
+Test(tcpf, posts_on_a_dead_connection_are_flushed, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct pair p;
+	struct oti_event ev;
+	struct oti_wc wc[4];
+
+	connect_pair(&p, AF_INET, "127.0.0.1");
+	struct buf tx = mkbuf(p.a, 64, 0);
+	untrack_ep(p.b);
+
+	/* Let A's provider find the close, without A reading its events. */
+	struct pollfd pfd = { .fd = T->ep_fd(p.a->ep), .events = POLLIN };
+	cr_assert_eq(poll(&pfd, 1, WAIT_MS), 1);
+	usleep(20000);
+	int n = T->poll_cq(p.a->ep, wc, 4);
+	cr_assert_geq(n, 0);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(wc[i].status, -ECANCELED);
+		p.a->wc[p.a->wct++ % MAXQ] = wc[i];
+	}
+	post_recv(p.a, &p.arx, 0, 64, 100);
+	post_send(p.a, &tx, 0, 64, 101, 0);
+
+	int flushed_rx = 0, flushed_tx = 0;
+	wait_event_type(p.a, OTI_EV_DISCONNECTED, &ev);
+	int down_seq = p.a->last_seq;
+	while (p.a->wch < p.a->wct) {
+		struct oti_wc w = wait_wc(p.a);
+
+		cr_assert_eq(w.status, -ECANCELED, "ctx %lu: %d", (unsigned long)w.ctx, w.status);
+		cr_assert_lt(p.a->last_seq, down_seq);
+		if (w.op == OTI_WC_RECV)
+			flushed_rx++;
+		else
+			flushed_tx++;
+	}
+	cr_assert_eq(flushed_rx, NRX + 1);
+	cr_assert_eq(flushed_tx, 1);
+
+	/* Known dead: posting still works, and flushes. */
+	post_recv(p.a, &p.arx, 0, 64, 200);
+	post_send(p.a, &tx, 0, 64, 201, OTI_SEND_INLINE);
+	struct oti_wc w = wait_wc(p.a);
+	cr_assert_eq(w.status, -ECANCELED);
+	w = wait_wc(p.a);
+	cr_assert_eq(w.status, -ECANCELED);
+	assert_quiet(p.a);
+	untrack_ep(p.a);
+	untrack_lis(p.l);
+	freebuf(&p.arx);
+	freebuf(&p.brx);
 	freebuf(&tx);
 }

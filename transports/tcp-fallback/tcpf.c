@@ -146,11 +146,23 @@ enum tcpf_state {
  * says which operation it was; fictx comes first in case a provider asks
  * for FI_CONTEXT.
  */
+enum tcpf_op_where {
+	TCPF_OP_FREE,
+	TCPF_OP_PROV,		/* handed to the provider */
+	TCPF_OP_FLUSH,		/* to complete with -ECANCELED, see tcpf_flush_post */
+};
+
 struct tcpf_op {
 	struct fi_context fictx;
 	uint64_t ctx;
+	uint64_t seq;		/* posting order */
 	enum oti_wc_op op;
+	enum tcpf_op_where where;
 	struct tcpf_op *next;
+};
+
+struct tcpf_fifo {
+	struct tcpf_op *head, **tail;
 };
 
 struct tcpf_ep {
@@ -162,15 +174,19 @@ struct tcpf_ep {
 	uint16_t port_offset;
 	enum tcpf_state state;
 	bool active;
-	/* disconnect() waits for these to drain before shutting down, so
-	 * that "sends already posted are delivered first" holds. */
+	/* disconnect() waits for the provider's sends and RDMA ops to
+	 * complete before shutting down, so that "sends already posted are
+	 * delivered first" holds; shut: fi_shutdown() was called. */
 	bool shutdown_pending;
+	bool shut;
 	/* A DISCONNECTED or ERROR read while completions were still queued:
 	 * kept back until poll_cq() has taken them, see tcpf_get_event(). */
 	bool held;
 	struct oti_event held_ev;
-	unsigned tx_busy, rx_busy;
+	unsigned prov_tx, prov_rx;	/* ops the provider holds */
 	struct tcpf_op *tx_free, *rx_free;
+	struct tcpf_fifo tx_flush, rx_flush;
+	uint64_t seq;
 	struct tcpf_op *ops;		/* tx_depth + rx_depth records */
 	/* Active: the application address we connect to, and its TCP twin.
 	 * Passive: the peer's TCP address. */
@@ -880,6 +896,8 @@ static struct tcpf_ep *tcpf_ep_alloc(void)
 		e->ops[i].next = e->rx_free;
 		e->rx_free = &e->ops[i];
 	}
+	e->tx_flush.tail = &e->tx_flush.head;
+	e->rx_flush.tail = &e->rx_flush.head;
 	return e;
 }
 
@@ -1159,17 +1177,6 @@ static int tcpf_ep_fd(struct oti_ep *oep)
 	return tcpf_ep(oep)->epfd;
 }
 
-static int tcpf_ep_arm(struct oti_ep *oep)
-{
-	struct tcpf_ep *e = tcpf_ep(oep);
-	struct fid *fids[2] = { &e->cq->fid, &e->eq->fid };
-
-	/* A held event is due once the CQ is empty; no fd would say so. */
-	if (e->held)
-		return -EAGAIN;
-	return tcpf_trywait(fids, 2);
-}
-
 /* Errors that mean the connection itself went away. */
 static bool tcpf_conn_lost_errno(int err)
 {
@@ -1269,12 +1276,38 @@ static bool tcpf_provider_event(struct tcpf_ep *e, uint32_t event, size_t n, str
 	}
 }
 
-/* Are completions waiting in the CQ?  A zero-count read takes none. */
+/* Completions poll_cq() can give without the provider: flushed work,
+ * or work stranded on a dead connection (see tcpf_poll_cq). */
+static bool tcpf_soft_pending(const struct tcpf_ep *e)
+{
+	if (e->rx_flush.head && !e->prov_rx)
+		return true;
+	if (e->tx_flush.head && !e->prov_tx)
+		return true;
+	return (e->state == TCPF_DOWN || e->shut) && (e->prov_rx || e->prov_tx);
+}
+
+/* Are completions waiting?  A zero-count read of the CQ takes none. */
 static bool tcpf_cq_pending(struct tcpf_ep *e)
 {
-	ssize_t n = fi_cq_read(e->cq, NULL, 0);
+	ssize_t n;
 
+	if (tcpf_soft_pending(e) || e->rx_flush.head || e->tx_flush.head)
+		return true;
+	n = fi_cq_read(e->cq, NULL, 0);
 	return n == 0 || n == -FI_EAVAIL;
+}
+
+static int tcpf_ep_arm(struct oti_ep *oep)
+{
+	struct tcpf_ep *e = tcpf_ep(oep);
+	struct fid *fids[2] = { &e->cq->fid, &e->eq->fid };
+
+	/* Work of our own (a held event, flushed completions) shows on no
+	 * fd: the caller must come back for it. */
+	if (e->held || tcpf_soft_pending(e))
+		return -EAGAIN;
+	return tcpf_trywait(fids, 2);
 }
 
 /*
@@ -1344,7 +1377,7 @@ static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 	}
 }
 
-static struct tcpf_op *tcpf_take(struct tcpf_op **pool, unsigned *busy, uint64_t ctx,
+static struct tcpf_op *tcpf_take(struct tcpf_ep *e, struct tcpf_op **pool, uint64_t ctx,
 				 enum oti_wc_op kind)
 {
 	struct tcpf_op *op = *pool;
@@ -1352,17 +1385,63 @@ static struct tcpf_op *tcpf_take(struct tcpf_op **pool, unsigned *busy, uint64_t
 	if (!op)
 		return NULL;
 	*pool = op->next;
-	(*busy)++;
+	op->next = NULL;
 	op->ctx = ctx;
 	op->op = kind;
+	op->seq = e->seq++;
 	return op;
 }
 
-static void tcpf_give(struct tcpf_op **pool, unsigned *busy, struct tcpf_op *op)
+static struct tcpf_op **tcpf_pool(struct tcpf_ep *e, const struct tcpf_op *op)
 {
+	return op->op == OTI_WC_RECV ? &e->rx_free : &e->tx_free;
+}
+
+static void tcpf_give(struct tcpf_ep *e, struct tcpf_op *op)
+{
+	struct tcpf_op **pool = tcpf_pool(e, op);
+
+	op->where = TCPF_OP_FREE;
 	op->next = *pool;
 	*pool = op;
-	(*busy)--;
+}
+
+static void tcpf_fifo_push(struct tcpf_fifo *f, struct tcpf_op *op)
+{
+	op->next = NULL;
+	*f->tail = op;
+	f->tail = &op->next;
+}
+
+static struct tcpf_op *tcpf_fifo_pop(struct tcpf_fifo *f)
+{
+	struct tcpf_op *op = f->head;
+
+	f->head = op->next;
+	if (!f->head)
+		f->tail = &f->head;
+	return op;
+}
+
+/* Handed to the provider. */
+static void tcpf_to_prov(struct tcpf_ep *e, struct tcpf_op *op)
+{
+	op->where = TCPF_OP_PROV;
+	if (op->op == OTI_WC_RECV)
+		e->prov_rx++;
+	else
+		e->prov_tx++;
+}
+
+/*
+ * Work posted once the connection is going or gone completes with
+ * -ECANCELED, as on a verbs QP in the error state, rather than failing:
+ * the engine may not know yet that the connection is gone.
+ */
+static void tcpf_flush_post(struct tcpf_ep *e, struct tcpf_op *op)
+{
+	op->where = TCPF_OP_FLUSH;
+	tcpf_fifo_push(op->op == OTI_WC_RECV ? &e->rx_flush : &e->tx_flush, op);
 }
 
 /* One completion: the wc from the op's record, and the record goes back. */
@@ -1372,11 +1451,61 @@ static void tcpf_reap(struct tcpf_ep *e, struct tcpf_op *op, struct oti_wc *wc, 
 	wc->ctx = op->ctx;
 	wc->op = op->op;
 	wc->status = status;
-	wc->len = op->op == OTI_WC_RECV ? len : 0;
-	if (op->op == OTI_WC_RECV)
-		tcpf_give(&e->rx_free, &e->rx_busy, op);
-	else
-		tcpf_give(&e->tx_free, &e->tx_busy, op);
+	wc->len = op->op == OTI_WC_RECV && !status ? len : 0;
+	if (op->where == TCPF_OP_PROV) {
+		if (op->op == OTI_WC_RECV)
+			e->prov_rx--;
+		else
+			e->prov_tx--;
+	}
+	tcpf_give(e, op);
+}
+
+static int tcpf_seq_cmp(const void *a, const void *b)
+{
+	const struct tcpf_op *x = *(struct tcpf_op *const *)a;
+	const struct tcpf_op *y = *(struct tcpf_op *const *)b;
+
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/*
+ * The connection is gone and the provider's CQ is empty: the provider
+ * flushed what it held when it went down, so whatever it still has was
+ * posted after that (1.17 accepts a receive on a dead ep and never
+ * completes it).  Those are flushed here, in posting order.
+ */
+static void tcpf_sweep(struct tcpf_ep *e)
+{
+	size_t n = tcpf.tx_depth + tcpf.rx_depth, k = 0;
+	struct tcpf_op **v;
+
+	if (!e->prov_rx && !e->prov_tx)
+		return;
+	v = calloc(e->prov_rx + e->prov_tx, sizeof(*v));
+	if (!v)
+		return;		/* tried again on the next poll */
+	for (size_t i = 0; i < n && k < e->prov_rx + e->prov_tx; i++)
+		if (e->ops[i].where == TCPF_OP_PROV)
+			v[k++] = &e->ops[i];
+	qsort(v, k, sizeof(*v), tcpf_seq_cmp);
+	/* Flushed ones behind them go after them. */
+	struct tcpf_fifo rx = e->rx_flush, tx = e->tx_flush;
+	e->rx_flush.head = e->tx_flush.head = NULL;
+	e->rx_flush.tail = &e->rx_flush.head;
+	e->tx_flush.tail = &e->tx_flush.head;
+	for (size_t i = 0; i < k; i++)
+		tcpf_flush_post(e, v[i]);
+	if (rx.head) {
+		*e->rx_flush.tail = rx.head;
+		e->rx_flush.tail = rx.tail;
+	}
+	if (tx.head) {
+		*e->tx_flush.tail = tx.head;
+		e->tx_flush.tail = tx.tail;
+	}
+	e->prov_rx = e->prov_tx = 0;
+	free(v);
 }
 
 /* fi_shutdown() cancels what the provider has not yet written to the
@@ -1384,6 +1513,7 @@ static void tcpf_reap(struct tcpf_ep *e, struct tcpf_op *op, struct oti_wc *wc, 
 static int tcpf_do_shutdown(struct tcpf_ep *e)
 {
 	e->shutdown_pending = false;
+	e->shut = true;
 	return tcpf_errno(fi_shutdown(e->ep, 0));
 }
 
@@ -1391,14 +1521,17 @@ static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 {
 	struct tcpf_ep *e = tcpf_ep(oep);
 	struct fi_cq_msg_entry ent[TCPF_CQ_BATCH];
+	bool drained = false;
 	int got = 0;
 
 	while (got < n) {
 		int want = n - got < TCPF_CQ_BATCH ? n - got : TCPF_CQ_BATCH;
 		ssize_t r = fi_cq_read(e->cq, ent, (size_t)want);
 
-		if (r == -FI_EAGAIN)
+		if (r == -FI_EAGAIN) {
+			drained = true;
 			break;
+		}
 		if (r == -FI_EAVAIL) {
 			struct fi_cq_err_entry err = { 0 };
 			ssize_t m = fi_cq_readerr(e->cq, &err, 0);
@@ -1413,7 +1546,13 @@ static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 			if (!err.op_context)
 				continue;
 			int status = tcpf_errno(err.err ? err.err : FI_EIO);
-			tcpf_reap(e, err.op_context, &wc[got++], status == -EAGAIN ? -EIO : status, 0);
+			/* The provider fails work on a connection it has
+			 * already closed with ENOTCONN: that is a flush. */
+			if (status == -ENOTCONN)
+				status = -ECANCELED;
+			else if (status == -EAGAIN)
+				status = -EIO;
+			tcpf_reap(e, err.op_context, &wc[got++], status, 0);
 			continue;
 		}
 		if (r < 0) {
@@ -1423,10 +1562,22 @@ static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 		}
 		for (ssize_t i = 0; i < r; i++)
 			tcpf_reap(e, ent[i].op_context, &wc[got++], 0, (uint32_t)ent[i].len);
-		if (r < want)
-			break;
 	}
-	if (e->shutdown_pending && !e->tx_busy) {
+	if (drained && (e->state == TCPF_DOWN || e->shut))
+		tcpf_sweep(e);
+	while (got < n) {
+		struct tcpf_fifo *f = NULL;
+
+		/* After the provider's own, to keep each queue in order. */
+		if (e->rx_flush.head && !e->prov_rx)
+			f = &e->rx_flush;
+		else if (e->tx_flush.head && !e->prov_tx)
+			f = &e->tx_flush;
+		if (!f)
+			break;
+		tcpf_reap(e, tcpf_fifo_pop(f), &wc[got++], -ECANCELED, 0);
+	}
+	if (e->shutdown_pending && !e->prov_tx) {
 		int ret = tcpf_do_shutdown(e);
 
 		if (ret)
@@ -1520,12 +1671,12 @@ static void *tcpf_desc(const struct oti_sge *sge)
 	return sge->mr ? ((struct tcpf_mr *)sge->mr)->desc : NULL;
 }
 
-/* Posting is refused once the connection is on its way down: the
- * provider would queue the work on a dead socket and never complete it. */
+/* 1: the work is to be flushed (the connection is going or gone),
+ * 0: it goes to the provider, or -ENOTCONN: not connected yet. */
 static int tcpf_can_post(const struct tcpf_ep *e, bool recv)
 {
-	if (e->state == TCPF_DOWN || e->shutdown_pending)
-		return -ENOTCONN;
+	if (e->state == TCPF_DOWN || e->shutdown_pending || e->shut)
+		return 1;
 	if (!recv && e->state != TCPF_CONNECTED)
 		return -ENOTCONN;
 	return 0;
@@ -1537,14 +1688,20 @@ static int tcpf_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_
 	struct tcpf_op *op;
 	int ret = tcpf_can_post(e, true);
 
-	if (ret)
+	if (ret < 0)
 		return ret;
-	op = tcpf_take(&e->rx_free, &e->rx_busy, ctx, OTI_WC_RECV);
+	op = tcpf_take(e, &e->rx_free, ctx, OTI_WC_RECV);
 	if (!op)
 		return -EAGAIN;
+	if (ret) {
+		tcpf_flush_post(e, op);
+		return 0;
+	}
 	ret = tcpf_errno(fi_recv(e->ep, sge->addr, sge->len, tcpf_desc(sge), 0, op));
 	if (ret)
-		tcpf_give(&e->rx_free, &e->rx_busy, op);
+		tcpf_give(e, op);
+	else
+		tcpf_to_prov(e, op);
 	return ret;
 }
 
@@ -1555,11 +1712,15 @@ static int tcpf_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_
 	struct tcpf_op *op;
 	int ret = tcpf_can_post(e, false);
 
-	if (ret)
+	if (ret < 0)
 		return ret;
-	op = tcpf_take(&e->tx_free, &e->tx_busy, ctx, OTI_WC_SEND);
+	op = tcpf_take(e, &e->tx_free, ctx, OTI_WC_SEND);
 	if (!op)
 		return -EAGAIN;
+	if (ret) {
+		tcpf_flush_post(e, op);
+		return 0;
+	}
 	if ((flags & OTI_SEND_INLINE) && sge->len <= tcpf.inject) {
 		/* Copied by the provider, so the buffer is free at once; the
 		 * completion is still asked for, the engine counts on it. */
@@ -1577,7 +1738,9 @@ static int tcpf_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_
 		ret = tcpf_errno(fi_send(e->ep, sge->addr, sge->len, tcpf_desc(sge), 0, op));
 	}
 	if (ret)
-		tcpf_give(&e->tx_free, &e->tx_busy, op);
+		tcpf_give(e, op);
+	else
+		tcpf_to_prov(e, op);
 	return ret;
 }
 
@@ -1587,11 +1750,15 @@ static int tcpf_rdma(struct tcpf_ep *e, const struct oti_sge *local, uint64_t ra
 	struct tcpf_op *op;
 	int ret = tcpf_can_post(e, false);
 
-	if (ret)
+	if (ret < 0)
 		return ret;
-	op = tcpf_take(&e->tx_free, &e->tx_busy, ctx, kind);
+	op = tcpf_take(e, &e->tx_free, ctx, kind);
 	if (!op)
 		return -EAGAIN;
+	if (ret) {
+		tcpf_flush_post(e, op);
+		return 0;
+	}
 	if (kind == OTI_WC_RDMA_READ)
 		ret = tcpf_errno(fi_read(e->ep, local->addr, local->len, tcpf_desc(local), 0,
 					 raddr, rkey, op));
@@ -1599,7 +1766,9 @@ static int tcpf_rdma(struct tcpf_ep *e, const struct oti_sge *local, uint64_t ra
 		ret = tcpf_errno(fi_write(e->ep, local->addr, local->len, tcpf_desc(local), 0,
 					  raddr, rkey, op));
 	if (ret)
-		tcpf_give(&e->tx_free, &e->tx_busy, op);
+		tcpf_give(e, op);
+	else
+		tcpf_to_prov(e, op);
 	return ret;
 }
 
@@ -1630,9 +1799,9 @@ static int tcpf_disconnect(struct oti_ep *oep)
 	default:
 		break;
 	}
-	if (e->shutdown_pending)
+	if (e->shutdown_pending || e->shut)
 		return 0;
-	if (e->tx_busy) {
+	if (e->prov_tx) {
 		e->shutdown_pending = true;
 		return 0;
 	}
