@@ -60,9 +60,12 @@
  *   finds a closed connection in the data path, behind the completions of
  *   the last messages; get_event() keeps such a DISCONNECTED (or ERROR)
  *   back until poll_cq() has emptied the CQ, so that no completion carries
- *   data after it, as the contract says.  An ep holds 8
- *   fds (socket, two epoll fds and two socketpairs inside libfabric, our
- *   epoll fd), a listener 4.
+ *   data after it, as the contract says.  Work posted once the
+ *   connection is going or gone completes with -ECANCELED instead of
+ *   failing, as on a verbs QP in the error state; so does work the provider
+ *   took after it had seen the close (it would never complete it).
+ *   An ep holds 8 fds (socket, two epoll fds and two socketpairs inside
+ *   libfabric, our epoll fd), a listener 4.
  */
 #include <errno.h>
 #include <fcntl.h>
