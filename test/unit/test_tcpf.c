@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -540,6 +541,29 @@ static void fill(uint8_t *p, size_t len, unsigned seed)
 }
 
 /* ------------------------------------------------------------------------ */
+
+/*
+ * Loading libfabric must not take the application's signals: Debian's
+ * build pulls in PSM libraries that install crash and SIGINT/SIGTERM
+ * handlers at load time.  No .init here: this test starts the transport
+ * itself, in a fresh worker.
+ */
+Test(tcpf, init_leaves_signals_alone)
+{
+	struct sigaction before[NSIG], after;
+
+	for (int sig = 1; sig < NSIG; sig++)
+		sigaction(sig, NULL, &before[sig]);
+	cr_assert_gt(oti_init(), 0, "no transport came up");
+	for (int sig = 1; sig < NSIG; sig++) {
+		if (sigaction(sig, NULL, &after) < 0)
+			continue;
+		cr_expect_eq((void *)after.sa_handler, (void *)before[sig].sa_handler,
+			     "signal %d (%s): disposition changed by oti_init()", sig,
+			     strsignal(sig));
+	}
+	oti_fini();
+}
 
 Test(tcpf, registry, .init = tcpf_setup, .fini = tcpf_teardown)
 {

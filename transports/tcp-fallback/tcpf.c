@@ -91,9 +91,17 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "fabric_lib.h"
 #include "log.h"
 #include "oti.h"
 #include "tunables.h"
+
+/* The few libfabric symbols come from the library we load (fabric_lib.h). */
+#define fi_getinfo tcpf_fi.getinfo
+#define fi_freeinfo tcpf_fi.freeinfo
+#define fi_dupinfo tcpf_fi.dupinfo
+#define fi_fabric tcpf_fi.fabric
+#define fi_strerror tcpf_fi.strerror
 
 #define TCPF "tcpf"
 
@@ -448,7 +456,7 @@ static int tcpf_init_locked(void)
 	size_t cm = 0, optlen = sizeof(cm);
 	int ret;
 
-	hints = fi_allocinfo();
+	hints = fi_dupinfo(NULL);	/* fi_allocinfo(), without its symbol */
 	if (!hints)
 		return -ENOMEM;
 	hints->fabric_attr->prov_name = strdup("tcp");
@@ -533,8 +541,17 @@ static int tcpf_init(void)
 	int ret = 0;
 
 	pthread_mutex_lock(&tcpf.lock);
-	if (!tcpf.ready)
-		ret = tcpf_init_locked();
+	if (!tcpf.ready) {
+		struct tcpf_sigstate saved;
+
+		ret = tcpf_fabric_load();
+		if (!ret) {
+			/* Providers initialise on the first fi_getinfo(). */
+			tcpf_signals_save(&saved);
+			ret = tcpf_init_locked();
+			tcpf_signals_restore(&saved);
+		}
+	}
 	pthread_mutex_unlock(&tcpf.lock);
 	return ret;
 }
