@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,6 +497,29 @@ out:
 	return ret;
 }
 
+/*
+ * Busy-poll instead of sleeping, for the spin_us tunable: lets other
+ * threads at the socket between polls.  Returns false once the time is
+ * up (or spinning is off), and the caller sleeps.
+ */
+static bool spin_wait(struct sdp_sock *s, uint64_t *spin_until)
+{
+	long us = tun_int(TUN_spin_us);
+
+	if (us <= 0)
+		return false;
+	uint64_t now = sdp_now_ns();
+
+	if (!*spin_until)
+		*spin_until = now + (uint64_t)us * 1000ull;
+	if (now >= *spin_until)
+		return false;
+	pthread_mutex_unlock(&s->lock);
+	sched_yield();
+	pthread_mutex_lock(&s->lock);
+	return true;
+}
+
 static size_t iov_total(const struct iovec *iov, int iovcnt)
 {
 	size_t total = 0;
@@ -636,6 +660,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		goto out;
 	}
 	bool driven = false;	/* see sdp_sendv() */
+	uint64_t spin_until = 0;
 
 	for (;;) {
 		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
@@ -698,6 +723,10 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		if (dontwait) {
 			ret = done ? (ssize_t)done : -EAGAIN;
 			goto out;
+		}
+		if (spin_wait(s, &spin_until)) {
+			driven = false;
+			continue;
 		}
 		ret = sdp_wait(s, deadline);
 		if (ret) {
