@@ -12,10 +12,12 @@
 # `test` runs, in order:
 #   check      make check in build/              (the normal build)
 #   sanitizers make check in build-asan/         (--enable-sanitizers, ASan+UBSan+LSan)
+#   tsan       integration tests in build-tsan/  (--enable-sanitizers=thread, test/tsan.supp)
+#   valgrind   make check-valgrind in build/     (memcheck over real workloads, test/valgrind.sh)
 #   distcheck  make distcheck from build/        (tarball builds, checks, installs)
 #   clang      build-clang/ with CC=clang, -Werror; builds the tests, runs none
 # and ends with one line `tests: N passed, M failed` (automake counts summed
-# over the three test runs; a stage that fails outside its tests counts as
+# over the test runs; a stage that fails outside its tests counts as
 # one failure).  The exit status is non-zero if anything failed.
 #
 # Environment:
@@ -276,6 +278,32 @@ stage_sanitizers() {
 	unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 }
 
+# ThreadSanitizer over the integration suite: the engine's progress thread,
+# the application threads and the transport meet on every connection.
+# (Criterion cannot map its inheritable arena under TSan, so the unit tests
+# run in the other stages only.)
+stage_tsan() {
+	export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$srcdir/test/tsan.supp"
+	if build_dir "$srcdir/build-tsan" --enable-sanitizers=thread; then
+		# shellcheck disable=SC2016
+		run_tests tsan "$srcdir/build-tsan" check 'TESTS=$(INTEGRATION_TESTS)'
+	else
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' tsan)")
+	fi
+	unset TSAN_OPTIONS
+}
+
+# memcheck over real workloads in the normal build (test/valgrind.sh).
+stage_valgrind() {
+	if build_dir "$srcdir/build"; then
+		run_tests valgrind "$srcdir/build" check-valgrind
+	else
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' valgrind)")
+	fi
+}
+
 stage_distcheck() {
 	if configure_dir "$srcdir/build"; then
 		run_tests distcheck "$srcdir/build" distcheck
@@ -297,12 +325,12 @@ stage_clang() {
 }
 
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check sanitizers distcheck clang} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check sanitizers tsan valgrind distcheck clang} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | sanitizers | distcheck | clang) "stage_$s" ;;
+		check | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done
