@@ -534,8 +534,12 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			reposted = true;
 		}
 	}
-	if (!peek)
+	if (!peek && copied) {
 		SDP_STAT_INC(bytes_received, copied);
+		/* Drained: the readiness fd must stop reporting data. */
+		if (!c->rx_bytes)
+			sock_changed(s, false);
+	}
 	if (reposted)
 		conn_flush(s);
 	return (ssize_t)copied;
