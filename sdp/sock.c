@@ -445,8 +445,9 @@ int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 		}
 		break;		/* wait for the attempt under way */
 	case SDP_S_CLOSED:
-		if (s->conn && s->conn->tx_len && !s->so_error) {
-			/* A connection existed and ended. */
+		if (s->conn && s->conn->tx_len) {
+			/* A connection existed and ended (even by a reset):
+			 * the socket layer still calls it connected. */
 			ret = -EISCONN;
 			goto out;
 		}

@@ -254,6 +254,10 @@ Test(states, abortive_close_resets_the_peer)
 	cr_expect_eq(sdp_recv(a, buf, sizeof(buf), 0), -ECONNRESET, "reported once");
 	cr_expect_eq(sdp_recv(a, buf, sizeof(buf), 0), 0, "then end of stream");
 	cr_expect_eq(sdp_send(a, "x", 1, MSG_NOSIGNAL), -EPIPE);
+	struct sockaddr_in sa = loopback(1);
+
+	cr_expect_eq(sdp_connect(a, (struct sockaddr *)&sa, sizeof(sa)), -EISCONN,
+		     "a reset connection is not retried");
 	sdp_close(a);
 	sdp_close(ls);
 }
