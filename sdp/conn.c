@@ -127,14 +127,28 @@ static int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz)
 	return ret;
 }
 
+/*
+ * The transport will report nothing more on this ep: take its fd out of
+ * the progress thread's set (an fd that is never armed again would keep
+ * it awake).  Children are in the set on their listener's behalf.
+ */
+static void conn_leave_progress(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (c->in_progress_set) {
+		progress_del(s->parent ? s->parent : s, c->ep_fd);
+		c->in_progress_set = false;
+	}
+}
+
 void conn_free(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
 
 	if (!c)
 		return;
-	if (c->in_progress_set)
-		progress_del(s->parent ? s->parent : s, c->ep_fd);
+	conn_leave_progress(s);
 	if (c->ep)
 		c->t->ep_close(c->ep);
 	if (c->rx_mr)
@@ -743,6 +757,9 @@ static void conn_connect_failed(struct sdp_sock *s, int err)
 	s->state = SDP_S_CLOSED;
 	s->reset = true;
 	conn_transport_down(s);
+	/* The attempt is over; a retry opens a new ep. */
+	s->conn->disconnected = true;
+	conn_leave_progress(s);
 	sock_changed(s, true);
 }
 
@@ -892,6 +909,7 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 			conn_connect_failed(s, ECONNREFUSED);
 			break;
 		}
+		c->disconnected = true;
 		/* Messages that arrived before the transport went down are
 		 * still in the completion queue: take them first, so a
 		 * DisConn there makes this an orderly close. */
@@ -912,6 +930,8 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 				sock_changed(s, true);
 			}
 		}
+		if (s->conn)
+			conn_leave_progress(s);
 		break;
 	}
 }
@@ -925,7 +945,10 @@ void conn_progress(struct sdp_sock *s)
 	for (int rounds = 0; rounds < 64 && s->conn; rounds++) {
 		bool busy = false;
 
-		while (s->conn && !s->conn->transport_down &&
+		/* Events are read until the transport says it is done, even
+		 * after our disconnect(): a deferred shutdown still needs
+		 * driving, and DISCONNECTED ends it. */
+		while (s->conn && !s->conn->disconnected &&
 		       s->conn->t->get_event(s->conn->ep, &ev) == 0) {
 			conn_handle_event(s, &ev);
 			busy = true;

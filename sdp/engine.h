@@ -95,6 +95,8 @@ struct sdp_conn {
 	bool transport_down;	/* disconnect() called or DISCONNECTED seen */
 	bool post_failed;	/* a post failed: nothing more is posted, the
 				 * transport's DISCONNECTED event decides */
+	bool disconnected;	/* DISCONNECTED or ERROR seen: the transport
+				 * will report nothing more */
 	uint64_t deadline_ns;	/* connect or disconnect timeout, 0 = none */
 };
 

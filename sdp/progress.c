@@ -93,14 +93,14 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 
 		if (s->listener && s->lt->listener_arm(s->listener) == -EAGAIN)
 			again = 1;
-		if (!s->listener && s->conn && s->conn->ep && !s->conn->transport_down &&
+		if (!s->listener && s->conn && s->conn->ep && !s->conn->disconnected &&
 		    s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
 			again = 1;
 		for (int k = 0; s->listener && k < s->acceptq_len + s->pending_children; k++) {
 			struct sdp_sock *c = s->acceptq[k];
 
 			pthread_mutex_lock(&c->lock);
-			if (c->conn && c->conn->ep && !c->conn->transport_down &&
+			if (c->conn && c->conn->ep && !c->conn->disconnected &&
 			    c->conn->t->ep_arm(c->conn->ep) == -EAGAIN)
 				again = 1;
 			pthread_mutex_unlock(&c->lock);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -294,4 +295,54 @@ Test(states, interest_drives_the_readiness_fd)
 	sdp_close(c);
 	sdp_close(a);
 	sdp_close(ls);
+}
+
+static double cpu_seconds(void)
+{
+	struct rusage r;
+
+	getrusage(RUSAGE_SELF, &r);
+	return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+	       (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * Sockets the application keeps after their connection ended (a reset
+ * one, a fully shut one) and an idle established pair must cost no CPU:
+ * the progress thread sleeps.  A spinning thread burns the whole second;
+ * the bound is far from both.
+ */
+Test(states, ended_and_idle_connections_do_not_spin)
+{
+	int ls, c, a, ls2, c2, a2, ls3, c3, a3;
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	char b;
+
+	pair(&ls, &c, &a);
+	cr_assert_eq(sdp_setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	sdp_close(c);
+	ev_wait(a, POLLERR);
+	cr_expect_eq(sdp_recv(a, &b, 1, 0), -ECONNRESET);
+	pair(&ls2, &c2, &a2);
+	sdp_shutdown(c2, SHUT_WR);
+	sdp_shutdown(a2, SHUT_WR);
+	ev_wait(c2, POLLHUP);
+	ev_wait(a2, POLLHUP);
+	pair(&ls3, &c3, &a3);
+	usleep(100000);
+
+	double t0 = cpu_seconds();
+
+	sleep(1);
+	double used = cpu_seconds() - t0;
+
+	cr_expect_lt(used, 0.3, "%.3f s of CPU in 1 s while idle", used);
+	sdp_close(a);
+	sdp_close(ls);
+	sdp_close(c2);
+	sdp_close(a2);
+	sdp_close(ls2);
+	sdp_close(c3);
+	sdp_close(a3);
+	sdp_close(ls3);
 }
