@@ -543,6 +543,27 @@ static ssize_t epipe(int flags)
 	return -EPIPE;
 }
 
+/*
+ * One step of a call that cannot go on yet: first drive the transport once
+ * (the news may already be there), then sleep.  Returns 0 to try again,
+ * -EAGAIN (non-blocking, or the deadline passed) or -EINTR.
+ */
+static int step_wait(struct sdp_sock *s, bool dontwait, uint64_t deadline, bool *driven)
+{
+	int ret;
+
+	if (!*driven) {
+		drive(s);
+		*driven = true;
+		return 0;
+	}
+	if (dontwait)
+		return -EAGAIN;
+	ret = sdp_wait(s, deadline);
+	*driven = false;
+	return ret;
+}
+
 ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct sdp_sock *s;
@@ -572,19 +593,9 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			goto out;
 		}
 		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
-			if (!driven) {
-				drive(s);
-				driven = true;
-				continue;
-			}
-			if (dontwait) {
-				ret = -EAGAIN;
-				goto out;
-			}
-			ret = sdp_wait(s, deadline);
+			ret = step_wait(s, dontwait, deadline, &driven);
 			if (ret)
 				goto out;
-			driven = false;
 			continue;
 		}
 		if (s->state != SDP_S_ESTABLISHED || send_shut(s)) {
@@ -604,21 +615,12 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		if (s->state != SDP_S_ESTABLISHED)
 			continue;
 		if (ret == 0) {
-			if (!driven) {
-				drive(s);	/* completions may free buffers */
-				driven = true;
-				continue;
-			}
-			if (dontwait) {
-				ret = done ? (ssize_t)done : -EAGAIN;
-				goto out;
-			}
-			ret = sdp_wait(s, deadline);
+			/* No room: completions may free buffers. */
+			ret = step_wait(s, dontwait, deadline, &driven);
 			if (ret) {
 				ret = done ? (ssize_t)done : ret;
 				goto out;
 			}
-			driven = false;
 		}
 	}
 	ret = (ssize_t)done;
@@ -665,19 +667,9 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 
 	for (;;) {
 		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
-			if (!driven) {
-				drive(s);
-				driven = true;
-				continue;
-			}
-			if (dontwait) {
-				ret = -EAGAIN;
-				goto out;
-			}
-			ret = sdp_wait(s, deadline);
+			ret = step_wait(s, dontwait, deadline, &driven);
 			if (ret)
 				goto out;
-			driven = false;
 			continue;
 		}
 		if (total == 0) {
