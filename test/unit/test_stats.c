@@ -1032,8 +1032,7 @@ static char *ts_sdpstat(const char *args, int *status)
 	FILE *p, *m;
 	int c;
 
-	if (!top)
-		cr_skip_test("top_builddir not set: run through make check");
+	cr_assert_not_null(top);
 	snprintf(cmd, sizeof(cmd), "'%s/tools/sdpstat' %s", top, args);
 	m = open_memstream(&out, &len);
 	cr_assert_not_null(m);
@@ -1054,6 +1053,11 @@ Test(stats, sdpstat_output)
 	char args[64], *out;
 	int status;
 
+	if (!getenv("top_builddir")) {
+		/* A skipped test does not get its .fini. */
+		ts_teardown();
+		cr_skip_test("top_builddir not set: run through make check");
+	}
 	ops_stats_set_program("we\"ird\\\x01\xff");
 	a = ops_stats_sock_alloc(3);
 	b = ops_stats_sock_alloc(4);
