@@ -19,17 +19,24 @@
  *     reset returns -EPIPE and raises SIGPIPE in the calling thread,
  *     unless MSG_NOSIGNAL is given, as Linux TCP does.
  *
+ *   - fork(): a socket inherited from the parent is the parent's.  In the
+ *     child every call on it fails with -EBADF, except sdp_close(), which
+ *     releases the child's copy of the sd without touching the
+ *     connection.
+ *
  * All calls are thread-safe.
  */
 #ifndef LIBSDP_SDP_H
 #define LIBSDP_SDP_H
 
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,6 +113,30 @@ int sdp_set_interest(int sd, int events);
 /* poll(2) over sds (not ordinary fds): same semantics and return values
  * (count of ready entries, 0 on timeout, -EINTR on a signal). */
 int sdp_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms);
+
+/*
+ * ppoll(2) over any mix of sds and ordinary fds: the kernel polls the
+ * entries that are not sds of this engine, in the same sleep as the
+ * engine's.  timeout NULL waits for ever; sigmask as for ppoll(2).
+ * Returns the count of ready entries, 0 on timeout, or a negative errno
+ * (-EINTR on a signal).
+ */
+int sdp_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+	      const sigset_t *sigmask);
+
+/*
+ * A watch on a socket, for building event loops (the preload's epoll):
+ * while it exists, every change of the socket's readiness (data, space,
+ * a connection, a state change) writes 1 to the eventfd efd and bumps the
+ * watch's change counter.  It does not say what changed: ask
+ * sdp_events().  The watch keeps the socket's memory alive; delete every
+ * watch before or right after sdp_close().  On failure returns NULL and
+ * *err = -EBADF or -ENOMEM.
+ */
+struct sdp_watch;
+struct sdp_watch *sdp_watch_add(int sd, int efd, int *err);
+unsigned sdp_watch_changes(const struct sdp_watch *w);
+void sdp_watch_del(struct sdp_watch *w);
 
 /* Is sd a socket of this engine? 1 or 0. */
 int sdp_is_socket(int sd);

@@ -100,14 +100,20 @@ struct sdp_conn {
 	uint64_t deadline_ns;	/* connect or disconnect timeout, 0 = none */
 };
 
+/* Someone to tell about every change of a socket: a thread blocked in
+ * sdp_wait()/sdp_poll() (transient), or a watch (sdp_watch_add: lives
+ * until removed, counts the changes). */
 struct sdp_waiter {
-	int fd;			/* the waiting thread's eventfd */
+	int fd;			/* an eventfd: written 1 per change */
+	atomic_uint *changes;	/* watches: bumped per change; NULL otherwise */
 	struct sdp_waiter *next;
 };
 
 struct sdp_sock {
 	pthread_mutex_t lock;
 	atomic_int ref;		/* table + progress set + callers in flight */
+	unsigned fork_gen;	/* sock_fork_gen when made: a socket from before
+				 * a fork() belongs to the parent (sock_get) */
 	int sd;			/* the readiness eventfd; -1 once closed */
 	int domain;		/* AF_INET or AF_INET6 */
 	enum sdp_state state;
@@ -153,7 +159,9 @@ struct sdp_sock {
 
 /* --- sock.c ----------------------------------------------------------------- */
 
-/* Lookup by sd, with a reference; NULL if not ours.  Put with sock_put(). */
+/* Lookup by sd, with a reference; NULL if not ours (nor for a socket
+ * inherited across fork(): that one is the parent's).  Put with
+ * sock_put(). */
 struct sdp_sock *sock_get(int sd);
 void sock_put(struct sdp_sock *s);
 /* sock_get() and lock it; undone by sock_unlock_put(). */

@@ -4,6 +4,9 @@
  * the level of its readiness fd, and sdp_poll().
  */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -54,6 +57,8 @@ void sock_changed(struct sdp_sock *s, bool edge)
 	uint64_t one = 1, v;
 
 	for (struct sdp_waiter *w = s->waiters; w; w = w->next) {
+		if (w->changes)
+			atomic_fetch_add(w->changes, 1);
 		if (write(w->fd, &one, sizeof(one)) < 0) {
 			/* Counter saturated: the waiter wakes anyway. */
 		}
@@ -103,20 +108,27 @@ int sdp_set_interest(int sd, int events)
 	return 0;
 }
 
-/* One pass over fds: fills revents, returns how many are ready. */
-static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks)
+/*
+ * One pass over the engine's entries: fills their revents, returns how
+ * many are ready.  Entries that are not engine sockets are left alone
+ * (mixed) or get POLLNVAL (sdp_poll).
+ */
+static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks, bool mixed)
 {
 	int ready = 0;
 
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct sdp_sock *s = socks[i];
 
-		fds[i].revents = 0;
-		if (fds[i].fd < 0)
+		if (fds[i].fd < 0) {
+			fds[i].revents = 0;
 			continue;
+		}
 		if (!s) {
-			fds[i].revents = POLLNVAL;
-			ready++;
+			if (!mixed) {
+				fds[i].revents = POLLNVAL;
+				ready++;
+			}
 			continue;
 		}
 		pthread_mutex_lock(&s->lock);
@@ -134,93 +146,233 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks)
 	return ready;
 }
 
-int sdp_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
+static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const struct pollfd *fds,
+			nfds_t nfds, int wfd)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (!socks[i])
+			continue;
+		pthread_mutex_lock(&socks[i]->lock);
+		w[i].fd = wfd;
+		w[i].changes = NULL;
+		w[i].next = socks[i]->waiters;
+		socks[i]->waiters = &w[i];
+		/* A change between the scan and now must not be missed: look
+		 * again under the lock. */
+		int ev = sock_events_locked(socks[i]) & (fds[i].events | POLLHUP | POLLERR);
+
+		pthread_mutex_unlock(&socks[i]->lock);
+		if (ev) {
+			uint64_t one = 1;
+
+			if (write(wfd, &one, sizeof(one)) < 0) {
+				/* already signalled */
+			}
+		}
+	}
+}
+
+static void waiter_unlink(struct sdp_sock *s, struct sdp_waiter *w)
+{
+	for (struct sdp_waiter **pp = &s->waiters; *pp; pp = &(*pp)->next) {
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+	}
+}
+
+static void waiters_del(struct sdp_sock **socks, struct sdp_waiter *w, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (!socks[i])
+			continue;
+		pthread_mutex_lock(&socks[i]->lock);
+		waiter_unlink(socks[i], &w[i]);
+		pthread_mutex_unlock(&socks[i]->lock);
+	}
+}
+
+/*
+ * The loop shared by sdp_poll and sdp_ppoll.  deadline: 0 = no timeout;
+ * zero_timeout: one scan only.  In mixed mode the kernel polls the other
+ * entries in the same sleep, together with this thread's waker (which
+ * every change of the engine's sockets in the set signals), under
+ * sigmask.
+ */
+static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool zero_timeout,
+		     const sigset_t *sigmask, bool mixed)
 {
 	struct sdp_sock **socks;
 	struct sdp_waiter *w;
-	uint64_t deadline = timeout_ms > 0 ? sdp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
-	int ret, wfd;
+	struct pollfd *kfds;
+	nfds_t *kidx, nk = 0;
+	int ret = 0;
 
 	if (nfds > 1024 * 1024)
 		return -EINVAL;
 	socks = calloc(nfds ? nfds : 1, sizeof(*socks));
 	w = calloc(nfds ? nfds : 1, sizeof(*w));
-	if (!socks || !w) {
-		free(socks);
-		free(w);
-		return -ENOMEM;
+	kfds = calloc(nfds + 1, sizeof(*kfds));
+	kidx = calloc(nfds + 1, sizeof(*kidx));
+	if (!socks || !w || !kfds || !kidx) {
+		ret = -ENOMEM;
+		goto out_free;
 	}
-	for (nfds_t i = 0; i < nfds; i++)
+	for (nfds_t i = 0; i < nfds; i++) {
 		socks[i] = fds[i].fd >= 0 ? sock_get(fds[i].fd) : NULL;
+		if (mixed && fds[i].fd >= 0 && !socks[i]) {
+			kidx[nk] = i;
+			kfds[nk++] = fds[i];
+		}
+	}
 
 	for (;;) {
-		ret = poll_scan(fds, nfds, socks);
-		if (ret || timeout_ms == 0)
-			break;
-		if (deadline && sdp_now_ns() >= deadline)
-			break;
-		wfd = sdp_thread_waker();
-		if (wfd < 0) {
-			ret = wfd;
-			break;
-		}
-		uint64_t v;
+		int sready = poll_scan(fds, nfds, socks, mixed);
+		int kready = 0, wfd = -1, r;
+		bool can_sleep = !sready && !zero_timeout;
+		struct timespec ts = { 0, 0 }, *tsp = &ts;
+		nfds_t n = nk;
 
-		if (read(wfd, &v, sizeof(v)) < 0) {
-			/* nothing stale */
-		}
-		for (nfds_t i = 0; i < nfds; i++) {
-			if (!socks[i])
-				continue;
-			pthread_mutex_lock(&socks[i]->lock);
-			w[i].fd = wfd;
-			w[i].next = socks[i]->waiters;
-			socks[i]->waiters = &w[i];
-			/* A change between the scan and now must not be
-			 * missed: look again under the lock. */
-			int ev = sock_events_locked(socks[i]) & (fds[i].events | POLLHUP | POLLERR);
-
-			pthread_mutex_unlock(&socks[i]->lock);
-			if (ev) {
-				uint64_t one = 1;
-
-				if (write(wfd, &one, sizeof(one)) < 0) {
-					/* already signalled */
-				}
-			}
-		}
-		struct pollfd p = { .fd = wfd, .events = POLLIN };
-		int ms = -1;
-
-		if (deadline) {
+		if (can_sleep && deadline) {
 			uint64_t now = sdp_now_ns();
 
-			ms = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+			if (now >= deadline) {
+				can_sleep = false;
+			} else {
+				ts.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+				ts.tv_nsec = (long)((deadline - now) % 1000000000ull);
+			}
+		} else if (can_sleep) {
+			tsp = NULL;
 		}
-		int r = poll(&p, 1, ms);
+		if (!nk && !can_sleep) {
+			ret = sready;
+			break;
+		}
+		if (can_sleep) {
+			wfd = sdp_thread_waker();
+			if (wfd < 0) {
+				ret = wfd;
+				break;
+			}
+			uint64_t v;
+
+			if (read(wfd, &v, sizeof(v)) < 0) {
+				/* nothing stale */
+			}
+			waiters_add(socks, w, fds, nfds, wfd);
+			kfds[n++] = (struct pollfd){ .fd = wfd, .events = POLLIN };
+		}
+		r = ppoll(kfds, n, tsp, sigmask);
 		int err = errno;
 
-		for (nfds_t i = 0; i < nfds; i++) {
-			if (!socks[i])
-				continue;
-			pthread_mutex_lock(&socks[i]->lock);
-			for (struct sdp_waiter **pp = &socks[i]->waiters; *pp; pp = &(*pp)->next) {
-				if (*pp == &w[i]) {
-					*pp = w[i].next;
-					break;
-				}
-			}
-			pthread_mutex_unlock(&socks[i]->lock);
+		if (wfd >= 0)
+			waiters_del(socks, w, nfds);
+		if (r < 0) {
+			ret = -err;
+			break;
 		}
-		if (r < 0 && err == EINTR) {
-			ret = -EINTR;
+		for (nfds_t k = 0; k < nk; k++) {
+			fds[kidx[k]].revents = kfds[k].revents;
+			if (kfds[k].revents)
+				kready++;
+		}
+		if (sready || kready) {
+			/* The engine's side as of now, if it spoke too. */
+			if (!sready && wfd >= 0 && kfds[n - 1].revents)
+				sready = poll_scan(fds, nfds, socks, mixed);
+			ret = sready + kready;
+			break;
+		}
+		if (!can_sleep) {
+			ret = 0;
 			break;
 		}
 	}
-	for (nfds_t i = 0; i < nfds; i++)
-		if (socks[i])
-			sock_put(socks[i]);
+out_free:
+	if (socks) {
+		for (nfds_t i = 0; i < nfds; i++)
+			if (socks[i])
+				sock_put(socks[i]);
+	}
 	free(socks);
 	free(w);
+	free(kfds);
+	free(kidx);
 	return ret;
+}
+
+int sdp_poll(struct pollfd *fds, nfds_t nfds, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms > 0 ? sdp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+
+	return poll_loop(fds, nfds, deadline, timeout_ms == 0, NULL, false);
+}
+
+int sdp_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+	      const sigset_t *sigmask)
+{
+	uint64_t deadline = 0;
+	bool zero = false;
+
+	if (timeout) {
+		if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
+			return -EINVAL;
+		zero = !timeout->tv_sec && !timeout->tv_nsec;
+		deadline = sdp_now_ns() + (uint64_t)timeout->tv_sec * 1000000000ull +
+			   (uint64_t)timeout->tv_nsec;
+	}
+	return poll_loop(fds, nfds, deadline, zero, sigmask, true);
+}
+
+/* --- watches ------------------------------------------------------------------ */
+
+struct sdp_watch {
+	struct sdp_sock *s;	/* holds a reference */
+	struct sdp_waiter w;
+	atomic_uint changes;
+};
+
+struct sdp_watch *sdp_watch_add(int sd, int efd, int *err)
+{
+	struct sdp_watch *wa;
+	struct sdp_sock *s = sock_get(sd);
+
+	if (!s) {
+		*err = -EBADF;
+		return NULL;
+	}
+	wa = calloc(1, sizeof(*wa));
+	if (!wa) {
+		sock_put(s);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	wa->s = s;
+	atomic_init(&wa->changes, 0);
+	wa->w.fd = efd;
+	wa->w.changes = &wa->changes;
+	pthread_mutex_lock(&s->lock);
+	wa->w.next = s->waiters;
+	s->waiters = &wa->w;
+	pthread_mutex_unlock(&s->lock);
+	*err = 0;
+	return wa;
+}
+
+unsigned sdp_watch_changes(const struct sdp_watch *wa)
+{
+	return atomic_load(&wa->changes);
+}
+
+void sdp_watch_del(struct sdp_watch *wa)
+{
+	if (!wa)
+		return;
+	pthread_mutex_lock(&wa->s->lock);
+	waiter_unlink(wa->s, &wa->w);
+	pthread_mutex_unlock(&wa->s->lock);
+	sock_put(wa->s);
+	free(wa);
 }

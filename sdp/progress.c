@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "internal.h"
 #include "log.h"
 #include "tunables.h"
 
@@ -205,6 +206,7 @@ static void *prog_main(void *arg)
 	int epfd = (int)(intptr_t)arg;
 
 	on_progress_thread = true;
+	sdp_internal_enter();	/* for life: see internal.h */
 
 	for (;;) {
 		pthread_mutex_lock(&prog_lock);
@@ -437,6 +439,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 		/* Nothing stale to drain. */
 	}
 	w.fd = wfd;
+	w.changes = NULL;
 	w.next = s->waiters;
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };

@@ -35,6 +35,29 @@ struct sdp_stats sdp_global_stats;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sdp_sock **table[TAB_CHUNKS];
 
+/* Bumped in every fork child.  A socket made in an earlier generation is
+ * a copy of the parent's: its transport objects share kernel state (TCP
+ * sockets, QPs) with the parent's, so the child must never drive, send
+ * on or tear down the connection.  Such a socket is invisible to
+ * sock_get(); sdp_close() merely forgets it. */
+static unsigned sock_fork_gen;
+
+static void sock_atfork_child(void)
+{
+	pthread_mutex_init(&table_lock, NULL);
+	sock_fork_gen++;
+}
+
+__attribute__((constructor)) static void sock_register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, sock_atfork_child);
+}
+
+static bool sock_inherited(const struct sdp_sock *s)
+{
+	return s->fork_gen != __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
+}
+
 static int table_set(int sd, struct sdp_sock *s)
 {
 	if (sd < 0 || sd >= TAB_CHUNK * TAB_CHUNKS)
@@ -63,6 +86,8 @@ struct sdp_sock *sock_get(int sd)
 
 	pthread_mutex_lock(&table_lock);
 	s = table_get_locked(sd);
+	if (s && sock_inherited(s))
+		s = NULL;
 	if (s)
 		atomic_fetch_add(&s->ref, 1);
 	pthread_mutex_unlock(&table_lock);
@@ -138,6 +163,7 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->ref, 1);
+	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
 	s->domain = domain;
 	s->nonblock = nonblock;
 	s->state = SDP_S_NEW;
@@ -791,6 +817,13 @@ int sdp_close(int sd)
 	pthread_mutex_unlock(&table_lock);
 	if (!s)
 		return -EBADF;
+	if (sock_inherited(s)) {
+		/* The parent's connection: release this process's copy of
+		 * the fd and nothing else (its transport objects stay
+		 * allocated, untouched, until exit or exec). */
+		close(sd);
+		return 0;
+	}
 
 	pthread_mutex_lock(&s->lock);
 	s->app_closed = true;
