@@ -210,3 +210,44 @@ have_ipv6_loopback() {
 	[ -r /proc/net/if_inet6 ] &&
 		grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6
 }
+
+# --- the preload ---------------------------------------------------------------
+
+# The libsdp.so of this build, or empty.
+preload_lib() {
+	local f
+	for f in "$top_builddir/.libs/libsdp.so"; do
+		[ -f "$f" ] && { printf '%s\n' "$f"; return 0; }
+	done
+	return 1
+}
+
+# The LD_PRELOAD value that loads libsdp.so into any program: in a
+# sanitizer build the sanitizer's runtime must come first in the list.
+preload_value() {
+	local lib rt=""
+	lib=$(preload_lib) || return 1
+	if grep -q '^SAN_CFLAGS = .*-fsanitize=address' "$top_builddir/Makefile" 2>/dev/null; then
+		rt=$(${CC:-cc} -print-file-name=libasan.so)
+	elif grep -q '^SAN_CFLAGS = .*-fsanitize=thread' "$top_builddir/Makefile" 2>/dev/null; then
+		rt=$(${CC:-cc} -print-file-name=libtsan.so)
+	fi
+	printf '%s\n' "${rt:+$rt }$lib"
+}
+
+# preload_env CONF: env(1) arguments that run a program with libsdp.so
+# and the policy file CONF, for `env $(preload_env CONF) CMD...` (paths
+# without blanks, as mktemp's are).
+preload_env() {
+	printf 'LD_PRELOAD=%s LIBSDP_CONFIG_FILE=%s\n' "$(preload_value | tr ' ' ':')" "$1"
+}
+
+# write_conf FILE LINES...: a policy file with the software transport on.
+write_conf() {
+	local f=$1
+	shift
+	{
+		echo "transport enable tcp-fallback"
+		printf '%s\n' "$@"
+	} >"$f"
+}

@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Control calls: close and the dup family (which keep the fd table in
+ * step with the kernel's), fcntl, ioctl, socket options, names, shutdown.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "ops.h"
+#include "sdp.h"
+#include "sock.h"
+
+/* --- close and dup --------------------------------------------------------------- */
+
+int ops_close(int fd)
+{
+	if (ops_fd_is_emulated_epoll(fd))
+		ops_epoll_closing(fd);
+	struct ops_sock *s = ops_fd_remove(fd);
+	int r = native.close(fd) < 0 ? -errno : 0;
+
+	/* Like the kernel, the socket ends with the last fd naming it;
+	 * calls in flight hold their own references. */
+	if (s)
+		ops_sock_put(s);
+	return r;
+}
+
+int ops_dup(int fd, int minfd, bool cloexec)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int nfd = minfd < 0 ? native.dup(fd)
+			    : native.fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, minfd);
+	int r = nfd < 0 ? -errno : nfd;
+
+	if (s) {
+		if (nfd >= 0 && ops_fd_install(nfd, s) < 0) {
+			native.close(nfd);
+			r = -EMFILE;
+		}
+		ops_sock_put(s);
+	}
+	return r;
+}
+
+int ops_dup3(int oldfd, int newfd, int flags)
+{
+	if (oldfd == newfd)
+		return NATIVE_RET(flags < 0 ? native.dup2(oldfd, newfd) : native.dup3(oldfd, newfd, flags));
+	struct ops_sock *s = ops_fd_get(oldfd);
+
+	if (ops_fd_is_emulated_epoll(newfd))
+		ops_epoll_closing(newfd);
+	int r = flags < 0 ? native.dup2(oldfd, newfd) : native.dup3(oldfd, newfd, flags);
+
+	if (r < 0) {
+		r = -errno;
+	} else {
+		/* newfd now names oldfd's file: whatever it named is gone. */
+		struct ops_sock *old = ops_fd_remove(newfd);
+
+		if (s && ops_fd_install(newfd, s) < 0) {
+			native.close(newfd);
+			r = -EMFILE;
+		}
+		if (old)
+			ops_sock_put(old);
+	}
+	if (s)
+		ops_sock_put(s);
+	return r;
+}
+
+/* --- fcntl and ioctl --------------------------------------------------------------- */
+
+static void set_nonblock(struct ops_sock *s, bool on)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->stack == OPS_STACK_BOTH)
+		s->both_nonblock = on;
+	else if (s->sd >= 0 && s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY)
+		(void)ENGINE(sdp_set_nonblock(s->sd, on));
+	pthread_mutex_unlock(&s->lock);
+}
+
+int ops_fcntl(int fd, int cmd, long arg)
+{
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		return ops_dup(fd, (int)arg, cmd == F_DUPFD_CLOEXEC);
+
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return OPS_PASS;
+	switch (cmd) {
+	case F_GETFL:
+		r = NATIVE_RET(native.fcntl(fd, F_GETFL));
+		if (r >= 0 && s->stack == OPS_STACK_BOTH)
+			r = (r & ~O_NONBLOCK) | (s->both_nonblock ? O_NONBLOCK : 0);
+		break;
+	case F_SETFL:
+		/* A "both" listener's kernel socket stays non-blocking. */
+		r = NATIVE_RET(native.fcntl(fd, F_SETFL,
+					    s->stack == OPS_STACK_BOTH ? arg | O_NONBLOCK : arg));
+		if (r == 0)
+			set_nonblock(s, arg & O_NONBLOCK);
+		break;
+	default:
+		/* FD_CLOEXEC, F_SETOWN, F_SETSIG, leases...: the kernel socket
+		 * holds them.  (SIGIO is not raised for SDP data.) */
+		r = OPS_PASS;
+		break;
+	}
+	ops_sock_put(s);
+	return r;
+}
+
+int ops_ioctl(int fd, unsigned long req, void *arg)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r = OPS_PASS;
+
+	if (!s)
+		return OPS_PASS;
+	bool sdp = s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited;
+
+	switch (req) {
+	case FIONBIO:
+		r = NATIVE_RET(native.ioctl(fd, FIONBIO, arg));
+		if (r == 0 && arg) {
+			set_nonblock(s, *(int *)arg != 0);
+			if (s->stack == OPS_STACK_BOTH) {
+				int on = 1;
+
+				native.ioctl(fd, FIONBIO, &on);
+			}
+		}
+		break;
+	case FIONREAD:
+		if (sdp) {
+			r = ENGINE(sdp_nread(s->sd));
+			if (r >= 0) {
+				*(int *)arg = r;
+				r = 0;
+			}
+		}
+		break;
+	case SIOCOUTQ:
+		if (sdp) {
+			r = ENGINE(sdp_nwrite(s->sd));
+			if (r >= 0) {
+				*(int *)arg = r;
+				r = 0;
+			}
+		}
+		break;
+	case SIOCATMARK:
+		if (sdp) {
+			/* The engine takes the urgent byte out of the stream as
+			 * it arrives; the stream is never at a mark. */
+			*(int *)arg = 0;
+			r = 0;
+		}
+		break;
+	default:
+		break;
+	}
+	ops_sock_put(s);
+	return r;
+}
+
+/* --- socket options ---------------------------------------------------------------- */
+
+static void record_opt(struct ops_sock *s, int level, int name, const void *val, socklen_t len)
+{
+	if ((level != SOL_SOCKET && level != IPPROTO_TCP) || len > sizeof(s->opts[0].val) || !val)
+		return;
+	int i;
+
+	for (i = 0; i < s->nopts; i++)
+		if (s->opts[i].level == level && s->opts[i].name == name)
+			break;
+	if (i == OPS_MAX_OPTS)
+		return;
+	if (i == s->nopts)
+		s->nopts++;
+	s->opts[i].level = level;
+	s->opts[i].name = name;
+	s->opts[i].len = len;
+	memcpy(s->opts[i].val, val, len);
+}
+
+int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r = OPS_PASS;
+
+	if (!s)
+		return OPS_PASS;
+	if (level == SOL_SOCKET && name == SO_ERROR) {
+		ops_connect_advance(fd, s);
+		pthread_mutex_lock(&s->lock);
+		int e = s->conn_error;
+
+		s->conn_error = 0;
+		pthread_mutex_unlock(&s->lock);
+		if (e && val && len && *len >= sizeof(int)) {
+			*(int *)val = e;
+			*len = sizeof(int);
+			r = 0;
+		}
+	}
+	if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
+		r = ENGINE(sdp_getsockopt(s->sd, level, name, val, len));
+		if (r == -ENOPROTOOPT) {
+			/* Options SDP has no use for live on the kernel socket,
+			 * so they read back as set (IP_TOS, SO_PRIORITY...). */
+			r = NATIVE_RET(native.getsockopt(fd, level, name, val, len));
+			if (r == 0 && level == IPPROTO_TCP && name == TCP_INFO && val &&
+			    *len >= 1 && s->state == OPS_ST_ESTABLISHED)
+				((struct tcp_info *)val)->tcpi_state = TCP_ESTABLISHED;
+		}
+	}
+	ops_sock_put(s);
+	return r;
+}
+
+int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return OPS_PASS;
+	pthread_mutex_lock(&s->lock);
+	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
+		r = ENGINE(sdp_setsockopt(s->sd, level, name, val, len));
+		/* The kernel socket keeps a copy: options SDP does not know
+		 * then behave as on Linux (set, read back), and the others
+		 * are harmless on an unconnected socket. */
+		int nr = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
+
+		if (r == -ENOPROTOOPT)
+			r = nr;
+		if (s->conn == OPS_CONN_SDP)
+			record_opt(s, level, name, val, len);	/* for a fallback's sake */
+	} else {
+		r = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
+		if (r == 0 && s->stack == OPS_STACK_UNDECIDED)
+			record_opt(s, level, name, val, len);
+		if (r == 0 && s->stack == OPS_STACK_BOTH && s->sd >= 0)
+			(void)ENGINE(sdp_setsockopt(s->sd, level, name, val, len));
+	}
+	pthread_mutex_unlock(&s->lock);
+	ops_sock_put(s);
+	return r;
+}
+
+/* --- names and shutdown ------------------------------------------------------------ */
+
+int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r = OPS_PASS;
+
+	if (!s)
+		return OPS_PASS;
+	/* A listener's name is the kernel socket's (both stacks share the
+	 * port); a connection's is its own stack's. */
+	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_LISTEN &&
+	    s->state != OPS_ST_NEW)
+		r = ENGINE(sdp_getsockname(s->sd, addr, len));
+	ops_sock_put(s);
+	return r;
+}
+
+int ops_getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r = OPS_PASS;
+
+	if (!s)
+		return OPS_PASS;
+	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
+		ops_connect_advance(fd, s);
+	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_NEW)
+		r = ENGINE(sdp_getpeername(s->sd, addr, len));
+	ops_sock_put(s);
+	return r;
+}
+
+int ops_shutdown(int fd, int how)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r = OPS_PASS;
+
+	if (!s)
+		return OPS_PASS;
+	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
+		ops_connect_advance(fd, s);
+	if (s->inherited && s->stack == OPS_STACK_SDP) {
+		r = -ENOTCONN;
+	} else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && s->state != OPS_ST_NEW) {
+		r = ENGINE(sdp_shutdown(s->sd, how));
+	} else if (s->stack == OPS_STACK_BOTH) {
+		r = NATIVE_RET(native.shutdown(fd, how));
+		if (s->sd >= 0)
+			(void)ENGINE(sdp_shutdown(s->sd, how));
+	}
+	ops_sock_put(s);
+	return r;
+}

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * fd -> socket, read on every wrapped call without a lock.
+ *
+ * The table is dense, two levels (chunks are allocated once and never
+ * freed), and holds atomic pointers.  A reader loads the pointer, takes a
+ * reference only if the count is not zero, then checks that the slot
+ * still holds the same socket.  That is safe because socket memory is
+ * type-stable: a socket whose count reached zero goes to a free list and
+ * is only ever reused as a socket, never returned to malloc, so a reader
+ * that lost a race touches a valid count and retries.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sdp.h"
+#include "ops.h"
+#include "sock.h"
+
+#define CHUNK 1024
+#define CHUNKS 1024		/* fds up to 1M */
+
+static _Atomic(struct ops_sock *) *chunks[CHUNKS];
+static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;	/* writers, free list */
+static struct ops_sock *free_socks;
+
+static _Atomic(struct ops_sock *) *slot_of(int fd, bool create)
+{
+	if (fd < 0 || fd >= CHUNK * CHUNKS)
+		return NULL;
+	_Atomic(struct ops_sock *) *c = __atomic_load_n(&chunks[fd / CHUNK], __ATOMIC_ACQUIRE);
+
+	if (!c && create) {
+		c = calloc(CHUNK, sizeof(*c));
+		if (!c)
+			return NULL;
+		__atomic_store_n(&chunks[fd / CHUNK], c, __ATOMIC_RELEASE);
+	}
+	return c ? &c[fd % CHUNK] : NULL;
+}
+
+struct ops_sock *ops_fd_get(int fd)
+{
+	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+
+	if (!slot)
+		return NULL;
+	for (;;) {
+		struct ops_sock *s = atomic_load(slot);
+
+		if (!s)
+			return NULL;
+		int r = atomic_load(&s->ref);
+
+		do {
+			if (r == 0)
+				break;
+		} while (!atomic_compare_exchange_weak(&s->ref, &r, r + 1));
+		if (r == 0)
+			continue;	/* being freed: the slot changes soon */
+		if (atomic_load(slot) == s)
+			return s;
+		ops_sock_put(s);
+	}
+}
+
+bool ops_fd_is_ours(int fd)
+{
+	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+
+	return slot && atomic_load_explicit(slot, memory_order_relaxed);
+}
+
+int ops_fd_install(int fd, struct ops_sock *s)
+{
+	struct ops_sock *stale = NULL;
+	int ret = 0;
+
+	pthread_mutex_lock(&fd_lock);
+	_Atomic(struct ops_sock *) *slot = slot_of(fd, true);
+
+	if (!slot) {
+		ret = fd < 0 ? -EBADF : -EMFILE;
+	} else {
+		ops_sock_get(s);
+		stale = atomic_exchange(slot, s);
+	}
+	pthread_mutex_unlock(&fd_lock);
+	/* The kernel gave us fd, so whatever the slot held was closed
+	 * behind our back (a raw close system call, close_range). */
+	if (stale)
+		ops_sock_put(stale);
+	return ret;
+}
+
+struct ops_sock *ops_fd_remove(int fd)
+{
+	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+
+	if (!slot)
+		return NULL;
+	return atomic_exchange(slot, NULL);
+}
+
+struct ops_sock *ops_sock_new(int domain)
+{
+	struct ops_sock *s;
+
+	pthread_mutex_lock(&fd_lock);
+	s = free_socks;
+	if (s)
+		free_socks = s->next_free;
+	pthread_mutex_unlock(&fd_lock);
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		atomic_init(&s->ref, 0);
+	} else {
+		/* Everything but the count (still 0): a late reader may be
+		 * looking at it. */
+		_Static_assert(offsetof(struct ops_sock, ref) == 0, "ref first");
+		memset((char *)s + sizeof(s->ref), 0, sizeof(*s) - sizeof(s->ref));
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	s->domain = domain;
+	s->sd = -1;
+	atomic_store(&s->ref, 1);
+	return s;
+}
+
+void ops_sock_get(struct ops_sock *s)
+{
+	atomic_fetch_add(&s->ref, 1);
+}
+
+void ops_sock_put(struct ops_sock *s)
+{
+	if (atomic_fetch_sub(&s->ref, 1) != 1)
+		return;
+	/* No fd names it and no call is in flight. */
+	ops_epoll_forget(s);
+	if (s->sd >= 0) {
+		int sd = s->sd;
+
+		s->sd = -1;
+		(void)ENGINE(sdp_close(sd));
+	}
+	ops_stats_sock_free(s->row);
+	s->row = NULL;
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_lock(&fd_lock);
+	s->next_free = free_socks;
+	free_socks = s;
+	pthread_mutex_unlock(&fd_lock);
+}
+
+void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s))
+{
+	for (int c = 0; c < CHUNKS; c++) {
+		_Atomic(struct ops_sock *) *chunk = __atomic_load_n(&chunks[c], __ATOMIC_ACQUIRE);
+
+		if (!chunk)
+			continue;
+		for (int i = 0; i < CHUNK; i++) {
+			struct ops_sock *s = atomic_load(&chunk[i]);
+
+			if (s)
+				fn(c * CHUNK + i, s);
+		}
+	}
+}
+
+void ops_fd_atfork_child(void)
+{
+	pthread_mutex_init(&fd_lock, NULL);
+}

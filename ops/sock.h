@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Internals of the switch: the state of one application socket and the
+ * fd table that names it.
+ *
+ * Locking: ops_sock.lock protects the decision (stack, sd, connect
+ * state) and is held across the short engine calls that change it, never
+ * across a wait.  The epoll registry (epoll.c) has one lock, which may be
+ * taken under an ops_sock lock, never the reverse.  The fd table is read
+ * without locks (fdtable.c).
+ */
+#ifndef SDP_OPS_SOCK_H
+#define SDP_OPS_SOCK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "conf.h"
+#include "internal.h"
+#include "native.h"
+#include "stats.h"
+
+/* Where an SDP connect with a TCP fallback stands. */
+enum ops_connect {
+	OPS_CONN_NONE = 0,
+	OPS_CONN_SDP,		/* SDP connect in flight; TCP if it fails */
+	OPS_CONN_SDP_ONLY,	/* SDP connect in flight; no fallback */
+	OPS_CONN_DONE,		/* settled on one stack */
+};
+
+/* A socket option set before the stack was known, replayed on the SDP
+ * socket when there is one. */
+struct ops_opt {
+	int level, name;
+	socklen_t len;
+	uint8_t val[16];
+};
+#define OPS_MAX_OPTS 16
+
+struct ops_epi;
+
+struct ops_sock {
+	atomic_int ref;		/* one per fd naming it, one per call in flight */
+	pthread_mutex_t lock;
+	struct ops_sock *next_free;
+
+	int domain;		/* AF_INET or AF_INET6 (also for the SDP families) */
+	bool direct;		/* made as AF_INET_SDP: SDP only */
+	enum ops_stack stack;
+	enum ops_sock_state state;
+	enum ops_fallback fallback;
+	int sd;			/* the engine socket (connection or listener), or -1 */
+	bool inherited;		/* from before a fork(): the parent's connection */
+
+	/* A "both" listener keeps its native socket non-blocking and
+	 * emulates the application's O_NONBLOCK. */
+	bool both_nonblock;
+	unsigned accept_turn;	/* alternates which stack accept() tries first */
+
+	/* Connect with fallback. */
+	enum ops_connect conn;
+	uint64_t conn_deadline_ns;
+	struct sockaddr_storage conn_addr;
+	socklen_t conn_addrlen;
+	int conn_error;		/* positive errno to report once via SO_ERROR */
+
+	struct ops_opt opts[OPS_MAX_OPTS];
+	int nopts;
+
+	struct ops_epi *epis;	/* epoll memberships (epoll registry lock) */
+	struct ops_stats_sock *row;
+};
+
+/* --- fdtable.c ------------------------------------------------------------------ */
+
+/* The socket fd names, with a reference; NULL if not ours. */
+struct ops_sock *ops_fd_get(int fd);
+/* Make fd name s (takes a new reference).  The kernel just gave out fd,
+ * so a socket still in the slot is stale and is released.  -EMFILE if fd
+ * is beyond the table. */
+int ops_fd_install(int fd, struct ops_sock *s);
+/* Empty fd's slot; returns its reference or NULL. */
+struct ops_sock *ops_fd_remove(int fd);
+struct ops_sock *ops_sock_new(int domain);
+void ops_sock_get(struct ops_sock *s);
+/* Drop a reference; the last one tears the socket down (engine close,
+ * epoll memberships, statistics row). */
+void ops_sock_put(struct ops_sock *s);
+/* In a fork child, before anything else: the table's lock. */
+void ops_fd_atfork_child(void);
+/* Call fn on every socket in the table (fork handling); no references. */
+void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s));
+
+/* --- switch.c ------------------------------------------------------------------- */
+
+extern struct conf_policy *ops_policy;
+extern const char *ops_program;
+
+/* Start the engine once; 0 or a negative errno (no transport). */
+int ops_engine_up(void);
+/* Drive a connect with fallback one step without waiting: may finish
+ * it on SDP, or give up on SDP and start the native connect.  fd is
+ * the application's fd (for the native connect).  Caller holds no lock. */
+void ops_connect_advance(int fd, struct ops_sock *s);
+/* Deadline of a connect in flight that ops_connect_advance() must see
+ * (ns, CLOCK_MONOTONIC), or 0. */
+uint64_t ops_connect_deadline(struct ops_sock *s);
+/* Set a socket's stack, fallback reason and statistics together. */
+void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why);
+void ops_set_state(struct ops_sock *s, enum ops_sock_state st);
+uint64_t ops_now_ns(void);
+
+/* --- epoll.c -------------------------------------------------------------------- */
+
+/* s moved between stacks: move its epoll memberships along. */
+void ops_epoll_restack(struct ops_sock *s);
+/* s is being torn down: drop its memberships. */
+void ops_epoll_forget(struct ops_sock *s);
+/* An epoll fd is being closed. */
+void ops_epoll_closing(int epfd);
+void ops_epoll_atfork_child(void);
+
+/* Call into the engine with the wrappers switched off for this thread. */
+#define ENGINE(call)                              \
+	({                                        \
+		sdp_internal_enter();             \
+		__typeof__(call) engine_ret_ = (call); \
+		sdp_internal_leave();             \
+		engine_ret_;                      \
+	})
+
+/* The same for an engine call that returns nothing. */
+#define ENGINE_VOID(call)            \
+	do {                         \
+		sdp_internal_enter(); \
+		call;                \
+		sdp_internal_leave(); \
+	} while (0)
+
+/* A libc call's result as 0/value or a negative errno. */
+#define NATIVE_RET(call)                               \
+	({                                             \
+		__typeof__(call) native_ret_ = (call); \
+		native_ret_ < 0 ? -(__typeof__(call))errno : native_ret_; \
+	})
+
+#endif

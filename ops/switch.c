@@ -1,0 +1,915 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The Offload Protocol Switch: start-up, the policy, and the life of a
+ * socket up to the moment it is settled on one stack (socket, bind,
+ * listen, accept, connect with fallback).
+ *
+ * socket() makes a native kernel socket and, for a candidate, a record in
+ * the fd table; the stack is chosen at listen() (server rules, against
+ * the bound address) or connect() (client rules, against the peer).  An
+ * SDP socket keeps its kernel socket as a placeholder for the fd number.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "ops.h"
+#include "sdp.h"
+#include "sock.h"
+#include "tunables.h"
+
+#define LOGSYS "switch"
+
+struct conf_policy *ops_policy;
+const char *ops_program = "";
+
+/* --- start-up ---------------------------------------------------------------- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static bool policy_may_sdp;	/* any rule of this program could give SDP */
+
+static void apply_log_settings(struct conf_policy *p)
+{
+	const char *path = NULL;
+	char num[16];
+	int level = conf_log_min_level(p);
+
+	if (level > 0) {
+		snprintf(num, sizeof(num), "%d", level);
+		(void)tun_set("log_level", num);
+	}
+	switch (conf_log_destination(p, &path)) {
+	case CONF_LOG_DEST_FILE:
+		(void)tun_set("log_file", path);
+		break;
+	case CONF_LOG_DEST_SYSLOG:
+		(void)tun_set("log_file", "syslog");
+		break;
+	default:
+		break;
+	}
+}
+
+static void init_once_fn(void)
+{
+	char err[512];
+	const char *path = getenv("LIBSDP_CONFIG_FILE");
+	bool named = path && *path;
+	int r;
+
+	if (!named)
+		path = SYSCONFDIR "/sdp.conf";
+	if (program_invocation_short_name)
+		ops_program = program_invocation_short_name;
+	r = conf_load_file(path, &ops_policy, err, sizeof(err));
+	apply_log_settings(ops_policy);
+	(void)conf_apply_tunables(ops_policy);
+	sdp_log_init();
+	if (r < 0 && (named || r != -ENOENT))
+		sdp_err(LOGSYS, "%s; every socket of %s stays on TCP", err, ops_program);
+	policy_may_sdp = conf_may_use_sdp(ops_policy, CONF_ROLE_SERVER, ops_program) ||
+			 conf_may_use_sdp(ops_policy, CONF_ROLE_CLIENT, ops_program);
+	ops_stats_set_program(ops_program);
+	sdp_dbg(LOGSYS, "policy %s loaded for %s: SDP %s", path, ops_program,
+		policy_may_sdp ? "possible" : "never used");
+}
+
+void ops_init(void)
+{
+	if (!native.socket)
+		native_resolve();
+	sdp_internal_enter();	/* the policy loader's own calls go to libc */
+	pthread_once(&init_once, init_once_fn);
+	sdp_internal_leave();
+}
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static int engine_status;
+
+static void engine_once_fn(void)
+{
+	int r = ENGINE(sdp_init());
+
+	engine_status = r < 0 ? r : r == 0 ? -ENODEV : 0;
+	if (engine_status)
+		sdp_conn_log(LOGSYS, "no SDP transport is available (transports \"%s\"): %s",
+			     tun_str(TUN_transports), strerror(-engine_status));
+}
+
+int ops_engine_up(void)
+{
+	pthread_once(&engine_once, engine_once_fn);
+	return engine_status;
+}
+
+uint64_t ops_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --- helpers ------------------------------------------------------------------- */
+
+static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)sa;
+
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		port = ntohs(in->sin_port);
+		snprintf(buf, len, "%s:%u", host, port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)sa;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		port = ntohs(in6->sin6_port);
+		snprintf(buf, len, "[%s]:%u", host, port);
+	} else {
+		snprintf(buf, len, "(family %d)", sa->sa_family);
+	}
+	return buf;
+}
+
+void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why)
+{
+	s->stack = st;
+	s->fallback = why;
+	ops_stats_sock_set_stack(s->row, st, why);
+	if (why != OPS_FB_NONE)
+		ops_stats_fallback(why);
+}
+
+void ops_set_state(struct ops_sock *s, enum ops_sock_state st)
+{
+	s->state = st;
+	ops_stats_sock_set_state(s->row, st);
+}
+
+/* Addresses and transport into the statistics row. */
+static void publish_conn(int fd, struct ops_sock *s)
+{
+	struct sockaddr_storage l, p;
+	socklen_t ll = sizeof(l), pl = sizeof(p);
+
+	if (!s->row)
+		return;
+	if (s->sd >= 0) {
+		if (ENGINE(sdp_getsockname(s->sd, (void *)&l, &ll)) < 0)
+			ll = 0;
+		if (ENGINE(sdp_getpeername(s->sd, (void *)&p, &pl)) < 0)
+			pl = 0;
+		ops_stats_sock_set_transport(s->row, ENGINE(sdp_transport_name(s->sd)), "bcopy");
+	} else {
+		if (native.getsockname(fd, (void *)&l, &ll) < 0)
+			ll = 0;
+		if (native.getpeername(fd, (void *)&p, &pl) < 0)
+			pl = 0;
+		ops_stats_sock_set_transport(s->row, NULL, NULL);
+	}
+	ops_stats_sock_set_addrs(s->row, ll ? (void *)&l : NULL, ll, pl ? (void *)&p : NULL, pl);
+}
+
+static bool app_nonblock(int fd, struct ops_sock *s)
+{
+	if (s->stack == OPS_STACK_BOTH)
+		return s->both_nonblock;
+	int fl = native.fcntl(fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* Options the application set before there was an SDP socket. */
+static void replay_opts(struct ops_sock *s)
+{
+	for (int i = 0; i < s->nopts; i++) {
+		struct ops_opt *o = &s->opts[i];
+
+		(void)ENGINE(sdp_setsockopt(s->sd, o->level, o->name, o->val, o->len));
+	}
+}
+
+/* An SDP socket of s's family, non-blocking (the switch waits itself). */
+static int new_engine_socket(struct ops_sock *s)
+{
+	int sd = ENGINE(sdp_socket(s->domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+
+	if (sd < 0)
+		return sd;
+	s->sd = sd;
+	replay_opts(s);
+	return 0;
+}
+
+static void drop_engine_socket(struct ops_sock *s)
+{
+	if (s->sd >= 0) {
+		int sd = s->sd;
+
+		s->sd = -1;
+		(void)ENGINE(sdp_close(sd));
+	}
+}
+
+/* --- socket ---------------------------------------------------------------------- */
+
+static int sdp_family_of(int domain)
+{
+	long v4 = tun_int(TUN_af_inet_sdp), v6 = tun_int(TUN_af_inet6_sdp);
+
+	if (v4 && domain == v4)
+		return AF_INET;
+	if (v6 && domain == v6)
+		return AF_INET6;
+	return 0;
+}
+
+int ops_socket(int domain, int type, int protocol)
+{
+	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	int sdp_family = sdp_family_of(domain);
+	bool direct = sdp_family != 0;
+	bool candidate = (domain == AF_INET || domain == AF_INET6) && base == SOCK_STREAM &&
+			 (protocol == 0 || protocol == IPPROTO_TCP);
+
+	if (!direct && (!candidate || !policy_may_sdp))
+		return NATIVE_RET(native.socket(domain, type, protocol));
+	if (direct) {
+		if (base != SOCK_STREAM)
+			return -ESOCKTNOSUPPORT;
+		if (protocol != 0 && protocol != IPPROTO_TCP)
+			return -EPROTONOSUPPORT;
+		if (ops_engine_up() < 0)
+			return -EAFNOSUPPORT;	/* as without the SDP module */
+		domain = sdp_family;
+		protocol = 0;
+	}
+
+	int fd = native.socket(domain, type, protocol);
+
+	if (fd < 0)
+		return -errno;
+	struct ops_sock *s = ops_sock_new(domain);
+	int r = -ENOMEM;
+
+	if (!s)
+		goto close_fd;
+	s->direct = direct;
+	s->row = ops_stats_sock_alloc(fd);
+	ops_set_stack(s, OPS_STACK_UNDECIDED, OPS_FB_NONE);
+	ops_set_state(s, OPS_ST_NEW);
+	if (direct) {
+		r = new_engine_socket(s);
+		if (r < 0)
+			goto put_sock;
+		ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	}
+	r = ops_fd_install(fd, s);
+	if (r < 0)
+		goto put_sock;
+	ops_sock_put(s);	/* the table's reference remains */
+	ops_stats_count(direct ? OPS_C_SOCKETS_DIRECT : OPS_C_SOCKETS, 1);
+	return fd;
+
+put_sock:
+	ops_sock_put(s);
+close_fd:
+	native.close(fd);
+	return r;
+}
+
+/* --- bind ------------------------------------------------------------------------ */
+
+int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return NATIVE_RET(native.bind(fd, addr, len));
+	/* The kernel socket is bound in every case: it reserves the port
+	 * (a "both" listener needs it, port 0 picks it) and gives Linux's
+	 * errors for the address. */
+	r = NATIVE_RET(native.bind(fd, addr, len));
+	pthread_mutex_lock(&s->lock);
+	if (r == 0 && s->sd >= 0 && s->state == OPS_ST_NEW) {
+		struct sockaddr_storage l;
+		socklen_t ll = sizeof(l);
+
+		if (native.getsockname(fd, (void *)&l, &ll) == 0)
+			r = ENGINE(sdp_bind(s->sd, (void *)&l, ll));
+	}
+	pthread_mutex_unlock(&s->lock);
+	ops_sock_put(s);
+	return r;
+}
+
+/* --- listen ---------------------------------------------------------------------- */
+
+/* listen() binds an unbound socket to a free port; do it now so that
+ * the rules see the port and both stacks get the same one. */
+static int bound_addr(int fd, struct ops_sock *s, struct sockaddr_storage *l, socklen_t *ll)
+{
+	*ll = sizeof(*l);
+	if (native.getsockname(fd, (void *)l, ll) < 0)
+		return -errno;
+	in_port_t port = l->ss_family == AF_INET6 ? ((struct sockaddr_in6 *)l)->sin6_port
+						  : ((struct sockaddr_in *)l)->sin_port;
+
+	if (port)
+		return 0;
+	struct sockaddr_storage any;
+
+	memset(&any, 0, sizeof(any));
+	any.ss_family = (sa_family_t)s->domain;
+	if (native.bind(fd, (void *)&any, s->domain == AF_INET6 ? sizeof(struct sockaddr_in6)
+								 : sizeof(struct sockaddr_in)) < 0)
+		return -errno;
+	*ll = sizeof(*l);
+	return native.getsockname(fd, (void *)l, ll) < 0 ? -errno : 0;
+}
+
+static int sdp_listen_on(struct ops_sock *s, const struct sockaddr_storage *l, socklen_t ll,
+			 int backlog)
+{
+	int r;
+
+	if (s->sd < 0) {
+		r = new_engine_socket(s);
+		if (r < 0)
+			return r;
+	}
+	r = ENGINE(sdp_bind(s->sd, (const void *)l, ll));
+	if (r == 0 || r == -EINVAL)	/* -EINVAL: bound already (direct) */
+		r = ENGINE(sdp_listen(s->sd, backlog));
+	return r;
+}
+
+int ops_listen(int fd, int backlog)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	struct sockaddr_storage l;
+	socklen_t ll;
+	char buf[80];
+	int r;
+
+	if (!s)
+		return NATIVE_RET(native.listen(fd, backlog));
+	pthread_mutex_lock(&s->lock);
+	if (s->state != OPS_ST_NEW && s->state != OPS_ST_LISTEN) {
+		/* Connected or connecting: Linux says EINVAL. */
+		r = -EINVAL;
+		goto out;
+	}
+	if (s->state == OPS_ST_LISTEN) {
+		/* listen() again only changes the backlog. */
+		r = 0;
+		if (s->stack != OPS_STACK_SDP)
+			r = NATIVE_RET(native.listen(fd, backlog));
+		if (r == 0 && s->sd >= 0)
+			r = ENGINE(sdp_listen(s->sd, backlog));
+		goto out;
+	}
+	r = bound_addr(fd, s, &l, &ll);
+	if (r < 0)
+		goto out;
+	enum conf_use use = s->direct ? CONF_USE_SDP
+				      : conf_match(ops_policy, CONF_ROLE_SERVER, ops_program,
+						   (void *)&l, ll);
+
+	if (use == CONF_USE_TCP) {
+		r = NATIVE_RET(native.listen(fd, backlog));
+		if (r == 0) {
+			ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
+			ops_stats_count(OPS_C_LISTEN_TCP, 1);
+		}
+	} else if (use == CONF_USE_SDP) {
+		r = ops_engine_up();
+		if (r < 0) {
+			sdp_err(LOGSYS, "listen on %s: policy says SDP only, but no SDP transport is available",
+				addr_str((void *)&l, buf, sizeof(buf)));
+			r = -EOPNOTSUPP;
+			goto out;
+		}
+		r = sdp_listen_on(s, &l, ll, backlog);
+		if (r < 0) {
+			drop_engine_socket(s);
+			goto out;
+		}
+		/* The engine listener follows the application's O_NONBLOCK. */
+		(void)ENGINE(sdp_set_nonblock(s->sd, app_nonblock(fd, s)));
+		ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+		ops_stats_count(OPS_C_LISTEN_SDP, 1);
+		sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP", fd,
+			     addr_str((void *)&l, buf, sizeof(buf)));
+	} else {
+		r = NATIVE_RET(native.listen(fd, backlog));
+		if (r < 0)
+			goto out;
+		enum ops_fallback why = OPS_FB_NONE;
+		int e = ops_engine_up();
+
+		if (e < 0) {
+			why = OPS_FB_NO_TRANSPORT;
+		} else if ((e = sdp_listen_on(s, &l, ll, backlog)) < 0) {
+			why = OPS_FB_TRANSPORT_ERROR;
+			drop_engine_socket(s);
+			sdp_warn(LOGSYS, "fd %d: SDP listener on %s failed (%s): TCP only", fd,
+				 addr_str((void *)&l, buf, sizeof(buf)), strerror(-e));
+		}
+		if (why != OPS_FB_NONE) {
+			ops_set_stack(s, OPS_STACK_TCP, why);
+			ops_stats_count(OPS_C_LISTEN_TCP, 1);
+		} else {
+			/* Both queues are tried without blocking; the
+			 * application's O_NONBLOCK is emulated. */
+			int fl = native.fcntl(fd, F_GETFL);
+
+			s->both_nonblock = fl >= 0 && (fl & O_NONBLOCK);
+			if (fl >= 0 && !(fl & O_NONBLOCK))
+				native.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+			ops_set_stack(s, OPS_STACK_BOTH, OPS_FB_NONE);
+			ops_stats_count(OPS_C_LISTEN_BOTH, 1);
+			sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP and TCP", fd,
+				     addr_str((void *)&l, buf, sizeof(buf)));
+		}
+	}
+	if (r == 0) {
+		ops_set_state(s, OPS_ST_LISTEN);
+		ops_epoll_restack(s);
+		publish_conn(fd, s);
+	}
+out:
+	pthread_mutex_unlock(&s->lock);
+	ops_sock_put(s);
+	return r;
+}
+
+/* --- accept ---------------------------------------------------------------------- */
+
+/* A record for a socket accepted on the kernel's TCP. */
+static void track_native_accept(int nfd, int domain)
+{
+	struct ops_sock *n = ops_sock_new(domain);
+
+	if (!n)
+		return;		/* untracked: it is native anyway */
+	n->row = ops_stats_sock_alloc(nfd);
+	ops_set_stack(n, OPS_STACK_TCP, OPS_FB_NONE);
+	ops_set_state(n, OPS_ST_ESTABLISHED);
+	publish_conn(nfd, n);
+	(void)ops_fd_install(nfd, n);
+	ops_sock_put(n);
+	ops_stats_count(OPS_C_ACCEPT_TCP, 1);
+	sdp_conn_log(LOGSYS, "fd %d: accepted a TCP connection", nfd);
+}
+
+/* Wrap an accepted SDP connection in a placeholder fd. */
+static int wrap_sdp_accept(int nsd, int domain, int flags)
+{
+	int nfd = native.socket(domain, SOCK_STREAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
+	int r;
+
+	if (nfd < 0) {
+		r = -errno;
+		(void)ENGINE(sdp_close(nsd));
+		return r;
+	}
+	struct ops_sock *n = ops_sock_new(domain);
+
+	if (!n) {
+		native.close(nfd);
+		(void)ENGINE(sdp_close(nsd));
+		return -ENOMEM;
+	}
+	n->sd = nsd;
+	n->row = ops_stats_sock_alloc(nfd);
+	ops_set_stack(n, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_state(n, OPS_ST_ESTABLISHED);
+	publish_conn(nfd, n);
+	r = ops_fd_install(nfd, n);
+	ops_sock_put(n);	/* on failure this closes nsd */
+	if (r < 0) {
+		native.close(nfd);
+		return r;
+	}
+	ops_stats_count(OPS_C_ACCEPT_SDP, 1);
+	sdp_conn_log(LOGSYS, "fd %d: accepted an SDP connection (%s)", nfd,
+		     ENGINE(sdp_transport_name(nsd)) ?: "?");
+	return nfd;
+}
+
+static int accept_sdp(int sd, int domain, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int nsd = ENGINE(sdp_accept(sd, addr, len, (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC));
+
+	if (nsd < 0)
+		return nsd;
+	return wrap_sdp_accept(nsd, domain, flags);
+}
+
+static int accept_native(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int nfd = native.accept4(fd, addr, len, flags);
+
+	return nfd < 0 ? -errno : nfd;
+}
+
+static uint64_t rcvtimeo_deadline(int fd)
+{
+	struct timeval tv;
+	socklen_t l = sizeof(tv);
+
+	if (native.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 ||
+	    (!tv.tv_sec && !tv.tv_usec))
+		return 0;
+	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+}
+
+/* A "both" listener: both queues, fairly, without blocking on either. */
+static int accept_both(int fd, struct ops_sock *s, struct sockaddr *addr, socklen_t *len,
+		       int flags)
+{
+	uint64_t deadline = 0;
+
+	for (;;) {
+		unsigned turn = __atomic_fetch_add(&s->accept_turn, 1, __ATOMIC_RELAXED);
+
+		for (int i = 0; i < 2; i++) {
+			int r = ((turn + (unsigned)i) & 1)
+					? accept_sdp(s->sd, s->domain, addr, len, flags)
+					: accept_native(fd, addr, len, flags);
+
+			if (r >= 0 && !((turn + (unsigned)i) & 1))
+				track_native_accept(r, s->domain);
+			if (r != -EAGAIN)
+				return r;
+		}
+		if (s->both_nonblock)
+			return -EAGAIN;
+		if (!deadline)
+			deadline = rcvtimeo_deadline(fd);
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = s->sd, .events = POLLIN } };
+		struct timespec ts, *tsp = NULL;
+
+		if (deadline) {
+			uint64_t now = ops_now_ns();
+
+			if (now >= deadline)
+				return -EAGAIN;
+			ts.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+			ts.tv_nsec = (long)((deadline - now) % 1000000000ull);
+			tsp = &ts;
+		}
+		int r = ENGINE(sdp_ppoll(p, 2, tsp, NULL));
+
+		if (r < 0)
+			return r;
+	}
+}
+
+int ops_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return NATIVE_RET(native.accept4(fd, addr, len, flags));
+	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) {
+		r = -EINVAL;
+	} else if (s->inherited) {
+		r = accept_native(fd, addr, len, flags);
+	} else if (s->stack == OPS_STACK_BOTH) {
+		r = accept_both(fd, s, addr, len, flags);
+	} else if (s->stack == OPS_STACK_SDP) {
+		r = s->state == OPS_ST_LISTEN ? accept_sdp(s->sd, s->domain, addr, len, flags)
+					      : -EINVAL;
+	} else {
+		r = accept_native(fd, addr, len, flags);
+		if (r >= 0)
+			track_native_accept(r, s->domain);
+	}
+	ops_sock_put(s);
+	return r;
+}
+
+/* --- connect --------------------------------------------------------------------- */
+
+static enum ops_fallback fallback_reason(int err)
+{
+	switch (err) {
+	case ECONNREFUSED:
+		return OPS_FB_REFUSED;
+	case ETIMEDOUT:
+		return OPS_FB_TIMEOUT;
+	case ENETUNREACH:
+	case EHOSTUNREACH:
+	case EADDRNOTAVAIL:
+	case ENODEV:
+		return OPS_FB_NO_ROUTE;
+	case ECONNRESET:
+	case ECONNABORTED:
+	case EPROTO:
+		return OPS_FB_REJECTED;
+	default:
+		return OPS_FB_TRANSPORT_ERROR;
+	}
+}
+
+/* SDP is given up: the connect goes to the kernel.  Caller holds s->lock,
+ * which is dropped around the native connect (s is settled on TCP by then).
+ * Returns the native connect's result (0 or -errno; -EINPROGRESS on a
+ * non-blocking socket). */
+static int fall_back(int fd, struct ops_sock *s, enum ops_fallback why)
+{
+	char buf[80];
+
+	drop_engine_socket(s);
+	s->conn = OPS_CONN_DONE;
+	ops_set_stack(s, OPS_STACK_TCP, why);
+	sdp_conn_log(LOGSYS, "fd %d: no SDP to %s (%s): connecting over TCP", fd,
+		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)), ops_fallback_name(why));
+	ops_epoll_restack(s);
+	/* A blocking connect can take minutes: not under the lock. */
+	pthread_mutex_unlock(&s->lock);
+	int r = NATIVE_RET(native.connect(fd, (void *)&s->conn_addr, s->conn_addrlen));
+
+	pthread_mutex_lock(&s->lock);
+
+	if (r == 0 || r == -EINPROGRESS) {
+		ops_set_state(s, r ? OPS_ST_CONNECTING : OPS_ST_ESTABLISHED);
+		ops_stats_count(OPS_C_CONNECT_TCP, 1);
+		if (!r)
+			publish_conn(fd, s);
+	} else {
+		ops_set_state(s, OPS_ST_CLOSED);
+	}
+	return r;
+}
+
+/* The SDP connect finished; caller holds s->lock. */
+static void sdp_connected(int fd, struct ops_sock *s)
+{
+	char buf[80];
+
+	s->conn = OPS_CONN_DONE;
+	ops_set_state(s, OPS_ST_ESTABLISHED);
+	(void)ENGINE(sdp_set_nonblock(s->sd, app_nonblock(fd, s)));
+	ops_stats_count(OPS_C_CONNECT_SDP, 1);
+	publish_conn(fd, s);
+	sdp_conn_log(LOGSYS, "fd %d: connected to %s over SDP (%s)", fd,
+		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)),
+		     ENGINE(sdp_transport_name(s->sd)) ?: "?");
+}
+
+/*
+ * One step of a connect in flight, without waiting.  Caller holds
+ * s->lock.  Returns 0 when it is settled (on SDP, failed, or handed to
+ * the kernel: *native_r then holds the native connect's result),
+ * -EINPROGRESS while SDP is still trying.
+ */
+static int advance_locked(int fd, struct ops_sock *s, int *native_r)
+{
+	*native_r = 1;
+	if (s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY)
+		return 0;
+	int ev = ENGINE(sdp_events(s->sd));
+
+	if (ev < 0)
+		ev = POLLERR;
+	if (ev & (POLLOUT | POLLERR | POLLHUP)) {
+		int err = 0;
+		socklen_t l = sizeof(err);
+
+		if (ENGINE(sdp_getsockopt(s->sd, SOL_SOCKET, SO_ERROR, &err, &l)) < 0)
+			err = EIO;
+		if (!err && !(ev & POLLOUT))
+			err = ECONNRESET;
+		if (!err) {
+			sdp_connected(fd, s);
+		} else if (s->conn == OPS_CONN_SDP) {
+			*native_r = fall_back(fd, s, fallback_reason(err));
+		} else {
+			s->conn = OPS_CONN_DONE;
+			s->conn_error = err;
+			ops_set_state(s, OPS_ST_CLOSED);
+			ops_stats_count(OPS_C_CONN_ERRORS, 1);
+		}
+		return 0;
+	}
+	if (s->conn == OPS_CONN_SDP && ops_now_ns() >= s->conn_deadline_ns) {
+		*native_r = fall_back(fd, s, OPS_FB_TIMEOUT);
+		return 0;
+	}
+	return -EINPROGRESS;
+}
+
+void ops_connect_advance(int fd, struct ops_sock *s)
+{
+	int nr;
+
+	pthread_mutex_lock(&s->lock);
+	(void)advance_locked(fd, s, &nr);
+	if (nr < 0 && nr != -EINPROGRESS)
+		s->conn_error = -nr;	/* the kernel refused at once: SO_ERROR says so */
+	pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t ops_connect_deadline(struct ops_sock *s)
+{
+	return s->conn == OPS_CONN_SDP ? s->conn_deadline_ns : 0;
+}
+
+static uint64_t sndtimeo_deadline(int fd, struct ops_sock *s)
+{
+	struct timeval tv;
+	socklen_t l = sizeof(tv);
+
+	if (s->sd >= 0 && ENGINE(sdp_getsockopt(s->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l)) == 0) {
+		/* set on the engine socket by replay_opts */
+	} else if (native.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) < 0) {
+		return 0;
+	}
+	if (!tv.tv_sec && !tv.tv_usec)
+		return 0;
+	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+}
+
+/* A blocking connect: wait for the SDP attempt to settle.  Called and
+ * returns with s->lock held; drops it while waiting. */
+static int wait_connect(int fd, struct ops_sock *s)
+{
+	uint64_t timeo = sndtimeo_deadline(fd, s);
+
+	for (;;) {
+		int nr, r = advance_locked(fd, s, &nr);
+
+		if (r == 0) {
+			if (nr != 1)
+				return nr;	/* fell back: the kernel's answer */
+			if (s->conn_error) {
+				int e = s->conn_error;
+
+				s->conn_error = 0;
+				return -e;
+			}
+			return 0;
+		}
+		uint64_t deadline = ops_connect_deadline(s);
+
+		if (timeo && (!deadline || timeo < deadline))
+			deadline = timeo;
+		struct pollfd p = { .fd = s->sd, .events = POLLOUT };
+		struct timespec ts, *tsp = NULL;
+
+		if (deadline) {
+			uint64_t now = ops_now_ns();
+
+			if (now >= deadline && deadline == timeo)
+				return -EINPROGRESS;	/* SO_SNDTIMEO, as Linux */
+			uint64_t d = now >= deadline ? 0 : deadline - now;
+
+			ts.tv_sec = (time_t)(d / 1000000000ull);
+			ts.tv_nsec = (long)(d % 1000000000ull);
+			tsp = &ts;
+		}
+		pthread_mutex_unlock(&s->lock);
+		r = ENGINE(sdp_ppoll(&p, 1, tsp, NULL));
+		pthread_mutex_lock(&s->lock);
+		if (r == -EINTR)
+			return -EINTR;	/* the connect goes on, as in Linux */
+	}
+}
+
+static bool ip_family(const struct sockaddr *addr, socklen_t len)
+{
+	return addr && len >= sizeof(sa_family_t) &&
+	       (addr->sa_family == AF_INET || addr->sa_family == AF_INET6);
+}
+
+int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return NATIVE_RET(native.connect(fd, addr, len));
+	pthread_mutex_lock(&s->lock);
+	if (s->inherited) {
+		r = -ENOTCONN;
+		goto out;
+	}
+	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY) {
+		int nr;
+
+		r = advance_locked(fd, s, &nr);
+		if (r == -EINPROGRESS) {
+			r = -EALREADY;
+			goto out;
+		}
+		/* Settled: the stack it settled on answers, below. */
+	}
+	if (s->stack == OPS_STACK_TCP || s->stack == OPS_STACK_BOTH) {
+		pthread_mutex_unlock(&s->lock);
+		r = NATIVE_RET(native.connect(fd, addr, len));
+		pthread_mutex_lock(&s->lock);
+		if ((r == 0 || r == -EISCONN) && s->state == OPS_ST_CONNECTING) {
+			ops_set_state(s, OPS_ST_ESTABLISHED);
+			publish_conn(fd, s);
+		}
+		goto out;
+	}
+	if (s->stack == OPS_STACK_SDP && s->state != OPS_ST_NEW) {
+		if (s->conn_error) {
+			r = -s->conn_error;
+			s->conn_error = 0;
+		} else {
+			r = ENGINE(sdp_connect(s->sd, addr, len));
+		}
+		goto out;
+	}
+	if (s->state == OPS_ST_LISTEN) {
+		r = -EISCONN;	/* what Linux says for connect on a listener */
+		goto out;
+	}
+
+	/* The decision. */
+	enum conf_use use = CONF_USE_TCP;
+
+	if (s->direct)
+		use = CONF_USE_SDP;
+	else if (ip_family(addr, len))
+		use = conf_match(ops_policy, CONF_ROLE_CLIENT, ops_program, addr, len);
+	if (use == CONF_USE_TCP) {
+		ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
+		pthread_mutex_unlock(&s->lock);
+		r = NATIVE_RET(native.connect(fd, addr, len));
+		pthread_mutex_lock(&s->lock);
+		if (r == 0 || r == -EINPROGRESS) {
+			ops_set_state(s, r ? OPS_ST_CONNECTING : OPS_ST_ESTABLISHED);
+			ops_stats_count(OPS_C_CONNECT_TCP, 1);
+			if (!r)
+				publish_conn(fd, s);
+		}
+		goto out;
+	}
+	if (!ip_family(addr, len) || len > sizeof(s->conn_addr)) {
+		r = ENGINE(sdp_connect(s->sd, addr, len));	/* the engine's EINVAL/EAFNOSUPPORT */
+		goto out;
+	}
+	memcpy(&s->conn_addr, addr, len);
+	s->conn_addrlen = len;
+	bool both = use == CONF_USE_BOTH;
+
+	r = ops_engine_up();
+	if (r == 0 && s->sd < 0)
+		r = new_engine_socket(s);
+	if (r < 0) {
+		if (both) {
+			r = fall_back(fd, s, OPS_FB_NO_TRANSPORT);
+		} else {
+			sdp_err(LOGSYS, "fd %d: policy says SDP only, but SDP is not available: %s",
+				fd, strerror(-r));
+			r = -ENETUNREACH;
+		}
+		goto out;
+	}
+	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_state(s, OPS_ST_CONNECTING);
+	r = ENGINE(sdp_connect(s->sd, addr, len));
+	if (r == 0) {
+		sdp_connected(fd, s);
+		goto out;
+	}
+	if (r != -EINPROGRESS) {
+		if (both) {
+			r = fall_back(fd, s, fallback_reason(-r));
+		} else {
+			ops_set_state(s, OPS_ST_CLOSED);
+			ops_stats_count(OPS_C_CONN_ERRORS, 1);
+		}
+		goto out;
+	}
+	s->conn = both ? OPS_CONN_SDP : OPS_CONN_SDP_ONLY;
+	s->conn_deadline_ns = ops_now_ns() + (uint64_t)tun_int(TUN_fallback_timeout_ms) * 1000000ull;
+	ops_epoll_restack(s);
+	if (app_nonblock(fd, s)) {
+		r = -EINPROGRESS;
+		goto out;
+	}
+	r = wait_connect(fd, s);
+out:
+	pthread_mutex_unlock(&s->lock);
+	ops_sock_put(s);
+	return r;
+}

@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * libsdp.so: the libc socket calls, interposed.
+ *
+ * Each wrapper does three things and no more: hand the call straight to
+ * libc when it cannot concern the switch (libsdp's own code is running on
+ * this thread, or the fd is not one the switch made), otherwise call the
+ * switch (ops/), and turn its answer into libc's convention: a negative
+ * errno becomes -1 with errno set, OPS_PASS means "libc, as called".
+ *
+ * The fortified variants (__read_chk, __recv_chk, ...) that programs built
+ * with _FORTIFY_SOURCE call instead of read/recv/poll are wrapped too, and
+ * fcntl64, which programs built with 64-bit file offsets call.
+ */
+#undef _FORTIFY_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "native.h"
+#include "ops.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* sys/socket.h passes addresses as transparent unions under _GNU_SOURCE. */
+#if defined(__USE_GNU) && !defined(__cplusplus)
+#define SA(a) ((a).__sockaddr__)
+#else
+#define SA(a) (a)
+#endif
+
+extern void __chk_fail(void) __attribute__((noreturn));
+/* The fortified entry points (glibc declares them only for its inlines). */
+ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+		       __SOCKADDR_ARG addr, socklen_t *alen);
+int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen);
+int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+		const sigset_t *sigmask, size_t fdslen);
+
+/* libc, directly: nothing of the switch's is involved. */
+static inline bool bypass(void)
+{
+	if (__builtin_expect(!native.close, 0))
+		native_resolve();
+	return sdp_internal != 0;
+}
+
+static inline bool fd_bypass(int fd)
+{
+	return bypass() || !ops_fd_is_ours(fd);
+}
+
+static inline long ret(long r)
+{
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+}
+
+/* --- sockets ------------------------------------------------------------------------ */
+
+EXPORT int socket(int domain, int type, int protocol)
+{
+	if (bypass())
+		return native.socket(domain, type, protocol);
+	ops_init();
+	return (int)ret(ops_socket(domain, type, protocol));
+}
+
+EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+	/* Never SDP: a pair is local by definition. */
+	if (!native.socketpair)
+		native_resolve();
+	return native.socketpair(domain, type, protocol, sv);
+}
+
+EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+	if (fd_bypass(fd))
+		return native.bind(fd, SA(addr), len);
+	return (int)ret(ops_bind(fd, SA(addr), len));
+}
+
+EXPORT int listen(int fd, int backlog)
+{
+	if (fd_bypass(fd))
+		return native.listen(fd, backlog);
+	return (int)ret(ops_listen(fd, backlog));
+}
+
+EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
+{
+	if (fd_bypass(fd))
+		return native.accept(fd, SA(addr), len);
+	return (int)ret(ops_accept4(fd, SA(addr), len, 0));
+}
+
+EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
+{
+	if (fd_bypass(fd))
+		return native.accept4(fd, SA(addr), len, flags);
+	return (int)ret(ops_accept4(fd, SA(addr), len, flags));
+}
+
+EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
+{
+	if (fd_bypass(fd))
+		return native.connect(fd, SA(addr), len);
+	return (int)ret(ops_connect(fd, SA(addr), len));
+}
+
+#define PASS_OR(call, native_call)              \
+	do {                                    \
+		long r_ = (call);               \
+		if (r_ == OPS_PASS)             \
+			return native_call;     \
+		return ret(r_);                 \
+	} while (0)
+
+EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
+{
+	if (fd_bypass(fd))
+		return native.getsockname(fd, SA(addr), len);
+	PASS_OR(ops_getsockname(fd, SA(addr), len), native.getsockname(fd, SA(addr), len));
+}
+
+EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
+{
+	if (fd_bypass(fd))
+		return native.getpeername(fd, SA(addr), len);
+	PASS_OR(ops_getpeername(fd, SA(addr), len), native.getpeername(fd, SA(addr), len));
+}
+
+EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	if (fd_bypass(fd))
+		return native.getsockopt(fd, level, name, val, len);
+	PASS_OR(ops_getsockopt(fd, level, name, val, len),
+		native.getsockopt(fd, level, name, val, len));
+}
+
+EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	if (fd_bypass(fd))
+		return native.setsockopt(fd, level, name, val, len);
+	PASS_OR(ops_setsockopt(fd, level, name, val, len),
+		native.setsockopt(fd, level, name, val, len));
+}
+
+EXPORT int shutdown(int fd, int how)
+{
+	if (fd_bypass(fd))
+		return native.shutdown(fd, how);
+	PASS_OR(ops_shutdown(fd, how), native.shutdown(fd, how));
+}
+
+/* --- fds ------------------------------------------------------------------------------ */
+
+EXPORT int close(int fd)
+{
+	if (bypass() || (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(fd)))
+		return native.close(fd);
+	return (int)ret(ops_close(fd));
+}
+
+EXPORT int dup(int fd)
+{
+	if (fd_bypass(fd))
+		return native.dup(fd);
+	return (int)ret(ops_dup(fd, -1, false));
+}
+
+/* dup2/dup3 onto one of our fds closes it: the table must hear of it. */
+EXPORT int dup2(int oldfd, int newfd)
+{
+	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
+			 !ops_fd_is_emulated_epoll(newfd)))
+		return native.dup2(oldfd, newfd);
+	return (int)ret(ops_dup3(oldfd, newfd, -1));
+}
+
+EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
+			 !ops_fd_is_emulated_epoll(newfd)))
+		return native.dup3(oldfd, newfd, flags);
+	return (int)ret(ops_dup3(oldfd, newfd, flags));
+}
+
+/* The third argument is an int, a long or a pointer, depending on cmd;
+ * all travel in the same register on the ABIs Linux runs on. */
+static int fcntl_common(int (*libc)(int, int, ...), int fd, int cmd, long arg)
+{
+	if (fd_bypass(fd))
+		return libc(fd, cmd, arg);
+	PASS_OR(ops_fcntl(fd, cmd, arg), libc(fd, cmd, arg));
+}
+
+EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+
+	va_start(ap, cmd);
+	long arg = va_arg(ap, long);
+
+	va_end(ap);
+	if (!native.fcntl)
+		native_resolve();
+	return fcntl_common(native.fcntl, fd, cmd, arg);
+}
+
+EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+
+	va_start(ap, cmd);
+	long arg = va_arg(ap, long);
+
+	va_end(ap);
+	if (!native.fcntl64)
+		native_resolve();
+	return fcntl_common(native.fcntl64, fd, cmd, arg);
+}
+
+EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+
+	va_start(ap, req);
+	void *arg = va_arg(ap, void *);
+
+	va_end(ap);
+	if (fd_bypass(fd))
+		return native.ioctl(fd, req, arg);
+	PASS_OR(ops_ioctl(fd, req, arg), native.ioctl(fd, req, arg));
+}
+
+/* --- data ------------------------------------------------------------------------------ */
+
+#define IOV1(buf, len) (&(struct iovec){ .iov_base = (void *)(buf), .iov_len = (len) })
+
+EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+	if (fd_bypass(fd))
+		return native.read(fd, buf, len);
+	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, 0), native.read(fd, buf, len));
+}
+
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
+{
+	if (len > buflen)
+		__chk_fail();
+	return read(fd, buf, len);
+}
+
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	if (fd_bypass(fd))
+		return native.readv(fd, iov, iovcnt);
+	PASS_OR(ops_recvv(fd, iov, iovcnt, 0), native.readv(fd, iov, iovcnt));
+}
+
+EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+	if (fd_bypass(fd))
+		return native.write(fd, buf, len);
+	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, 0), native.write(fd, buf, len));
+}
+
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	if (fd_bypass(fd))
+		return native.writev(fd, iov, iovcnt);
+	PASS_OR(ops_sendv(fd, iov, iovcnt, 0), native.writev(fd, iov, iovcnt));
+}
+
+EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	if (fd_bypass(fd))
+		return native.send(fd, buf, len, flags);
+	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, flags), native.send(fd, buf, len, flags));
+}
+
+EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, __CONST_SOCKADDR_ARG addr,
+		      socklen_t alen)
+{
+	if (fd_bypass(fd))
+		return native.sendto(fd, buf, len, flags, SA(addr), alen);
+	/* A connected stream socket ignores the address, as Linux TCP does. */
+	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, flags),
+		native.sendto(fd, buf, len, flags, SA(addr), alen));
+}
+
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	if (fd_bypass(fd))
+		return native.sendmsg(fd, msg, flags);
+	PASS_OR(ops_sendmsg(fd, msg, flags), native.sendmsg(fd, msg, flags));
+}
+
+EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	if (fd_bypass(fd))
+		return native.recv(fd, buf, len, flags);
+	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, flags), native.recv(fd, buf, len, flags));
+}
+
+EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
+{
+	if (len > buflen)
+		__chk_fail();
+	return recv(fd, buf, len, flags);
+}
+
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKADDR_ARG addr,
+			socklen_t *alen)
+{
+	if (fd_bypass(fd))
+		return native.recvfrom(fd, buf, len, flags, SA(addr), alen);
+	long r = ops_recvv(fd, IOV1(buf, len), 1, flags);
+
+	if (r == OPS_PASS)
+		return native.recvfrom(fd, buf, len, flags, SA(addr), alen);
+	if (r >= 0 && SA(addr) && alen)
+		*alen = 0;	/* TCP gives no source address */
+	return ret(r);
+}
+
+EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+			      __SOCKADDR_ARG addr, socklen_t *alen)
+{
+	if (len > buflen)
+		__chk_fail();
+	return recvfrom(fd, buf, len, flags, addr, alen);
+}
+
+EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	if (fd_bypass(fd))
+		return native.recvmsg(fd, msg, flags);
+	PASS_OR(ops_recvmsg(fd, msg, flags), native.recvmsg(fd, msg, flags));
+}
+
+EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
+{
+	if (fd_bypass(fd))
+		return native.sendmmsg(fd, vec, vlen, flags);
+	unsigned int i;
+
+	for (i = 0; i < vlen; i++) {
+		long r = ops_sendmsg(fd, &vec[i].msg_hdr, flags);
+
+		if (r == OPS_PASS)
+			return native.sendmmsg(fd, vec, vlen, flags);
+		if (r < 0) {
+			if (i)
+				break;
+			return (int)ret(r);
+		}
+		vec[i].msg_len = (unsigned int)r;
+	}
+	return (int)i;
+}
+
+EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+		    struct timespec *timeout)
+{
+	if (fd_bypass(fd))
+		return native.recvmmsg(fd, vec, vlen, flags, timeout);
+	unsigned int i;
+
+	for (i = 0; i < vlen; i++) {
+		/* After the first message, take only what is there. */
+		int f = i ? (flags & ~MSG_WAITFORONE) | MSG_DONTWAIT : flags & ~MSG_WAITFORONE;
+		long r = ops_recvmsg(fd, &vec[i].msg_hdr, f);
+
+		if (r == OPS_PASS)
+			return native.recvmmsg(fd, vec, vlen, flags, timeout);
+		if (r <= 0) {
+			if (i)
+				break;
+			if (r == 0) {
+				vec[0].msg_len = 0;
+				return 1;
+			}
+			return (int)ret(r);
+		}
+		vec[i].msg_len = (unsigned int)r;
+	}
+	return (int)i;
+}
+
+EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	if (bypass() || (!ops_fd_is_ours(out_fd) && !ops_fd_is_ours(in_fd)))
+		return native.sendfile(out_fd, in_fd, offset, count);
+	PASS_OR(ops_sendfile(out_fd, in_fd, offset, count),
+		native.sendfile(out_fd, in_fd, offset, count));
+}
+
+EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
+{
+	if (bypass() || (!ops_fd_is_ours(out_fd) && !ops_fd_is_ours(in_fd)))
+		return native.sendfile64(out_fd, in_fd, offset, count);
+	_Static_assert(sizeof(off_t) == sizeof(off64_t), "64-bit off_t");
+	PASS_OR(ops_sendfile(out_fd, in_fd, (off_t *)offset, count),
+		native.sendfile64(out_fd, in_fd, offset, count));
+}
+
+EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+		      unsigned int flags)
+{
+	if (bypass() || (!ops_fd_is_ours(fd_in) && !ops_fd_is_ours(fd_out)))
+		return native.splice(fd_in, off_in, fd_out, off_out, len, flags);
+	PASS_OR(ops_splice(fd_in, off_in, fd_out, off_out, len, flags),
+		native.splice(fd_in, off_in, fd_out, off_out, len, flags));
+}
+
+/* --- waiting ---------------------------------------------------------------------------- */
+
+EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	if (bypass())
+		return native.poll(fds, nfds, timeout);
+	struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000L };
+
+	PASS_OR(ops_ppoll(fds, nfds, timeout < 0 ? NULL : &ts, NULL),
+		native.poll(fds, nfds, timeout));
+}
+
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < nfds)
+		__chk_fail();
+	return poll(fds, nfds, timeout);
+}
+
+EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+		 const sigset_t *sigmask)
+{
+	if (bypass())
+		return native.ppoll(fds, nfds, timeout, sigmask);
+	PASS_OR(ops_ppoll(fds, nfds, timeout, sigmask), native.ppoll(fds, nfds, timeout, sigmask));
+}
+
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+		       const sigset_t *sigmask, size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < nfds)
+		__chk_fail();
+	return ppoll(fds, nfds, timeout, sigmask);
+}
+
+EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+	if (bypass())
+		return native.select(nfds, rd, wr, ex, tv);
+	if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))
+		return native.select(nfds, rd, wr, ex, tv);	/* libc's EINVAL */
+	struct timespec ts, *tsp = NULL;
+
+	if (tv) {
+		ts.tv_sec = tv->tv_sec;
+		ts.tv_nsec = (long)tv->tv_usec * 1000L;
+		tsp = &ts;
+	}
+	long r = ops_pselect(nfds, rd, wr, ex, tsp, NULL);
+
+	if (r == OPS_PASS)
+		return native.select(nfds, rd, wr, ex, tv);
+	if (tv) {
+		tv->tv_sec = ts.tv_sec;
+		tv->tv_usec = ts.tv_nsec / 1000;
+	}
+	return (int)ret(r);
+}
+
+EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *timeout,
+		   const sigset_t *sigmask)
+{
+	if (bypass())
+		return native.pselect(nfds, rd, wr, ex, timeout, sigmask);
+	struct timespec ts, *tsp = NULL;
+
+	if (timeout) {
+		ts = *timeout;	/* pselect leaves the caller's timeout alone */
+		tsp = &ts;
+	}
+	PASS_OR(ops_pselect(nfds, rd, wr, ex, tsp, sigmask),
+		native.pselect(nfds, rd, wr, ex, timeout, sigmask));
+}
+
+EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (bypass() || (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(epfd)))
+		return native.epoll_ctl(epfd, op, fd, ev);
+	PASS_OR(ops_epoll_ctl(epfd, op, fd, ev), native.epoll_ctl(epfd, op, fd, ev));
+}
+
+EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	if (bypass() || !ops_fd_is_emulated_epoll(epfd))
+		return native.epoll_wait(epfd, events, maxevents, timeout);
+	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, NULL),
+		native.epoll_wait(epfd, events, maxevents, timeout));
+}
+
+EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
+		       const sigset_t *sigmask)
+{
+	if (bypass() || !ops_fd_is_emulated_epoll(epfd))
+		return native.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, sigmask),
+		native.epoll_pwait(epfd, events, maxevents, timeout, sigmask));
+}

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Direct SDP sockets: socket(AF_INET_SDP, SOCK_STREAM, 0) under the
+ * preload.  Run by preload_switch.sh.
+ *
+ *   direct_sdp transfer [FAMILY]   a server and a client thread over
+ *                                  127.0.0.1 on FAMILY (default 27); 1 MiB
+ *                                  checked both ways; exit 0 if intact
+ *   direct_sdp socket [FAMILY]     print socket()'s result: "ok" or the
+ *                                  errno name (EAFNOSUPPORT...)
+ *   direct_sdp dgram [FAMILY]      the same for SOCK_DGRAM
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BYTES (1 << 20)
+
+static int family = 27;
+static int listen_fd;
+
+static const char *errname(int e)
+{
+	switch (e) {
+	case EAFNOSUPPORT: return "EAFNOSUPPORT";
+	case ESOCKTNOSUPPORT: return "ESOCKTNOSUPPORT";
+	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
+	case EINVAL: return "EINVAL";
+	case ECONNREFUSED: return "ECONNREFUSED";
+	default: return strerror(e);
+	}
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t r = read(fd, p, n);
+
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* The server echoes what it reads. */
+static void *server(void *arg)
+{
+	unsigned char *buf = malloc(BYTES);
+	int c = accept(listen_fd, NULL, NULL);
+	intptr_t ok = 0;
+
+	(void)arg;
+	if (c >= 0 && buf && read_all(c, buf, BYTES) == 0 && write_all(c, buf, BYTES) == 0)
+		ok = 1;
+	if (c >= 0)
+		close(c);
+	free(buf);
+	return (void *)ok;
+}
+
+static int transfer(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	pthread_t t;
+	void *sok;
+
+	listen_fd = socket(family, SOCK_STREAM, 0);
+	if (listen_fd < 0 || bind(listen_fd, (void *)&a, sizeof(a)) < 0 || listen(listen_fd, 4) < 0 ||
+	    getsockname(listen_fd, (void *)&a, &al) < 0) {
+		printf("listen: %s\n", errname(errno));
+		return 1;
+	}
+	if (pthread_create(&t, NULL, server, NULL))
+		return 1;
+	int fd = socket(family, SOCK_STREAM, 0);
+
+	if (fd < 0 || connect(fd, (void *)&a, sizeof(a)) < 0) {
+		printf("connect: %s\n", errname(errno));
+		return 1;
+	}
+	unsigned char *out = malloc(BYTES), *in = malloc(BYTES);
+
+	for (size_t i = 0; i < BYTES; i++)
+		out[i] = (unsigned char)(i * 7 + (i >> 9));
+	int ok = write_all(fd, out, BYTES) == 0 && read_all(fd, in, BYTES) == 0 &&
+		 memcmp(in, out, BYTES) == 0;
+
+	pthread_join(t, &sok);
+	close(fd);
+	close(listen_fd);
+	free(out);
+	free(in);
+	printf("transfer: %s\n", ok && sok ? "ok" : "FAILED");
+	return ok && sok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: direct_sdp transfer|socket|dgram [FAMILY]\n");
+		return 2;
+	}
+	if (argc > 2)
+		family = atoi(argv[2]);
+	if (!strcmp(argv[1], "transfer"))
+		return transfer();
+	int type = !strcmp(argv[1], "dgram") ? SOCK_DGRAM : SOCK_STREAM;
+	int fd = socket(family, type, 0);
+
+	printf("%s: %s\n", argv[1], fd >= 0 ? "ok" : errname(errno));
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}

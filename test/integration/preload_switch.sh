@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+# The Offload Protocol Switch under LD_PRELOAD, with unmodified programs
+# (sdpcat --tcp uses plain socket calls):
+#   - a "both" listener on one port (port 0 too) serves an SDP client and
+#     a native TCP client;
+#   - a "both" client falls back to TCP (blocking and non-blocking
+#     connect) when the server has no SDP, with the reason logged;
+#     an "sdp" client does not;
+#   - a fallback on timeout when something that is not SDP answers;
+#   - a broken policy file is reported with file:line and leaves every
+#     socket on TCP;
+#   - direct AF_INET_SDP sockets, and their errors;
+#   - sdp_run runs a program with the preload.
+# Every transfer is checksummed by sdpcat.
+. "$(dirname "$0")/lib.sh"
+
+preload_lib >/dev/null || skip "libsdp.so is not built"
+SDPCAT=$(prog sdpcat)
+DIRECT=$(prog direct_sdp)
+failures=0
+bad() {
+	log "FAIL: $*"
+	failures=$((failures + 1))
+}
+
+both=$TMP/both.conf
+write_conf "$both" "log min-level 7" "use both server * *:*" "use both client * *:*"
+sdponly=$TMP/sdp.conf
+write_conf "$sdponly" "log min-level 7" "use sdp server * *:*" "use sdp client * *:*"
+
+# client_ok DESC OUT CMD...: CMD is an sdpcat client; it must exit 0 and
+# say "checksum ok".
+client_ok() {
+	local desc=$1 out=$2
+	shift 2
+	if run_with_timeout 60 "$@" >"$out" 2>&1 && grep -q 'checksum ok' "$out"; then
+		log "ok   $desc"
+		return 0
+	fi
+	bad "$desc"
+	sed 's/^/  /' "$out"
+	return 1
+}
+
+# --- listen on both stacks, port 0 -----------------------------------------
+srv=$TMP/both-server.out
+pf=$TMP/both.port
+start_bg "$srv" env $(preload_env "$both") "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$pf" --count 2
+SERVER_PID=$BG_PID
+wait_for_file "$pf" 30 || fail "the both server did not start: $(cat "$srv")"
+PORT=$(cat "$pf")
+client_ok "both server, port 0: SDP client" "$TMP/c1.out" \
+	env $(preload_env "$both") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 8M --wsize 1-100K
+grep -q "connected to 127.0.0.1:$PORT over SDP" "$TMP/c1.out" ||
+	bad "the preloaded client did not use SDP: $(cat "$TMP/c1.out")"
+client_ok "both server, port 0: native TCP client" "$TMP/c2.out" \
+	"$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 8M --wsize 1-100K
+wait_pid "$SERVER_PID" 30 || bad "both server exit status $?: $(cat "$srv")"
+grep -q "listening on 127.0.0.1:$PORT over SDP and TCP" "$srv" || bad "no 'both' listener: $(cat "$srv")"
+grep -q "accepted an SDP connection" "$srv" || bad "the server accepted no SDP connection"
+grep -q "accepted a TCP connection" "$srv" || bad "the server accepted no TCP connection"
+
+# --- fallback: a server without SDP ------------------------------------------
+srv=$TMP/native-server.out
+pf=$TMP/native.port
+start_bg "$srv" "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$pf" --count 3
+SERVER_PID=$BG_PID
+wait_for_file "$pf" 30 || fail "the native server did not start"
+PORT=$(cat "$pf")
+client_ok "both client, native server: blocking connect falls back" "$TMP/c3.out" \
+	env $(preload_env "$both") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 4M
+grep -q "no SDP to 127.0.0.1:$PORT (refused): connecting over TCP" "$TMP/c3.out" ||
+	bad "no fallback reason logged: $(cat "$TMP/c3.out")"
+client_ok "both client, native server: non-blocking connect falls back" "$TMP/c4.out" \
+	env $(preload_env "$both") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 4M --nonblock
+grep -q "(refused): connecting over TCP" "$TMP/c4.out" || bad "non-blocking: no fallback logged"
+if run_with_timeout 60 env $(preload_env "$sdponly") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1M \
+	>"$TMP/c5.out" 2>&1; then
+	bad "an sdp-only client reached a TCP-only server"
+elif grep -qi "refused" "$TMP/c5.out"; then
+	log "ok   sdp-only client, native server: connection refused, no fallback"
+else
+	bad "sdp-only client: unexpected error: $(cat "$TMP/c5.out")"
+fi
+
+# --- a broken policy file: file:line, then all TCP -------------------------------
+printf 'transport enable tcp-fallback\nuse sdp clinet * *:*\n' >"$TMP/broken.conf"
+client_ok "broken policy file: the program runs on TCP" "$TMP/c6.out" \
+	env $(preload_env "$TMP/broken.conf") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1M
+grep -q "broken.conf:2:" "$TMP/c6.out" || bad "no file:line for the broken policy: $(cat "$TMP/c6.out")"
+grep -q "over SDP" "$TMP/c6.out" && bad "SDP used despite the broken policy"
+wait_pid "$SERVER_PID" 30 || bad "native server exit status $?: $(cat "$srv")"
+
+# --- fallback on timeout: the SDP port answers TCP but never SDP --------------------
+srv=$TMP/native2-server.out
+pf=$TMP/native2.port
+start_bg "$srv" "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$pf" --count 1
+SERVER_PID=$BG_PID
+wait_for_file "$pf" 30 || fail "the native server did not start"
+PORT=$(cat "$pf")
+mute_port=$(( (PORT + 20000) % 65536 ))
+start_bg "$TMP/mute.out" python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', $mute_port)); s.listen(8); print('listening', flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)
+"
+if wait_for_text "$TMP/mute.out" listening 10; then
+	client_ok "both client, SDP port silent: falls back after fallback_timeout_ms" "$TMP/c7.out" \
+		env SDP_FALLBACK_TIMEOUT_MS=300 SDP_CONNECT_TIMEOUT_MS=60000 $(preload_env "$both") \
+		"$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1M
+	grep -q "(timeout): connecting over TCP" "$TMP/c7.out" || bad "no timeout fallback logged: $(cat "$TMP/c7.out")"
+else
+	log "port $mute_port is taken here: timeout case not run"
+	"$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1K >/dev/null 2>&1
+fi
+wait_pid "$SERVER_PID" 30 || bad "native server 2 exit status $?"
+
+# --- direct AF_INET_SDP sockets ---------------------------------------------------
+tcponly=$TMP/tcp.conf
+write_conf "$tcponly" "use tcp server * *:*" "use tcp client * *:*"
+out=$(run_with_timeout 60 env $(preload_env "$tcponly") "$DIRECT" transfer 2>&1)
+[ "$out" = "transfer: ok" ] && log "ok   AF_INET_SDP (27) transfer, even where policy says tcp" ||
+	bad "AF_INET_SDP transfer: $out"
+out=$(run_with_timeout 30 env $(preload_env "$tcponly") "$DIRECT" dgram 2>&1)
+[ "$out" = "dgram: ESOCKTNOSUPPORT" ] && log "ok   AF_INET_SDP datagram: ESOCKTNOSUPPORT" ||
+	bad "AF_INET_SDP SOCK_DGRAM: $out"
+printf 'use both client * *:*\n' >"$TMP/nosoft.conf"
+out=$(run_with_timeout 30 env -u SDP_TRANSPORTS $(preload_env "$TMP/nosoft.conf") "$DIRECT" socket 2>&1)
+[ "$out" = "socket: EAFNOSUPPORT" ] && log "ok   AF_INET_SDP without a transport: EAFNOSUPPORT" ||
+	bad "AF_INET_SDP without a transport: $out"
+out=$(run_with_timeout 60 env SDP_AF_INET_SDP=40 $(preload_env "$tcponly") "$DIRECT" transfer 40 2>&1)
+[ "$out" = "transfer: ok" ] && log "ok   AF_INET_SDP moved to 40 (SDP_AF_INET_SDP)" ||
+	bad "AF_INET_SDP on 40: $out"
+out=$(run_with_timeout 30 "$DIRECT" socket 2>&1)
+[ "$out" = "socket: EAFNOSUPPORT" ] || bad "family 27 without the preload: $out"
+
+# --- sdp_run ---------------------------------------------------------------------------
+if ! is_sanitized; then
+	srv=$TMP/run-server.out
+	pf=$TMP/run.port
+	start_bg "$srv" "$top_builddir/tools/sdp_run" --conf "$both" -- "$SDPCAT" --tcp -l 127.0.0.1:0 \
+		--port-file "$pf" --count 1
+	SERVER_PID=$BG_PID
+	wait_for_file "$pf" 30 || fail "sdp_run server did not start: $(cat "$srv")"
+	client_ok "sdp_run on both ends" "$TMP/c8.out" \
+		"$top_builddir/tools/sdp_run" --conf "$both" "$SDPCAT" --tcp -c "127.0.0.1:$(cat "$pf")" --bytes 4M
+	grep -q "over SDP" "$TMP/c8.out" || bad "sdp_run client did not use SDP"
+	wait_pid "$SERVER_PID" 30 || bad "sdp_run server exit status $?"
+fi
+
+[ "$failures" -eq 0 ] || fail "$failures case(s) failed"
+log "PASS"
+exit 0
