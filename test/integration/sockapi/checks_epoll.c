@@ -1,0 +1,627 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * epoll checks: level and edge triggering, EPOLLONESHOT, EPOLLRDHUP,
+ * EPOLLOUT, reset (EPOLLHUP|EPOLLERR), EPOLL_CTL_DEL/MOD/ADD errors,
+ * closed descriptors, epoll_pwait's signal mask, EINTR, one epoll fd
+ * shared by two threads, poll() on an epoll fd, a listening socket, and
+ * a socket added before connect().
+ */
+
+#include "util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+static int ep_ctl(int ep, int op, int fd, uint32_t events)
+{
+	struct epoll_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.events = events;
+	ev.data.fd = fd;
+	return epoll_ctl(ep, op, fd, &ev);
+}
+
+/* One epoll_wait of up to MS ms for one event; noted as "n:EVENTS", or
+ * "n=0", or the errno name.  Returns n (or -1); *evp gets the events. */
+static int ep_wait(int ep, int ms, uint32_t *evp, const char *tag)
+{
+	struct epoll_event ev;
+	char b[128];
+	int n;
+
+	memset(&ev, 0, sizeof(ev));
+	do
+		n = epoll_wait(ep, &ev, 1, ms);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		note("%s=%s", tag, errname(errno));
+	else if (n == 0)
+		note("%s=0", tag);
+	else
+		note("%s=%d:%s", tag, n, epollname(ev.events, b, sizeof(b)));
+	if (evp)
+		*evp = n > 0 ? ev.events : 0;
+	return n;
+}
+
+/* A pair and an epoll fd with p.s added for EVENTS. */
+static int setup(struct pair *p, int *ep, uint32_t events)
+{
+	*ep = -1;
+	if (pair_open(p) < 0)
+		return -1;
+	*ep = epoll_create1(EPOLL_CLOEXEC);
+	if (*ep < 0)
+		return fail("epoll_create1: %s", errname(errno));
+	if (ep_ctl(*ep, EPOLL_CTL_ADD, p->s, events) < 0)
+		return fail("EPOLL_CTL_ADD: %s", errname(errno));
+	return 0;
+}
+
+static int send_and_wait(struct pair *p, const char *data)
+{
+	if (write_all(p->c, data, strlen(data), 10000) < 0)
+		return fail("send: %s", errname(errno));
+	return 0;
+}
+
+static int check_epoll_lt(void)
+{
+	struct pair p = { -1, -1 };
+	char buf[16];
+	int ep = -1, rc = -1;
+
+	if (setup(&p, &ep, EPOLLIN) < 0 || send_and_wait(&p, "lt") < 0)
+		goto out;
+	if (ep_wait(ep, 5000, NULL, "wait1") != 1 ||
+	    ep_wait(ep, 100, NULL, "wait2") != 1)
+		FAIL("level-triggered event not reported twice");
+	if (read_exact(p.s, buf, 2, 10000) < 0)
+		FAIL("read: %s", errname(errno));
+	if (ep_wait(ep, 100, NULL, "drained") != 0)
+		FAIL("event after the data was read");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_et(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1;
+
+	if (setup(&p, &ep, EPOLLIN | EPOLLET) < 0 || send_and_wait(&p, "a") < 0)
+		goto out;
+	if (ep_wait(ep, 5000, NULL, "wait1") != 1)
+		FAIL("no event");
+	if (ep_wait(ep, 100, NULL, "wait2") != 0)
+		FAIL("edge-triggered event reported again without new data");
+	if (send_and_wait(&p, "b") < 0)
+		goto out;
+	if (ep_wait(ep, 5000, NULL, "new-data") != 1)
+		FAIL("no event for new data");
+	if (ep_wait(ep, 100, NULL, "wait4") != 0)
+		FAIL("reported again");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_oneshot(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1;
+
+	if (setup(&p, &ep, EPOLLIN | EPOLLONESHOT) < 0 ||
+	    send_and_wait(&p, "a") < 0)
+		goto out;
+	if (ep_wait(ep, 5000, NULL, "wait1") != 1)
+		FAIL("no event");
+	if (send_and_wait(&p, "b") < 0)
+		goto out;
+	if (ep_wait(ep, 100, NULL, "disarmed") != 0)
+		FAIL("event after EPOLLONESHOT fired");
+	if (ep_ctl(ep, EPOLL_CTL_MOD, p.s, EPOLLIN | EPOLLONESHOT) < 0)
+		FAIL_ERRNO("EPOLL_CTL_MOD");
+	if (ep_wait(ep, 5000, NULL, "rearmed") != 1)
+		FAIL("no event after EPOLL_CTL_MOD");
+	if (ep_wait(ep, 100, NULL, "disarmed") != 0)
+		FAIL("event after EPOLLONESHOT fired again");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_rdhup(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1;
+	uint32_t ev;
+
+	if (setup(&p, &ep, EPOLLIN | EPOLLRDHUP) < 0)
+		goto out;
+	if (ep_wait(ep, 100, NULL, "idle") != 0)
+		FAIL("event on an idle socket");
+	if (shutdown(p.c, SHUT_WR) < 0)
+		FAIL_ERRNO("shutdown");
+	if (ep_wait(ep, 5000, &ev, "shut") != 1 || !(ev & EPOLLRDHUP))
+		FAIL("no EPOLLRDHUP");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_out(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1;
+	uint32_t ev;
+
+	if (setup(&p, &ep, EPOLLIN | EPOLLOUT) < 0)
+		goto out;
+	if (ep_wait(ep, 5000, &ev, "wait") != 1 || ev != EPOLLOUT)
+		FAIL("expected EPOLLOUT alone");
+	if (ep_ctl(ep, EPOLL_CTL_MOD, p.s, EPOLLOUT | EPOLLET) < 0)
+		FAIL_ERRNO("EPOLL_CTL_MOD");
+	if (ep_wait(ep, 5000, &ev, "et") != 1 || ev != EPOLLOUT)
+		FAIL("expected EPOLLOUT after MOD");
+	if (ep_wait(ep, 100, &ev, "et-again") != 0)
+		FAIL("edge-triggered EPOLLOUT reported twice");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_reset(void)
+{
+	struct pair p = { -1, -1 };
+	struct linger lg = { 1, 0 };
+	int ep = -1, rc = -1;
+	uint32_t ev;
+	char buf[4];
+	ssize_t n;
+
+	if (setup(&p, &ep, EPOLLIN | EPOLLRDHUP) < 0)
+		goto out;
+	if (setsockopt(p.c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) < 0)
+		FAIL_ERRNO("SO_LINGER");
+	xclose(&p.c); /* a reset */
+	if (ep_wait(ep, 5000, &ev, "reset") != 1 ||
+	    !(ev & (EPOLLHUP | EPOLLERR)))
+		FAIL("no EPOLLHUP/EPOLLERR after the reset");
+	n = recv(p.s, buf, sizeof(buf), 0);
+	note("recv=%s", n < 0 ? errname(errno) : n ? "data" : "EOF");
+	if (n >= 0 || errno != ECONNRESET)
+		FAIL("expected ECONNRESET");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_del(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1, r;
+
+	if (setup(&p, &ep, EPOLLIN) < 0)
+		goto out;
+	r = ep_ctl(ep, EPOLL_CTL_DEL, p.s, 0);
+	note("del=%s", r == 0 ? "0" : errname(errno));
+	if (r < 0 || send_and_wait(&p, "x") < 0)
+		goto out;
+	if (wait_fd(p.s, POLLIN, 5000) <= 0)
+		FAIL("no data");
+	if (ep_wait(ep, 100, NULL, "wait") != 0)
+		FAIL("event after EPOLL_CTL_DEL");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_ctl_errors(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1, r;
+
+	if (setup(&p, &ep, EPOLLIN) < 0)
+		goto out;
+	r = ep_ctl(ep, EPOLL_CTL_ADD, p.s, EPOLLIN);
+	note("add-again=%s", r == 0 ? "0" : errname(errno));
+	if (r == 0 || errno != EEXIST)
+		FAIL("expected EEXIST");
+	r = ep_ctl(ep, EPOLL_CTL_MOD, p.c, EPOLLIN);
+	note("mod-nonmember=%s", r == 0 ? "0" : errname(errno));
+	if (r == 0 || errno != ENOENT)
+		FAIL("expected ENOENT for MOD");
+	r = ep_ctl(ep, EPOLL_CTL_DEL, p.c, 0);
+	note("del-nonmember=%s", r == 0 ? "0" : errname(errno));
+	if (r == 0 || errno != ENOENT)
+		FAIL("expected ENOENT for DEL");
+	r = ep_ctl(ep, EPOLL_CTL_ADD, ep, EPOLLIN);
+	note("add-self=%s", r == 0 ? "0" : errname(errno));
+	r = ep_ctl(p.s, EPOLL_CTL_ADD, p.c, EPOLLIN);
+	note("socket-as-epfd=%s", r == 0 ? "0" : errname(errno));
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_closed_fd(void)
+{
+	struct pair p = { -1, -1 }, q = { -1, -1 };
+	int ep = -1, rc = -1, num, r;
+
+	if (setup(&p, &ep, EPOLLIN) < 0)
+		goto out;
+	num = p.s;
+	xclose(&p.s); /* no other copy: it leaves the set */
+	if (send_and_wait(&p, "x") < 0)
+		goto out;
+	if (ep_wait(ep, 100, NULL, "after-close") != 0)
+		FAIL("event for a closed fd");
+	/* another socket on the same number is not in the set */
+	if (pair_open(&q) < 0)
+		goto out;
+	if (num != q.c && num != q.s) {
+		if (dup2(q.s, num) != num)
+			FAIL_ERRNO("dup2");
+		p.s = num;
+	}
+	r = ep_ctl(ep, EPOLL_CTL_MOD, num, EPOLLIN);
+	note("mod-new=%s", r == 0 ? "0" : errname(errno));
+	r = ep_ctl(ep, EPOLL_CTL_ADD, num, EPOLLIN);
+	note("add-new=%s", r == 0 ? "0" : errname(errno));
+	if (r < 0)
+		FAIL("adding a new socket on the old number failed");
+	if (ep_wait(ep, 100, NULL, "idle") != 0)
+		FAIL("event for the idle new socket");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	pair_close(&q);
+	return rc;
+}
+
+/* Linux: epoll follows the open file description: a closed fd whose
+ * duplicate is still open stays in the set (reported under its data). */
+static int check_epoll_closed_dup(void)
+{
+	struct pair p = { -1, -1 };
+	int ep = -1, rc = -1, d = -1;
+
+	if (setup(&p, &ep, EPOLLIN) < 0)
+		goto out;
+	d = dup(p.s);
+	if (d < 0)
+		FAIL_ERRNO("dup");
+	xclose(&p.s);
+	if (send_and_wait(&p, "x") < 0)
+		goto out;
+	if (ep_wait(ep, 5000, NULL, "dup-open") != 1)
+		FAIL("no event although a duplicate is open");
+	xclose(&d);
+	if (ep_wait(ep, 100, NULL, "all-closed") != 0)
+		FAIL("event after every copy was closed");
+	rc = 0;
+out:
+	xclose(&ep);
+	xclose(&d);
+	pair_close(&p);
+	return rc;
+}
+
+struct pwait_arg {
+	pthread_t target;
+	int fd;
+};
+
+static void *pwait_kick(void *v)
+{
+	struct pwait_arg *a = v;
+
+	sleep_ms(50);
+	pthread_kill(a->target, SIGUSR1);
+	sleep_ms(50);
+	write_all(a->fd, "d", 1, 10000);
+	return NULL;
+}
+
+static int check_epoll_pwait_sigmask(void)
+{
+	struct pair p = { -1, -1 };
+	struct pwait_arg a;
+	struct epoll_event ev;
+	sigset_t mask;
+	pthread_t t;
+	int ep = -1, rc = -1, n, started = 0, before;
+	char b[64];
+
+	if (setup(&p, &ep, EPOLLIN) < 0)
+		goto out;
+	a.target = pthread_self();
+	a.fd = p.c;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGUSR1);
+	before = usr1_count;
+	if (pthread_create(&t, NULL, pwait_kick, &a) != 0)
+		FAIL("pthread_create");
+	started = 1;
+	/* SIGUSR1 blocked during the wait: the data ends it, not EINTR */
+	n = epoll_pwait(ep, &ev, 1, 5000, &mask);
+	note("pwait=%s", n < 0 ? errname(errno) : n == 0 ? "0" : "1");
+	if (n == 1)
+		note("%s", epollname(ev.events, b, sizeof(b)));
+	pthread_join(t, NULL);
+	started = 0;
+	note("usr1=%d", usr1_count - before);
+	if (n != 1)
+		FAIL("expected the data event");
+	if (usr1_count - before != 1)
+		FAIL("the blocked signal was not delivered afterwards");
+	rc = 0;
+out:
+	if (started)
+		pthread_join(t, NULL);
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_eintr_epoll(void)
+{
+	struct pair p = { -1, -1 };
+	struct kicker k = { 0 };
+	struct epoll_event ev;
+	int ep = -1, rc = -1, n;
+
+	if (setup(&p, &ep, EPOLLIN) < 0 || kicker_start(&k) < 0)
+		goto out;
+	n = epoll_wait(ep, &ev, 1, 10000);
+	if (n < 0)
+		n = -errno;
+	kicker_stop(&k);
+	note("epoll_wait=%s", n < 0 ? errname(-n) : "n");
+	if (n != -EINTR)
+		FAIL("expected EINTR");
+	rc = 0;
+out:
+	kicker_stop(&k);
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+struct waiter {
+	int ep;
+	int n;
+	int fd;
+	int err;
+};
+
+static void *waiter_run(void *v)
+{
+	struct waiter *w = v;
+	struct epoll_event ev;
+
+	do
+		w->n = epoll_wait(w->ep, &ev, 1, 5000);
+	while (w->n < 0 && errno == EINTR);
+	if (w->n < 0)
+		w->err = errno;
+	if (w->n == 1)
+		w->fd = ev.data.fd;
+	return NULL;
+}
+
+static int check_epoll_threads(void)
+{
+	struct pair a = { -1, -1 }, b = { -1, -1 };
+	struct waiter w[2];
+	pthread_t t[2];
+	int ep = -1, rc = -1, i, started = 0;
+
+	if (setup(&a, &ep, EPOLLIN | EPOLLONESHOT) < 0 || pair_open(&b) < 0)
+		goto out;
+	if (ep_ctl(ep, EPOLL_CTL_ADD, b.s, EPOLLIN | EPOLLONESHOT) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD");
+	for (i = 0; i < 2; i++) {
+		w[i].ep = ep;
+		w[i].n = -1;
+		w[i].fd = -1;
+		w[i].err = 0;
+		if (pthread_create(&t[i], NULL, waiter_run, &w[i]) != 0)
+			FAIL("pthread_create");
+		started++;
+	}
+	sleep_ms(50);
+	if (send_and_wait(&a, "1") < 0 || send_and_wait(&b, "2") < 0)
+		goto out;
+	for (i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	started = 0;
+	note("thread1=%d thread2=%d", w[0].n, w[1].n);
+	if (w[0].n != 1 || w[1].n != 1)
+		FAIL("each thread should get one event (%s %s)",
+		     errname(w[0].err), errname(w[1].err));
+	note("fds:%s", (w[0].fd == a.s && w[1].fd == b.s) ||
+				       (w[0].fd == b.s && w[1].fd == a.s)
+			       ? "both"
+			       : "wrong");
+	if (!((w[0].fd == a.s && w[1].fd == b.s) ||
+	      (w[0].fd == b.s && w[1].fd == a.s)))
+		FAIL("the two events were not for the two sockets");
+	rc = 0;
+out:
+	for (i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	xclose(&ep);
+	pair_close(&a);
+	pair_close(&b);
+	return rc;
+}
+
+static int check_epoll_poll_epfd(void)
+{
+	struct pair p = { -1, -1 };
+	char b[64];
+	int ep = -1, rc = -1, r;
+
+	if (setup(&p, &ep, EPOLLIN) < 0)
+		goto out;
+	r = wait_fd(ep, POLLIN, 0);
+	note("idle=%s", r < 0 ? errname(errno) : pollname(r, b, sizeof(b)));
+	if (r != 0)
+		FAIL("epoll fd readable while idle");
+	if (send_and_wait(&p, "x") < 0)
+		goto out;
+	r = wait_fd(ep, POLLIN, 5000);
+	note("data=%s", r < 0 ? errname(errno) : pollname(r, b, sizeof(b)));
+	if (r != POLLIN)
+		FAIL("epoll fd not readable after a member got data");
+	if (ep_wait(ep, 0, NULL, "wait") != 1)
+		FAIL("no event");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
+static int check_epoll_listener(void)
+{
+	struct sockaddr_in a;
+	int l = -1, c = -1, s = -1, ep = -1, rc = -1;
+
+	l = make_listener(SOCK_NONBLOCK, &a);
+	if (l < 0)
+		goto out;
+	ep = epoll_create1(0);
+	if (ep < 0)
+		FAIL_ERRNO("epoll_create1");
+	if (ep_ctl(ep, EPOLL_CTL_ADD, l, EPOLLIN) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD");
+	if (ep_wait(ep, 100, NULL, "idle") != 0)
+		FAIL("event on an idle listener");
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	if (c < 0)
+		FAIL_ERRNO("socket");
+	if (connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
+		FAIL_ERRNO("connect");
+	if (ep_wait(ep, 5000, NULL, "client") != 1)
+		FAIL("no event for the client");
+	s = accept(l, NULL, NULL);
+	note("accept=%s", s < 0 ? errname(errno) : "fd");
+	if (s < 0)
+		FAIL("accept after the event");
+	if (ep_wait(ep, 100, NULL, "accepted") != 0)
+		FAIL("event after the accept");
+	rc = 0;
+out:
+	xclose(&ep);
+	xclose(&l);
+	xclose(&c);
+	xclose(&s);
+	return rc;
+}
+
+static int check_epoll_before_connect(void)
+{
+	struct sockaddr_in a;
+	int l = -1, c = -1, s = -1, ep = -1, rc = -1, r, i;
+	uint32_t ev = 0;
+	char b[96];
+
+	l = make_listener(0, &a);
+	if (l < 0)
+		goto out;
+	ep = epoll_create1(0);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (ep < 0 || c < 0)
+		FAIL_ERRNO("epoll_create1/socket");
+	if (ep_ctl(ep, EPOLL_CTL_ADD, c, EPOLLIN | EPOLLOUT) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD before connect");
+	r = connect(c, (struct sockaddr *)&a, sizeof(a));
+	note("connect=%s", r == 0 || errno == EINPROGRESS ? "EINPROGRESS_or_0"
+							  : errname(errno));
+	if (r < 0 && errno != EINPROGRESS)
+		FAIL("connect");
+	if (ep_wait(ep, 5000, &ev, "connected") != 1 || ev != EPOLLOUT)
+		FAIL("expected EPOLLOUT once connected");
+	s = accept(l, NULL, NULL);
+	if (s < 0)
+		FAIL_ERRNO("accept");
+	if (write_all(s, "hi", 2, 10000) < 0)
+		FAIL_ERRNO("send");
+	for (i = 0; i < 500 && !(ev & EPOLLIN); i++) {
+		struct epoll_event e;
+
+		if (epoll_wait(ep, &e, 1, 5000) == 1)
+			ev = e.events;
+		if (!(ev & EPOLLIN))
+			sleep_ms(10);
+	}
+	note("data=%s", epollname(ev, b, sizeof(b)));
+	if (ev != (EPOLLIN | EPOLLOUT))
+		FAIL("expected EPOLLIN|EPOLLOUT after the data");
+	rc = 0;
+out:
+	xclose(&ep);
+	xclose(&l);
+	xclose(&c);
+	xclose(&s);
+	return rc;
+}
+
+const struct check checks_epoll[] = {
+	{ "epoll_lt", check_epoll_lt, "level-triggered EPOLLIN reported twice" },
+	{ "epoll_et", check_epoll_et, "edge-triggered: once per arrival" },
+	{ "epoll_oneshot", check_epoll_oneshot,
+	  "EPOLLONESHOT, re-armed by EPOLL_CTL_MOD" },
+	{ "epoll_rdhup", check_epoll_rdhup, "EPOLLRDHUP after peer SHUT_WR" },
+	{ "epoll_out", check_epoll_out, "EPOLLOUT on a connected socket" },
+	{ "epoll_reset", check_epoll_reset,
+	  "EPOLLHUP/EPOLLERR after the peer's reset, then ECONNRESET" },
+	{ "epoll_del", check_epoll_del, "no events after EPOLL_CTL_DEL" },
+	{ "epoll_ctl_errors", check_epoll_ctl_errors,
+	  "EEXIST on double ADD, ENOENT on MOD/DEL of a non-member" },
+	{ "epoll_closed_fd", check_epoll_closed_fd,
+	  "a closed fd leaves the set; a new socket on its number is new" },
+	{ "epoll_closed_dup", check_epoll_closed_dup,
+	  "a closed fd with an open duplicate stays in the set (Linux)" },
+	{ "epoll_pwait_sigmask", check_epoll_pwait_sigmask,
+	  "epoll_pwait with SIGUSR1 blocked: not interrupted" },
+	{ "eintr_epoll", check_eintr_epoll,
+	  "epoll_wait interrupted by a signal: EINTR" },
+	{ "epoll_threads", check_epoll_threads,
+	  "one epoll fd, two waiting threads, one event each" },
+	{ "epoll_poll_epfd", check_epoll_poll_epfd,
+	  "poll() on the epoll fd: POLLIN when a member has data" },
+	{ "epoll_listener", check_epoll_listener,
+	  "listening socket in epoll: EPOLLIN on connect, accept works" },
+	{ "epoll_before_connect", check_epoll_before_connect,
+	  "socket added before connect: EPOLLOUT, then EPOLLIN" },
+	{ NULL, NULL, NULL },
+};
