@@ -136,6 +136,9 @@ int sdp_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 struct sdp_watch;
 struct sdp_watch *sdp_watch_add(int sd, int efd, int *err);
 unsigned sdp_watch_changes(const struct sdp_watch *w);
+/* Of those changes, the arrivals: data, end of stream, a connection to
+ * accept (what an edge-triggered EPOLLIN reports once each). */
+unsigned sdp_watch_edges(const struct sdp_watch *w);
 void sdp_watch_del(struct sdp_watch *w);
 
 /* Is sd a socket of this engine? 1 or 0. */

@@ -49,7 +49,14 @@ struct ops_epi {
 	epoll_data_t data;
 	enum epi_mode mode;
 	bool disabled;		/* EPOLLONESHOT fired */
-	unsigned seen;		/* EPOLLET: watch changes already reported */
+	/* EPOLLET: the events seen at the last scan, and the arrivals
+	 * (sdp_watch_edges) already reported.  A member is reported when
+	 * an event appears that was not there, or when new data (or a
+	 * connection) arrived: what wakes an edge-triggered waiter on
+	 * Linux, where space freed on the send side does not re-report
+	 * EPOLLIN. */
+	uint32_t last_mask;
+	unsigned seen_edges;
 	struct sdp_watch *watch;
 	struct ops_epi *next_in_ep, *next_in_sock;
 };
@@ -105,7 +112,7 @@ static void ring(struct ops_ep *ep)
 {
 	uint64_t one = 1;
 
-	if (write(ep->doorbell, &one, sizeof(one)) < 0) {
+	if (native.write(ep->doorbell, &one, sizeof(one)) < 0) {
 		/* saturated: it is ringing anyway */
 	}
 }
@@ -114,7 +121,7 @@ static void drain(struct ops_ep *ep)
 {
 	uint64_t v;
 
-	if (read(ep->doorbell, &v, sizeof(v)) < 0) {
+	if (native.read(ep->doorbell, &v, sizeof(v)) < 0) {
 		/* was not ringing */
 	}
 }
@@ -175,8 +182,9 @@ static int epi_attach(struct ops_epi *epi)
 			return r;
 		}
 		/* Linux reports an edge-triggered member that is ready when
-		 * it is added: make the first scan see a change. */
-		epi->seen = ENGINE(sdp_watch_changes(epi->watch)) - 1;
+		 * it is added: every ready event is new to the first scan. */
+		epi->last_mask = 0;
+		epi->seen_edges = ENGINE(sdp_watch_edges(epi->watch));
 		ring(epi->ep);
 	}
 	return 0;
@@ -385,7 +393,8 @@ int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		if (epi->mode != EPI_SDP)
 			r = native_part(epi, EPOLL_CTL_MOD);
 		if (epi->watch) {
-			epi->seen = ENGINE(sdp_watch_changes(epi->watch)) - 1;
+			/* MOD re-arms: what is ready now is reported again. */
+			epi->last_mask = 0;
 			ring(ep);
 		}
 		break;
@@ -412,6 +421,48 @@ int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 /* --- epoll_wait --------------------------------------------------------------------- */
 
+/* The events member epi would report now (0: none).  With update, the
+ * report is taken: edge and one-shot state move on.  reg_lock held. */
+static uint32_t member_report(struct ops_epi *epi, bool update)
+{
+	if (epi->mode == EPI_NATIVE || epi->disabled || !epi->watch)
+		return 0;
+	struct ops_sock *s = epi->sock;
+
+	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
+		return 0;	/* settled by the caller first */
+	/* sdp_events() drives the connection: arrivals it processes are
+	 * part of what it reports, so the edge count is read after it. */
+	int ev = ENGINE(sdp_events(s->sd));
+	unsigned edges = ENGINE(sdp_watch_edges(epi->watch));
+
+	if (ev < 0)
+		return 0;
+	if (s->conn_error)
+		ev |= POLLERR;
+	uint32_t want = (epi->events & ~(EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)) |
+			EPOLLHUP | EPOLLERR;
+	uint32_t got = (uint32_t)ev & want;
+
+	if (epi->events & EPOLLET) {
+		bool fresh = got & ~epi->last_mask;
+		bool arrival = (got & (EPOLLIN | EPOLLRDNORM)) && edges != epi->seen_edges;
+
+		if (update)
+			epi->last_mask = got;
+		if (!fresh && !arrival)
+			return 0;
+		if (update)
+			epi->seen_edges = edges;
+	}
+	if (got && update && (epi->events & EPOLLONESHOT)) {
+		epi->disabled = true;
+		if (epi->mode == EPI_BOTH)
+			(void)native_part(epi, EPOLL_CTL_MOD);
+	}
+	return got;
+}
+
 /* SDP members' events; reg_lock held.  *lt_ready: a level-triggered
  * member is ready (the doorbell must stay rung for poll() on epfd). */
 static int scan_members(struct ops_ep *ep, struct epoll_event *out, int max, bool *lt_ready)
@@ -419,40 +470,37 @@ static int scan_members(struct ops_ep *ep, struct epoll_event *out, int max, boo
 	int n = 0;
 
 	for (struct ops_epi *epi = ep->members; epi && n < max; epi = epi->next_in_ep) {
-		if (epi->mode == EPI_NATIVE || epi->disabled || !epi->watch)
-			continue;
-		struct ops_sock *s = epi->sock;
-
-		if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
-			continue;	/* settled by the caller first */
-		unsigned changes = ENGINE(sdp_watch_changes(epi->watch));
-		int ev = ENGINE(sdp_events(s->sd));
-
-		if (ev < 0)
-			continue;
-		uint32_t want = (epi->events & ~(EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE |
-						 EPOLLWAKEUP)) | EPOLLHUP | EPOLLERR;
-		uint32_t got = (uint32_t)ev & want;
+		uint32_t got = member_report(epi, true);
 
 		if (!got)
 			continue;
-		if (epi->events & EPOLLET) {
-			if (changes == epi->seen)
-				continue;
-			epi->seen = changes;
-		} else {
+		if (!(epi->events & (EPOLLET | EPOLLONESHOT)))
 			*lt_ready = true;
-		}
-		if (epi->events & EPOLLONESHOT) {
-			epi->disabled = true;
-			if (epi->mode == EPI_BOTH)
-				(void)native_part(epi, EPOLL_CTL_MOD);
-		}
 		out[n].events = got;
 		out[n].data = epi->data;
 		n++;
 	}
 	return n;
+}
+
+void ops_epoll_settle(int epfd)
+{
+	_Atomic(struct ops_ep *) *slot = ep_slot(epfd, false);
+	bool any = false;
+
+	if (!slot)
+		return;
+	pthread_mutex_lock(&reg_lock);
+	struct ops_ep *ep = atomic_load(slot);
+
+	if (ep) {
+		drain(ep);
+		for (struct ops_epi *epi = ep->members; epi && !any; epi = epi->next_in_ep)
+			any = member_report(epi, false) != 0;
+		if (any)
+			ring(ep);
+	}
+	pthread_mutex_unlock(&reg_lock);
 }
 
 /* Take our markers out of a kernel result (in place); returns the count

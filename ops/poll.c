@@ -98,7 +98,8 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 	bool need = false;
 
 	for (nfds_t i = 0; i < nfds && !need; i++)
-		need = fds[i].fd >= 0 && needs_engine(fds[i].fd);
+		need = fds[i].fd >= 0 &&
+		       (needs_engine(fds[i].fd) || ops_fd_is_emulated_epoll(fds[i].fd));
 	if (!need)
 		return OPS_PASS;
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 ||
@@ -124,6 +125,11 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 					     : 0;
 
 	for (;;) {
+		/* An epoll fd with SDP members is readable exactly when one
+		 * would be reported (its doorbell only hints). */
+		for (nfds_t i = 0; i < nfds; i++)
+			if (fds[i].fd >= 0 && ops_fd_is_emulated_epoll(fds[i].fd))
+				ops_epoll_settle(fds[i].fd);
 		uint64_t cdl = xlate_build(&x, fds, nfds);
 		uint64_t wake = deadline;
 
@@ -155,6 +161,17 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 					continue;
 			}
 			fds[i].revents |= x.t[k].revents;
+			if (s && s->conn_error && x.t[k].revents)
+				fds[i].revents |= POLLERR;	/* a failed connect */
+		}
+		for (nfds_t i = 0; i < nfds; i++) {
+			if (!(fds[i].revents & POLLIN) || !ops_fd_is_emulated_epoll(fds[i].fd))
+				continue;
+			struct pollfd q = { .fd = fds[i].fd, .events = POLLIN };
+
+			ops_epoll_settle(fds[i].fd);
+			if (native.poll(&q, 1, 0) <= 0 || !(q.revents & POLLIN))
+				fds[i].revents &= (short)~(POLLIN | POLLRDNORM);
 		}
 		ret = 0;
 		for (nfds_t i = 0; i < nfds; i++)
@@ -186,7 +203,7 @@ int ops_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timespec *t
 		if ((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))) {
 			n++;
 			if (!need)
-				need = needs_engine(fd);
+				need = needs_engine(fd) || ops_fd_is_emulated_epoll(fd);
 		}
 	}
 	if (!need)

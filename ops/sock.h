@@ -119,6 +119,9 @@ uint64_t ops_now_ns(void);
 void ops_epoll_restack(struct ops_sock *s);
 /* s is being torn down: drop its memberships. */
 void ops_epoll_forget(struct ops_sock *s);
+/* Make epfd's readiness exact for a poll() on it: its doorbell rings
+ * only if an SDP member would be reported now. */
+void ops_epoll_settle(int epfd);
 /* An epoll fd is being closed. */
 void ops_epoll_closing(int epfd);
 void ops_epoll_atfork_child(void);

@@ -106,6 +106,8 @@ struct sdp_conn {
 struct sdp_waiter {
 	int fd;			/* an eventfd: written 1 per change */
 	atomic_uint *changes;	/* watches: bumped per change; NULL otherwise */
+	atomic_uint *edges;	/* watches: bumped per arrival (data, EOF, a
+				 * connection): sock_changed(s, true) */
 	struct sdp_waiter *next;
 };
 

@@ -59,6 +59,8 @@ void sock_changed(struct sdp_sock *s, bool edge)
 	for (struct sdp_waiter *w = s->waiters; w; w = w->next) {
 		if (w->changes)
 			atomic_fetch_add(w->changes, 1);
+		if (w->edges && edge)
+			atomic_fetch_add(w->edges, 1);
 		if (write(w->fd, &one, sizeof(one)) < 0) {
 			/* Counter saturated: the waiter wakes anyway. */
 		}
@@ -155,6 +157,7 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		pthread_mutex_lock(&socks[i]->lock);
 		w[i].fd = wfd;
 		w[i].changes = NULL;
+		w[i].edges = NULL;
 		w[i].next = socks[i]->waiters;
 		socks[i]->waiters = &w[i];
 		/* A change between the scan and now must not be missed: look
@@ -331,7 +334,7 @@ int sdp_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 struct sdp_watch {
 	struct sdp_sock *s;	/* holds a reference */
 	struct sdp_waiter w;
-	atomic_uint changes;
+	atomic_uint changes, edges;
 };
 
 struct sdp_watch *sdp_watch_add(int sd, int efd, int *err)
@@ -351,8 +354,10 @@ struct sdp_watch *sdp_watch_add(int sd, int efd, int *err)
 	}
 	wa->s = s;
 	atomic_init(&wa->changes, 0);
+	atomic_init(&wa->edges, 0);
 	wa->w.fd = efd;
 	wa->w.changes = &wa->changes;
+	wa->w.edges = &wa->edges;
 	pthread_mutex_lock(&s->lock);
 	wa->w.next = s->waiters;
 	s->waiters = &wa->w;
@@ -364,6 +369,11 @@ struct sdp_watch *sdp_watch_add(int sd, int efd, int *err)
 unsigned sdp_watch_changes(const struct sdp_watch *wa)
 {
 	return atomic_load(&wa->changes);
+}
+
+unsigned sdp_watch_edges(const struct sdp_watch *wa)
+{
+	return atomic_load(&wa->edges);
 }
 
 void sdp_watch_del(struct sdp_watch *wa)

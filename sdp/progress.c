@@ -440,6 +440,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	}
 	w.fd = wfd;
 	w.changes = NULL;
+	w.edges = NULL;
 	w.next = s->waiters;
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
