@@ -169,7 +169,10 @@ static void publish_conn(int fd, struct ops_sock *s)
 			ll = 0;
 		if (ENGINE(sdp_getpeername(s->sd, (void *)&p, &pl)) < 0)
 			pl = 0;
-		ops_stats_sock_set_transport(s->row, ENGINE(sdp_transport_name(s->sd)), "bcopy");
+		const char *t = ENGINE(sdp_transport_name(s->sd));
+
+		/* A listener has no transport until a connection comes. */
+		ops_stats_sock_set_transport(s->row, t, t ? "bcopy" : NULL);
 	} else {
 		if (native.getsockname(fd, (void *)&l, &ll) < 0)
 			ll = 0;
@@ -897,6 +900,13 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		} else {
 			ops_set_state(s, OPS_ST_CLOSED);
 			ops_stats_count(OPS_C_CONN_ERRORS, 1);
+			/* Linux reports a refused or reset non-blocking connect
+			 * later, through SO_ERROR, even on loopback. */
+			if ((r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET) &&
+			    app_nonblock(fd, s)) {
+				s->conn_error = -r;
+				r = -EINPROGRESS;
+			}
 		}
 		goto out;
 	}
