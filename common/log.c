@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,10 +21,12 @@ int sdp_log_min_level = SDP_LOG_ERR;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_fd = STDERR_FILENO;
 static int log_ready;
+static bool log_syslog;		/* log_file "syslog": syslog(3) instead of a file */
 
 static int log_open_file_locked(const char *path)
 {
-	if (!path || !*path) {
+	log_syslog = path && !strcmp(path, "syslog");
+	if (!path || !*path || log_syslog) {
 		if (log_fd != STDERR_FILENO)
 			close(log_fd);
 		log_fd = STDERR_FILENO;
@@ -102,10 +106,18 @@ void sdp_log_write(int level, const char *subsys, const char *fmt, ...)
 	line[len++] = '\n';
 
 	pthread_mutex_lock(&log_lock);
-	/* One write per line keeps lines whole between processes; a failed
-	 * log write has nowhere to be reported. */
-	ssize_t w = write(log_fd, line, len);
-	(void)w;
+	if (log_syslog) {
+		/* syslog stamps time and pid itself: the message only. */
+		syslog(level >= SDP_LOG_ERR ? LOG_ERR : level >= SDP_LOG_WARN ? LOG_WARNING
+			: level >= SDP_LOG_CONN ? LOG_INFO : LOG_DEBUG,
+		       "libsdp %s %s: %.*s", log_level_name(level), subsys,
+		       (int)(len - 1 - (size_t)n), line + n);
+	} else {
+		/* One write per line keeps lines whole between processes; a
+		 * failed log write has nowhere to be reported. */
+		ssize_t w = write(log_fd, line, len);
+		(void)w;
+	}
 	pthread_mutex_unlock(&log_lock);
 	errno = saved;
 }

@@ -70,8 +70,10 @@ static inline long ret(long r)
 
 EXPORT int socket(int domain, int type, int protocol)
 {
+	/* libsdp's own sockets (a transport's) never leak into an exec'd
+	 * program, even when the library that makes them forgets. */
 	if (bypass())
-		return native.socket(domain, type, protocol);
+		return native.socket(domain, sdp_internal ? type | SOCK_CLOEXEC : type, protocol);
 	ops_init();
 	return (int)ret(ops_socket(domain, type, protocol));
 }
@@ -100,14 +102,19 @@ EXPORT int listen(int fd, int backlog)
 
 EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
-	if (fd_bypass(fd))
+	if (bypass())
+		return sdp_internal ? native.accept4(fd, SA(addr), len, SOCK_CLOEXEC)
+				    : native.accept(fd, SA(addr), len);
+	if (!ops_fd_is_ours(fd))
 		return native.accept(fd, SA(addr), len);
 	return (int)ret(ops_accept4(fd, SA(addr), len, 0));
 }
 
 EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 {
-	if (fd_bypass(fd))
+	if (bypass())
+		return native.accept4(fd, SA(addr), len, sdp_internal ? flags | SOCK_CLOEXEC : flags);
+	if (!ops_fd_is_ours(fd))
 		return native.accept4(fd, SA(addr), len, flags);
 	return (int)ret(ops_accept4(fd, SA(addr), len, flags));
 }
