@@ -18,6 +18,16 @@ bad() {
 }
 have() { command -v "$1" >/dev/null 2>&1; }
 
+# Sanitizer builds: the leaks of iperf3, python3 or bash are not ours to
+# report (the rest of the suite checks libsdp's own), and curl hangs in
+# setlocale() at start-up under a preloaded ASan or TSan runtime, with or
+# without libsdp (wget covers the same ground there).
+sanitized=no
+if is_sanitized; then
+	sanitized=yes
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+
 conf=$TMP/sdp.conf
 write_conf "$conf" "log min-level 7" "use sdp server * 127.0.0.1:*" "use sdp client * 127.0.0.1:*"
 P=$(preload_env "$conf")
@@ -131,7 +141,9 @@ port=$(free_port)
 start_bg "$TMP/http.err" env $P python3 -m http.server "$port" --bind 127.0.0.1 --directory "$TMP/www"
 HTTP_PID=$BG_PID
 if wait_for_text "$TMP/http.err" "Serving HTTP" 20; then
-	if have curl; then
+	if [ "$sanitized" = yes ]; then
+		log "curl not run: it hangs under a preloaded sanitizer runtime, with or without libsdp"
+	elif have curl; then
 		if run_with_timeout 60 env $P curl -sS -o "$TMP/blob.curl" "http://127.0.0.1:$port/blob.bin" \
 			2>"$TMP/curl.err" && cmp -s "$TMP/www/blob.bin" "$TMP/blob.curl"; then
 			log "ok   curl from python3 http.server: 7 MiB identical"
