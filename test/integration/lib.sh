@@ -222,17 +222,21 @@ preload_lib() {
 	return 1
 }
 
-# The LD_PRELOAD value that loads libsdp.so into any program: in a
-# sanitizer build the sanitizer's runtime must come first in the list.
+# The LD_PRELOAD value that loads libsdp.so into any program of a
+# sanitizer build.  ASan insists on coming first.  TSan must come after
+# libsdp: its interceptor for a blocking call (poll, accept...) ignores
+# every interceptor the real function reaches, which would hide libsdp's
+# locks from it and report races that are not there.
 preload_value() {
-	local lib rt=""
+	local lib
 	lib=$(preload_lib) || return 1
 	if grep -q '^SAN_CFLAGS = .*-fsanitize=address' "$top_builddir/Makefile" 2>/dev/null; then
-		rt=$(${CC:-cc} -print-file-name=libasan.so)
+		printf '%s %s\n' "$(${CC:-cc} -print-file-name=libasan.so)" "$lib"
 	elif grep -q '^SAN_CFLAGS = .*-fsanitize=thread' "$top_builddir/Makefile" 2>/dev/null; then
-		rt=$(${CC:-cc} -print-file-name=libtsan.so)
+		printf '%s %s\n' "$lib" "$(${CC:-cc} -print-file-name=libtsan.so)"
+	else
+		printf '%s\n' "$lib"
 	fi
-	printf '%s\n' "${rt:+$rt }$lib"
 }
 
 # preload_env CONF: env(1) arguments that run a program with libsdp.so
