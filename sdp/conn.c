@@ -392,12 +392,14 @@ static void conn_flush(struct sdp_sock *s)
 			return;
 		c->ctrl_pending &= ~SDP_CTRL_DISCONN;
 		c->disconn_sent = true;
+		c->disconn_last = c->disconn_rcvd;
 		sent = true;
 		sdp_dbg(LOGSYS, "sd %d: DisConn sent", s->sd);
 	}
 
-	/* Credit updates go on after our DisConn: we may still receive. */
-	if (!sent && sdp_update_needed(&c->cr) && ctrl_slot_free(c)) {
+	/* Credit updates go on after our DisConn while the peer may still
+	 * send; after its DisConn it sends no data, so they stop. */
+	if (!sent && !c->disconn_rcvd && sdp_update_needed(&c->cr) && ctrl_slot_free(c)) {
 		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
 			SDP_STAT_INC(credit_updates_sent, 1);
 			sent = true;
@@ -968,10 +970,20 @@ void conn_progress(struct sdp_sock *s)
 	}
 	struct sdp_conn *c = s->conn;
 
-	/* Both DisConns exchanged and everything we sent has left: the
-	 * transport connection has nothing more to carry. */
+	/*
+	 * Both DisConns exchanged and everything we sent has left: the
+	 * transport connection has nothing more to carry.  The side whose
+	 * DisConn went first closes it, once the peer's arrives: that
+	 * DisConn is the last message the peer will ever send (it had ours,
+	 * so it needs to grant no more credits).  The other side waits for
+	 * the transport's DISCONNECTED.  Were it to close first, the credit
+	 * updates the peer sent while still receiving could reach a closed
+	 * socket, whose reset would destroy data the peer had not yet read.
+	 * (When both sent theirs at once, both close, as before.)
+	 */
 	if (c && s->state == SDP_S_ESTABLISHED && c->disconn_sent && c->disconn_rcvd &&
-	    !c->transport_down && c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted)
+	    !c->disconn_last && !c->transport_down && c->tx_done == c->tx_posted &&
+	    c->ctrl_done == c->ctrl_posted)
 		conn_transport_down(s);
 	if (s->conn && s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns) {
 		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)

@@ -92,6 +92,8 @@ struct sdp_conn {
 
 	uint8_t peer_max_adverts;
 	bool disconn_sent, disconn_rcvd;
+	bool disconn_last;	/* ours was sent after the peer's arrived: the
+				 * peer closes the transport, not us */
 	bool transport_down;	/* disconnect() called or DISCONNECTED seen */
 	bool post_failed;	/* a post failed: nothing more is posted, the
 				 * transport's DISCONNECTED event decides */
