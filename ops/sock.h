@@ -59,6 +59,8 @@ struct ops_sock {
 	 * emulates the application's O_NONBLOCK. */
 	bool both_nonblock;
 	unsigned accept_turn;	/* alternates which stack accept() tries first */
+	bool any_port;		/* bound to port 0: the kernel chose the port, so
+				 * listen() may choose another one */
 
 	/* Connect with fallback. */
 	enum ops_connect conn;

@@ -293,6 +293,15 @@ close_fd:
 
 /* --- bind ------------------------------------------------------------------------ */
 
+static int addr_port(const struct sockaddr *a, socklen_t len)
+{
+	if (a && a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+		return ntohs(((const struct sockaddr_in *)a)->sin_port);
+	if (a && a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+		return ntohs(((const struct sockaddr_in6 *)a)->sin6_port);
+	return -1;
+}
+
 int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct ops_sock *s = ops_fd_get(fd);
@@ -305,6 +314,8 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 	 * errors for the address. */
 	r = NATIVE_RET(native.bind(fd, addr, len));
 	pthread_mutex_lock(&s->lock);
+	if (r == 0)
+		s->any_port = addr_port(addr, len) == 0;
 	if (r == 0 && s->sd >= 0 && s->state == OPS_ST_NEW) {
 		struct sockaddr_storage l;
 		socklen_t ll = sizeof(l);
@@ -338,6 +349,7 @@ static int bound_addr(int fd, struct ops_sock *s, struct sockaddr_storage *l, so
 	if (native.bind(fd, (void *)&any, s->domain == AF_INET6 ? sizeof(struct sockaddr_in6)
 								 : sizeof(struct sockaddr_in)) < 0)
 		return -errno;
+	s->any_port = true;
 	*ll = sizeof(*l);
 	return native.getsockname(fd, (void *)l, ll) < 0 ? -errno : 0;
 }
@@ -355,6 +367,60 @@ static int sdp_listen_on(struct ops_sock *s, const struct sockaddr_storage *l, s
 	r = ENGINE(sdp_bind(s->sd, (const void *)l, ll));
 	if (r == 0 || r == -EINVAL)	/* -EINVAL: bound already (direct) */
 		r = ENGINE(sdp_listen(s->sd, backlog));
+	return r;
+}
+
+/*
+ * The kernel chose port P for fd, but the SDP listener cannot have it
+ * (on the software transport P + offset is another socket's).  Since the
+ * application asked for any port, fd gets a fresh kernel socket bound to
+ * another one, with the same flags and the options it was given.  The
+ * ports tried stay bound until the end, so that the kernel offers a new
+ * one each time.
+ */
+#define REBIND_TRIES 32
+
+static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_storage *l,
+				socklen_t *ll, int backlog)
+{
+	int held[REBIND_TRIES], nheld = 0;
+	int r = sdp_listen_on(s, l, *ll, backlog);
+
+	while (r == -EADDRINUSE && s->any_port && nheld < REBIND_TRIES) {
+		int nfd = native.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		drop_engine_socket(s);
+		if (nfd < 0)
+			break;
+		held[nheld++] = nfd;
+		for (int i = 0; i < s->nopts; i++)
+			(void)native.setsockopt(nfd, s->opts[i].level, s->opts[i].name,
+						s->opts[i].val, s->opts[i].len);
+		if (l->ss_family == AF_INET6)
+			((struct sockaddr_in6 *)l)->sin6_port = 0;
+		else
+			((struct sockaddr_in *)l)->sin_port = 0;
+		*ll = sizeof(*l);
+		if (native.bind(nfd, (void *)l, l->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+									  : sizeof(struct sockaddr_in)) < 0 ||
+		    native.getsockname(nfd, (void *)l, ll) < 0)
+			break;
+		r = sdp_listen_on(s, l, *ll, backlog);
+		if (r == 0) {
+			/* This one: it takes fd's number, flags and all. */
+			int fl = native.fcntl(fd, F_GETFL), fdfl = native.fcntl(fd, F_GETFD);
+
+			if (native.dup3(nfd, fd, fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0) {
+				r = -errno;
+				drop_engine_socket(s);
+				break;
+			}
+			if (fl >= 0)
+				native.fcntl(fd, F_SETFL, fl);
+		}
+	}
+	while (nheld)
+		native.close(held[--nheld]);
 	return r;
 }
 
@@ -404,7 +470,7 @@ int ops_listen(int fd, int backlog)
 			r = -EOPNOTSUPP;
 			goto out;
 		}
-		r = sdp_listen_on(s, &l, ll, backlog);
+		r = sdp_listen_same_port(fd, s, &l, &ll, backlog);
 		if (r < 0) {
 			drop_engine_socket(s);
 			goto out;
@@ -416,19 +482,22 @@ int ops_listen(int fd, int backlog)
 		sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP", fd,
 			     addr_str((void *)&l, buf, sizeof(buf)));
 	} else {
-		r = NATIVE_RET(native.listen(fd, backlog));
-		if (r < 0)
-			goto out;
 		enum ops_fallback why = OPS_FB_NONE;
 		int e = ops_engine_up();
 
+		/* The SDP side first: it may move both to another port. */
 		if (e < 0) {
 			why = OPS_FB_NO_TRANSPORT;
-		} else if ((e = sdp_listen_on(s, &l, ll, backlog)) < 0) {
+		} else if ((e = sdp_listen_same_port(fd, s, &l, &ll, backlog)) < 0) {
 			why = OPS_FB_TRANSPORT_ERROR;
 			drop_engine_socket(s);
 			sdp_warn(LOGSYS, "fd %d: SDP listener on %s failed (%s): TCP only", fd,
 				 addr_str((void *)&l, buf, sizeof(buf)), strerror(-e));
+		}
+		r = NATIVE_RET(native.listen(fd, backlog));
+		if (r < 0) {
+			drop_engine_socket(s);
+			goto out;
 		}
 		if (why != OPS_FB_NONE) {
 			ops_set_stack(s, OPS_STACK_TCP, why);

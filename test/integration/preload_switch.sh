@@ -138,6 +138,42 @@ out=$(run_with_timeout 60 env SDP_AF_INET_SDP=40 $(preload_env "$tcponly") "$DIR
 out=$(run_with_timeout 30 "$DIRECT" socket 2>&1)
 [ "$out" = "socket: EAFNOSUPPORT" ] || bad "family 27 without the preload: $out"
 
+# --- port 0 when the SDP side of the port is taken ----------------------------------
+# In a network namespace of its own with four ephemeral ports, three of
+# whose SDP ports (P + 20000) are taken: listen() must move both stacks to
+# the fourth.  (bind(0) prefers even ports, which are all taken here.)
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && unshare -n true 2>/dev/null; then
+	cat >"$TMP/ns.sh" <<NSEOF
+ip link set lo up
+sysctl -q -w net.ipv4.ip_local_port_range="40000 40003"
+python3 -c "
+import socket, time
+ss = []
+for p in (60000, 60001, 60002):
+    s = socket.socket(); s.bind(('127.0.0.1', p)); s.listen(1); ss.append(s)
+print('held', flush=True)
+time.sleep(60)" >"$TMP/ns-hold.out" &
+hold=\$!
+for i in \$(seq 100); do grep -q held "$TMP/ns-hold.out" && break; sleep 0.05; done
+env $(preload_env "$sdponly") "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$TMP/ns.port" --count 1 &
+srv=\$!
+for i in \$(seq 200); do [ -s "$TMP/ns.port" ] && break; sleep 0.05; done
+env $(preload_env "$sdponly") "$SDPCAT" --tcp -c 127.0.0.1:\$(cat "$TMP/ns.port") --bytes 1M
+rc=\$?
+wait \$srv || rc=1
+kill \$hold
+exit \$rc
+NSEOF
+	if run_with_timeout 60 unshare -n bash "$TMP/ns.sh" >"$TMP/ns.out" 2>&1 &&
+		[ "$(cat "$TMP/ns.port")" = 40003 ]; then
+		log "ok   port 0 moves to a port whose SDP side is free (40003)"
+	else
+		bad "port 0 with the SDP side taken: port $(cat "$TMP/ns.port" 2>/dev/null): $(cat "$TMP/ns.out")"
+	fi
+else
+	log "not root or no unshare: the port-0 relocation case is not run"
+fi
+
 # --- sdp_run ---------------------------------------------------------------------------
 if ! is_sanitized; then
 	srv=$TMP/run-server.out
