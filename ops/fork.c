@@ -10,27 +10,79 @@
  * and closing it releases the child's fd without touching the parent's
  * connection.  sdp.conf(5) says so under FORK, with the advice for
  * forking servers: put them on TCP.
+ *
+ * A "both" listener is the exception, because it can stay correct: once
+ * it is shared with a child (pre-forked workers that accept on it), an
+ * SDP client could be taken in by the parent's SDP side and never
+ * accepted.  So at fork it turns into a plain TCP listener: just before
+ * the fork the parent closes its SDP side (so the child does not inherit
+ * the transport's listening socket either, and SDP clients are refused at
+ * once and fall back to TCP), and the kernel socket gets the
+ * application's O_NONBLOCK back.
+ * posix_spawn() and system() run no fork handlers and change nothing.
  */
+#include <fcntl.h>
+#include <string.h>
+
+#include "log.h"
+#include "sdp.h"
 #include "sock.h"
+
+/* A both listener becomes TCP only; the engine side is closed by the
+ * parent only (in the child it is the parent's). */
+static void both_to_tcp(int fd, struct ops_sock *s, bool parent)
+{
+	if (s->stack != OPS_STACK_BOTH)
+		return;
+	int fl = native.fcntl(fd, F_GETFL);
+
+	if (fl >= 0 && !s->both_nonblock)
+		native.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	ops_set_stack(s, OPS_STACK_TCP, OPS_FB_UNSUPPORTED);
+	if (parent && s->sd >= 0) {
+		int sd = s->sd;
+
+		s->sd = -1;
+		(void)ENGINE(sdp_close(sd));
+		sdp_conn_log("fork", "fd %d: a listener shared with a forked child serves TCP only", fd);
+		ops_epoll_restack(s);
+	}
+	/* In the child the epoll records stay as they were: their engine
+	 * side answers nothing there, the kernel side still reports. */
+}
+
+static void parent_before_fork(int fd, struct ops_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+	both_to_tcp(fd, s, true);
+	pthread_mutex_unlock(&s->lock);
+}
 
 static void mark_inherited(int fd, struct ops_sock *s)
 {
-	(void)fd;
 	/* A parent thread may have held it at fork time. */
 	pthread_mutex_init(&s->lock, NULL);
+	both_to_tcp(fd, s, false);
 	if (s->sd >= 0)
 		s->inherited = true;
 }
 
+static void ops_atfork_prepare(void)
+{
+	ops_fd_for_each(parent_before_fork);
+}
+
 static void ops_atfork_child(void)
 {
-	ops_fd_atfork_child();
-	ops_fd_for_each(mark_inherited);
-	ops_epoll_atfork_child();
+	/* The statistics first: the rows must be the child's own before
+	 * anything is written to them. */
 	ops_stats_atfork_child();
+	ops_fd_atfork_child();
+	ops_epoll_atfork_child();
+	ops_fd_for_each(mark_inherited);
 }
 
 __attribute__((constructor)) static void ops_register_atfork(void)
 {
-	pthread_atfork(NULL, NULL, ops_atfork_child);
+	pthread_atfork(ops_atfork_prepare, NULL, ops_atfork_child);
 }

@@ -174,6 +174,53 @@ else
 	log "not root or no unshare: the port-0 relocation case is not run"
 fi
 
+# --- a pre-forked server: workers accept on the listener they inherited -------------
+# (python3's own leaks are not ours to report in a sanitizer build.)
+PYENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# At fork the "both" listener turns TCP only, so no SDP client is left
+# waiting for a parent that never accepts: clients fall back at once.
+cat >"$TMP/prefork.py" <<'PYEOF'
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+kids = []
+for i in range(2):
+    pid = os.fork()
+    if pid == 0:
+        for _ in range(2):
+            c, _ = s.accept()
+            c.sendall(b"worker got " + c.recv(100))
+            c.close()
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+PYEOF
+start_bg "$TMP/prefork.out" env "$PYENV" $(preload_env "$both") python3 "$TMP/prefork.py" "$TMP/prefork.port"
+SERVER_PID=$BG_PID
+if wait_for_file "$TMP/prefork.port" 20; then
+	ok=0
+	for i in 1 2 3 4; do
+		if run_with_timeout 20 env "$PYENV" $(preload_env "$both") python3 -c "
+import socket, sys
+c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+c.sendall(b'hi')
+sys.exit(0 if c.recv(100) == b'worker got hi' else 1)" "$(cat "$TMP/prefork.port")" \
+			>"$TMP/prefork-c.out" 2>&1 && grep -q "(refused): connecting over TCP" "$TMP/prefork-c.out"; then
+			ok=$((ok + 1))
+		else
+			sed 's/^/  /' "$TMP/prefork-c.out"
+		fi
+	done
+	[ "$ok" -eq 4 ] && log "ok   pre-forked workers serve 4 clients (refused on SDP, TCP at once)" ||
+		bad "pre-forked server: $ok of 4 clients served"
+	wait_pid "$SERVER_PID" 30 || bad "pre-forked server exit status $?: $(cat "$TMP/prefork.out")"
+else
+	bad "pre-forked server did not start: $(cat "$TMP/prefork.out")"
+fi
+
 # --- sdp_run ---------------------------------------------------------------------------
 if ! is_sanitized; then
 	srv=$TMP/run-server.out
