@@ -21,6 +21,7 @@
  * the software one.
  */
 static const struct oti_ops *const oti_builtin[] = {
+	&ib_transport_ops,
 	&tcpf_transport_ops,
 };
 

@@ -298,6 +298,7 @@ int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, uint64_t raddr,
 		uint32_t rkey, uint64_t ctx);
 
 /* Backends. */
+extern const struct oti_ops ib_transport_ops;
 extern const struct oti_ops tcpf_transport_ops;
 
 #endif /* OTI_H */

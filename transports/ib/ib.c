@@ -1,0 +1,1171 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The "ib" transport: SDP over RDMA verbs, with librdmacm for connections
+ * and libibverbs for the data path.  InfiniBand, RoCE and Soft-RoCE (rxe):
+ * any device whose transport type is IB.  iWARP devices are left to the
+ * iwarp transport.
+ *
+ * Connection management: RDMA_PS_TCP port space; the SDP port is the
+ * rdma_cm port (a space of its own on IB and RoCE, so no offset).  Each
+ * endpoint has its own event channel (a passive one is migrated to it
+ * from the listener's), one CQ with a completion channel, and one RC QP.
+ *
+ * Private data: librdmacm's header leaves 56 bytes to the consumer in a
+ * connect request on IB/RoCE (and pads what it delivers to that length),
+ * 196 in a reply.  The transport frames what the engine gives it as one
+ * length byte followed by the bytes, so the receiver gets exactly what was
+ * sent: the engine sees max_private_data = 55 and uses the compact Hello.
+ *
+ * One pollable fd per endpoint: an epoll set holding the event channel's
+ * fd, the completion channel's fd and the device's async-event fd.
+ *
+ * Completions: RC completes each work queue in order, so the transport
+ * keeps the engine's context and the operation of every posted request in
+ * two rings (send queue, receive queue) and answers completions, error and
+ * flush completions included (whose opcode verbs leaves undefined), from
+ * the head of the matching ring.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "oti.h"
+
+#define LOGSYS "ib"
+
+/* rdma_cm's room for consumer data in a connect request on IB/RoCE. */
+#define IB_REQ_PRIVATE_DATA 56
+#define IB_MAX_PDATA (IB_REQ_PRIVATE_DATA - 1)	/* one byte frames the length */
+#define IB_RESOLVE_MS 2000
+#define IB_SQ_DEPTH 256
+#define IB_RQ_DEPTH 256
+#define IB_CQ_DEPTH (IB_SQ_DEPTH + IB_RQ_DEPTH)
+#define IB_WC_BATCH 32
+
+/* --- devices: one protection domain per device context ----------------------- */
+
+struct ib_dev {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ib_dev *next;
+};
+
+/* Protects ib_devs and the async-event dispatch. */
+static pthread_mutex_t ib_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ib_dev *ib_devs;
+static bool ib_up;
+
+static struct ib_dev *ib_dev_of(struct ibv_context *ctx)
+{
+	struct ib_dev *d;
+
+	pthread_mutex_lock(&ib_lock);
+	for (d = ib_devs; d; d = d->next)
+		if (d->ctx == ctx)
+			break;
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (d) {
+			d->ctx = ctx;
+			d->pd = ibv_alloc_pd(ctx);
+			if (!d->pd) {
+				free(d);
+				d = NULL;
+			} else {
+				/* The async fd is polled, never waited on
+				 * directly: non-blocking. */
+				int fl = fcntl(ctx->async_fd, F_GETFL);
+
+				if (fl >= 0)
+					fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+				d->next = ib_devs;
+				ib_devs = d;
+			}
+		}
+	}
+	pthread_mutex_unlock(&ib_lock);
+	return d;
+}
+
+/* --- objects ------------------------------------------------------------------- */
+
+struct ib_listener {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+};
+
+struct oti_connreq {
+	struct rdma_cm_id *id;	/* the new connection's id */
+};
+
+struct ib_slot {
+	uint64_t ctx;
+	enum oti_wc_op op;
+};
+
+enum ib_state {
+	IB_RESOLVING_ADDR,
+	IB_RESOLVING_ROUTE,
+	IB_RESOLVED,		/* QP made, connect() may be called */
+	IB_CONNECTING,
+	IB_CONNECTED,
+	IB_DOWN,
+};
+
+struct ib_ep {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct ib_dev *dev;
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	unsigned cq_events;	/* to acknowledge before destroying the cq */
+	int epfd;
+	enum ib_state state;
+	bool passive;
+	bool disconnect_called;
+	uint32_t max_inline;
+
+	/* Events translated but not yet taken by get_event(). */
+	struct oti_event pending[4];
+	int npending;
+
+	/* Completions polled by ep_arm() ahead of poll_cq(). */
+	struct ibv_wc wc[IB_WC_BATCH];
+	int nwc, wc_next;
+
+	struct ib_slot sq[IB_SQ_DEPTH], rq[IB_RQ_DEPTH];
+	unsigned sq_head, sq_tail, rq_head, rq_tail;
+
+	struct ib_ep *next_ep;	/* all eps, for async events (ib_lock) */
+};
+
+struct ib_mr {
+	struct oti_mr pub;	/* first: the engine's view */
+	struct ibv_mr *mr;
+};
+
+static struct ib_ep *ib_eps;	/* ib_lock */
+
+static struct ib_ep *ib_ep(struct oti_ep *ep)
+{
+	return (struct ib_ep *)ep;
+}
+
+static int neg_errno(int fallback)
+{
+	return errno ? -errno : -fallback;
+}
+
+static int set_nonblock_cloexec(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	fl = fcntl(fd, F_GETFD);
+	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
+		return -errno;
+	return 0;
+}
+
+static struct rdma_event_channel *new_channel(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+
+	if (ch && set_nonblock_cloexec(ch->fd) < 0) {
+		rdma_destroy_event_channel(ch);
+		return NULL;
+	}
+	return ch;
+}
+
+/* Private data framing: [len][bytes]. */
+static int frame_pdata(uint8_t *out, const void *pdata, size_t len)
+{
+	if (len > IB_MAX_PDATA)
+		return -EINVAL;
+	out[0] = (uint8_t)len;
+	if (len)
+		memcpy(out + 1, pdata, len);
+	return (int)len + 1;
+}
+
+/* out holds OTI_MAX_PRIVATE_DATA (256) bytes: more than a length byte can say. */
+static size_t unframe_pdata(const void *in, size_t inlen, uint8_t *out)
+{
+	const uint8_t *p = in;
+
+	if (!p || inlen < 1 || p[0] > inlen - 1)
+		return 0;
+	memcpy(out, p + 1, p[0]);
+	return p[0];
+}
+
+/* --- init and probe ------------------------------------------------------------ */
+
+/* An IB-transport device (IB, RoCE, rxe) is present. */
+static bool have_ib_device(void)
+{
+	int n = 0;
+	bool found = false;
+	struct ibv_device **list = ibv_get_device_list(&n);
+
+	for (int i = 0; list && i < n; i++)
+		if (list[i]->transport_type == IBV_TRANSPORT_IB)
+			found = true;
+	if (list)
+		ibv_free_device_list(list);
+	return found;
+}
+
+static int ib_init(void)
+{
+	if (ib_up)
+		return 0;
+	if (!have_ib_device())
+		return -ENODEV;
+	ib_up = true;
+	return 0;
+}
+
+static void ib_fini(void)
+{
+	pthread_mutex_lock(&ib_lock);
+	while (ib_devs) {
+		struct ib_dev *d = ib_devs;
+
+		ib_devs = d->next;
+		ibv_dealloc_pd(d->pd);
+		free(d);
+	}
+	ib_up = false;
+	pthread_mutex_unlock(&ib_lock);
+}
+
+/*
+ * Does an IB-transport device serve this local address (or, for a remote
+ * one, the local address the kernel would send from)?  rdma_bind_addr()
+ * answers: it binds the id to the device of the address's net device.
+ */
+static int serves_local(const struct sockaddr *local)
+{
+	struct rdma_event_channel *ch = new_channel();
+	struct rdma_cm_id *id = NULL;
+	int ret = -ENODEV;
+
+	if (!ch)
+		return -ENODEV;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0) {
+		struct sockaddr_storage a;
+
+		memcpy(&a, local, local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							     : sizeof(struct sockaddr_in));
+		if (a.ss_family == AF_INET6)
+			((struct sockaddr_in6 *)&a)->sin6_port = 0;
+		else
+			((struct sockaddr_in *)&a)->sin_port = 0;
+		/* A wildcard binds without a device: every device may serve. */
+		if (rdma_bind_addr(id, (struct sockaddr *)&a) == 0 &&
+		    (!id->verbs || id->verbs->device->transport_type == IBV_TRANSPORT_IB))
+			ret = 0;
+		rdma_destroy_id(id);
+	}
+	rdma_destroy_event_channel(ch);
+	return ret;
+}
+
+/* The source address the kernel would use towards remote. */
+static int route_source(const struct sockaddr *remote, struct sockaddr_storage *src)
+{
+	socklen_t len = remote->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						      : sizeof(struct sockaddr_in);
+	int fd = socket(remote->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int ret = -ENETUNREACH;
+
+	if (fd < 0)
+		return -errno;
+	socklen_t sl = sizeof(*src);
+
+	if (connect(fd, remote, len) == 0 && getsockname(fd, (struct sockaddr *)src, &sl) == 0)
+		ret = 0;
+	close(fd);
+	return ret;
+}
+
+static int ib_probe(const struct sockaddr *local, const struct sockaddr *remote)
+{
+	struct sockaddr_storage src;
+
+	if (!ib_up)
+		return -ENODEV;
+	if (local && local->sa_family != AF_INET && local->sa_family != AF_INET6)
+		return -ENODEV;
+	if (remote) {
+		if (remote->sa_family != AF_INET && remote->sa_family != AF_INET6)
+			return -ENODEV;
+		if (!local) {
+			if (route_source(remote, &src) < 0)
+				return -ENETUNREACH;
+			local = (struct sockaddr *)&src;
+		}
+	}
+	if (!local)
+		return 0;
+	return serves_local(local);
+}
+
+static void ib_query_caps(struct oti_caps *caps)
+{
+	*caps = (struct oti_caps){
+		.flags = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE,
+		.max_private_data = IB_MAX_PDATA,
+		.max_inline = 64,
+		.max_send_wr = IB_SQ_DEPTH,
+		.max_recv_wr = IB_RQ_DEPTH,
+		.max_msg_size = 1u << 30,
+	};
+}
+
+/* --- listener -------------------------------------------------------------------- */
+
+static int ib_listen(const struct sockaddr *addr, socklen_t addrlen, int backlog,
+		     struct oti_listener **out)
+{
+	struct ib_listener *l = calloc(1, sizeof(*l));
+	int ret;
+
+	(void)addrlen;
+	if (!l)
+		return -ENOMEM;
+	l->ch = new_channel();
+	if (!l->ch) {
+		ret = -ENODEV;
+		goto free_l;
+	}
+	errno = 0;
+	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
+		ret = neg_errno(ENOMEM);
+		goto destroy_ch;
+	}
+	errno = 0;
+	if (rdma_bind_addr(l->id, (struct sockaddr *)addr)) {
+		ret = neg_errno(EADDRNOTAVAIL);
+		goto destroy_id;
+	}
+	errno = 0;
+	if (rdma_listen(l->id, backlog > 0 ? backlog : 128)) {
+		ret = neg_errno(EADDRINUSE);
+		goto destroy_id;
+	}
+	*out = (struct oti_listener *)l;
+	return 0;
+
+destroy_id:
+	rdma_destroy_id(l->id);
+destroy_ch:
+	rdma_destroy_event_channel(l->ch);
+free_l:
+	free(l);
+	return ret;
+}
+
+static int ib_listener_name(struct oti_listener *ol, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct ib_listener *l = (struct ib_listener *)ol;
+	struct sockaddr *a = rdma_get_local_addr(l->id);
+	socklen_t len = a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						 : sizeof(struct sockaddr_in);
+
+	if (*addrlen < len)
+		return -EINVAL;
+	memcpy(addr, a, len);
+	*addrlen = len;
+	return 0;
+}
+
+static int ib_listener_fd(struct oti_listener *ol)
+{
+	return ((struct ib_listener *)ol)->ch->fd;
+}
+
+static int ib_listener_arm(struct oti_listener *ol)
+{
+	/* The channel's fd is readable while events are queued. */
+	(void)ol;
+	return 0;
+}
+
+static int ib_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdata,
+			  size_t *pdata_len, struct sockaddr_storage *peer)
+{
+	struct ib_listener *l = (struct ib_listener *)ol;
+	struct rdma_cm_event *ev;
+
+	for (;;) {
+		if (rdma_get_cm_event(l->ch, &ev))
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+			/* Nothing else is expected here (children are
+			 * migrated before they could have events). */
+			rdma_ack_cm_event(ev);
+			continue;
+		}
+		struct oti_connreq *r = malloc(sizeof(*r));
+
+		if (!r) {
+			rdma_reject(ev->id, NULL, 0);
+			rdma_ack_cm_event(ev);
+			rdma_destroy_id(ev->id);
+			continue;
+		}
+		r->id = ev->id;
+		*pdata_len = unframe_pdata(ev->param.conn.private_data,
+					   ev->param.conn.private_data_len, pdata);
+		struct sockaddr *pa = rdma_get_peer_addr(ev->id);
+
+		memset(peer, 0, sizeof(*peer));
+		memcpy(peer, pa, pa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							    : sizeof(struct sockaddr_in));
+		rdma_ack_cm_event(ev);
+		*req = r;
+		return 0;
+	}
+}
+
+static int ib_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdata,
+		     size_t len)
+{
+	uint8_t buf[IB_REQ_PRIVATE_DATA];
+	int n = frame_pdata(buf, pdata, len);
+	int ret = 0;
+
+	(void)ol;
+	if (n < 0)
+		n = frame_pdata(buf, NULL, 0);
+	if (rdma_reject(req->id, buf, (uint8_t)n))
+		ret = -errno;
+	rdma_destroy_id(req->id);
+	free(req);
+	return ret;
+}
+
+static void ib_listener_close(struct oti_listener *ol)
+{
+	struct ib_listener *l = (struct ib_listener *)ol;
+	struct rdma_cm_event *ev;
+
+	if (!l)
+		return;
+	/* Pending requests are refused. */
+	while (rdma_get_cm_event(l->ch, &ev) == 0) {
+		struct rdma_cm_id *id = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+
+		if (id)
+			rdma_reject(id, NULL, 0);
+		rdma_ack_cm_event(ev);
+		if (id)
+			rdma_destroy_id(id);
+	}
+	rdma_destroy_id(l->id);
+	rdma_destroy_event_channel(l->ch);
+	free(l);
+}
+
+/* --- endpoints ------------------------------------------------------------------- */
+
+static void ep_list_add(struct ib_ep *e)
+{
+	pthread_mutex_lock(&ib_lock);
+	e->next_ep = ib_eps;
+	ib_eps = e;
+	pthread_mutex_unlock(&ib_lock);
+}
+
+static void ep_list_del(struct ib_ep *e)
+{
+	pthread_mutex_lock(&ib_lock);
+	for (struct ib_ep **p = &ib_eps; *p; p = &(*p)->next_ep)
+		if (*p == e) {
+			*p = e->next_ep;
+			break;
+		}
+	pthread_mutex_unlock(&ib_lock);
+}
+
+static void push_event(struct ib_ep *e, enum oti_event_type type, int status, const void *pdata,
+		       size_t pdlen)
+{
+	if (e->npending == (int)(sizeof(e->pending) / sizeof(e->pending[0])))
+		return;
+	struct oti_event *ev = &e->pending[e->npending++];
+
+	memset(ev, 0, sizeof(*ev));
+	ev->type = type;
+	ev->status = status;
+	ev->private_data_len = unframe_pdata(pdata, pdlen, ev->private_data);
+}
+
+static struct ib_ep *ep_alloc(void)
+{
+	struct ib_ep *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (e->epfd < 0) {
+		free(e);
+		return NULL;
+	}
+	e->ch = new_channel();
+	if (!e->ch) {
+		close(e->epfd);
+		free(e);
+		return NULL;
+	}
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->ch->fd, &ev);
+	return e;
+}
+
+/* The verbs objects once the id is bound to a device: CQ and QP. */
+static int ep_make_qp(struct ib_ep *e)
+{
+	struct ibv_context *ctx = e->id->verbs;
+
+	e->dev = ib_dev_of(ctx);
+	if (!e->dev)
+		return -ENOMEM;
+	e->cc = ibv_create_comp_channel(ctx);
+	if (!e->cc)
+		return -ENOMEM;
+	if (set_nonblock_cloexec(e->cc->fd) < 0)
+		return -EIO;
+	e->cq = ibv_create_cq(ctx, IB_CQ_DEPTH, e, e->cc, 0);
+	if (!e->cq)
+		return -ENOMEM;
+	if (ibv_req_notify_cq(e->cq, 0))
+		return -EIO;
+
+	struct ibv_qp_init_attr attr = {
+		.send_cq = e->cq,
+		.recv_cq = e->cq,
+		.cap = { .max_send_wr = IB_SQ_DEPTH, .max_recv_wr = IB_RQ_DEPTH,
+			 .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64 },
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1,
+	};
+
+	if (rdma_create_qp(e->id, e->dev->pd, &attr)) {
+		/* Some devices cannot inline: try without. */
+		attr.cap.max_inline_data = 0;
+		if (rdma_create_qp(e->id, e->dev->pd, &attr))
+			return neg_errno(ENOMEM);
+	}
+	e->max_inline = attr.cap.max_inline_data;
+
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cc->fd, &ev);
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, ctx->async_fd, &ev);
+	ep_list_add(e);
+	return 0;
+}
+
+static void ep_destroy(struct ib_ep *e)
+{
+	if (e->id && e->id->qp) {
+		ep_list_del(e);
+		rdma_destroy_qp(e->id);
+	}
+	if (e->cq) {
+		ibv_ack_cq_events(e->cq, e->cq_events);
+		ibv_destroy_cq(e->cq);
+	}
+	if (e->cc)
+		ibv_destroy_comp_channel(e->cc);
+	if (e->id)
+		rdma_destroy_id(e->id);
+	if (e->ch)
+		rdma_destroy_event_channel(e->ch);
+	close(e->epfd);
+	free(e);
+}
+
+static int ib_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
+			     struct oti_ep **out)
+{
+	struct ib_ep *e = ep_alloc();
+	int ret;
+
+	(void)ol;
+	if (!e) {
+		rdma_reject(req->id, NULL, 0);
+		rdma_destroy_id(req->id);
+		free(req);
+		return -ENOMEM;
+	}
+	e->id = req->id;
+	e->passive = true;
+	free(req);
+	/* Its events from now on come to the ep's own channel. */
+	if (rdma_migrate_id(e->id, e->ch)) {
+		ret = neg_errno(EIO);
+		rdma_reject(e->id, NULL, 0);
+		ep_destroy(e);
+		return ret;
+	}
+	e->id->context = e;
+	ret = ep_make_qp(e);
+	if (ret) {
+		rdma_reject(e->id, NULL, 0);
+		ep_destroy(e);
+		return ret;
+	}
+	e->state = IB_RESOLVED;
+	*out = (struct oti_ep *)e;
+	return 0;
+}
+
+static struct rdma_conn_param conn_param(const uint8_t *pdata, int len)
+{
+	return (struct rdma_conn_param){
+		.private_data = pdata,
+		.private_data_len = (uint8_t)len,
+		.responder_resources = 4,
+		.initiator_depth = 4,
+		.retry_count = 7,
+		.rnr_retry_count = 7,
+	};
+}
+
+static int ib_accept(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct ib_ep *e = ib_ep(oep);
+	uint8_t buf[IB_REQ_PRIVATE_DATA];
+	int n = frame_pdata(buf, pdata, len);
+
+	if (n < 0)
+		return n;
+	struct rdma_conn_param p = conn_param(buf, n);
+
+	if (rdma_accept(e->id, &p))
+		return neg_errno(EIO);
+	e->state = IB_CONNECTING;
+	return 0;
+}
+
+static int ib_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
+		      socklen_t srclen, struct oti_ep **out)
+{
+	struct ib_ep *e = ep_alloc();
+	int ret;
+
+	(void)dstlen;
+	(void)srclen;
+	if (!e)
+		return -ENOMEM;
+	if (rdma_create_id(e->ch, &e->id, e, RDMA_PS_TCP)) {
+		ret = neg_errno(ENOMEM);
+		ep_destroy(e);
+		return ret;
+	}
+	e->state = IB_RESOLVING_ADDR;
+	if (rdma_resolve_addr(e->id, (struct sockaddr *)src, (struct sockaddr *)dst,
+			      IB_RESOLVE_MS)) {
+		ret = neg_errno(EHOSTUNREACH);
+		ep_destroy(e);
+		return ret;
+	}
+	*out = (struct oti_ep *)e;
+	return 0;
+}
+
+static int ib_connect(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct ib_ep *e = ib_ep(oep);
+	uint8_t buf[IB_REQ_PRIVATE_DATA];
+	int n = frame_pdata(buf, pdata, len);
+
+	if (n < 0)
+		return n;
+	if (e->state != IB_RESOLVED)
+		return -EINVAL;
+	struct rdma_conn_param p = conn_param(buf, n);
+
+	if (rdma_connect(e->id, &p))
+		return neg_errno(EIO);
+	e->state = IB_CONNECTING;
+	return 0;
+}
+
+static int ib_ep_names(struct oti_ep *oep, struct sockaddr_storage *local,
+		       struct sockaddr_storage *peer)
+{
+	struct ib_ep *e = ib_ep(oep);
+
+	if (local) {
+		struct sockaddr *a = rdma_get_local_addr(e->id);
+
+		memset(local, 0, sizeof(*local));
+		memcpy(local, a, a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							  : sizeof(struct sockaddr_in));
+	}
+	if (peer) {
+		struct sockaddr *a = rdma_get_peer_addr(e->id);
+
+		memset(peer, 0, sizeof(*peer));
+		memcpy(peer, a, a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							 : sizeof(struct sockaddr_in));
+	}
+	return 0;
+}
+
+static int ib_ep_fd(struct oti_ep *oep)
+{
+	return ib_ep(oep)->epfd;
+}
+
+/* --- events ------------------------------------------------------------------------ */
+
+/* One rdma_cm event into the pending queue (or an internal step). */
+static void handle_cm_event(struct ib_ep *e, struct rdma_cm_event *ev)
+{
+	int r;
+
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		e->state = IB_RESOLVING_ROUTE;
+		if (rdma_resolve_route(e->id, IB_RESOLVE_MS))
+			push_event(e, OTI_EV_UNREACHABLE, neg_errno(EHOSTUNREACH), NULL, 0);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (e->id->verbs->device->transport_type != IBV_TRANSPORT_IB) {
+			push_event(e, OTI_EV_UNREACHABLE, -ENETUNREACH, NULL, 0);
+			break;
+		}
+		r = ep_make_qp(e);
+		if (r) {
+			push_event(e, OTI_EV_UNREACHABLE, r, NULL, 0);
+			break;
+		}
+		e->state = IB_RESOLVED;
+		push_event(e, OTI_EV_RESOLVED, 0, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		push_event(e, OTI_EV_UNREACHABLE, ev->status < 0 ? ev->status : -EHOSTUNREACH,
+			   NULL, 0);
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		push_event(e, OTI_EV_UNREACHABLE, -ETIMEDOUT, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		/* A consumer reject (IB_CM_REJ_CONSUMER_DEFINED, 28) carries
+		 * our framing; anything else (no listener: invalid service
+		 * ID) is a refusal without an SDP peer. */
+		if (ev->status == 28 && ev->param.conn.private_data_len)
+			push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, ev->param.conn.private_data,
+				   ev->param.conn.private_data_len);
+		else
+			push_event(e, OTI_EV_UNREACHABLE, -ECONNREFUSED, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		e->state = IB_CONNECTED;
+		push_event(e, OTI_EV_ESTABLISHED, 0, ev->param.conn.private_data,
+			   ev->param.conn.private_data_len);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (!e->disconnect_called) {
+			/* Answer the peer's DREQ so its side completes. */
+			e->disconnect_called = true;
+			rdma_disconnect(e->id);
+		}
+		e->state = IB_DOWN;
+		push_event(e, OTI_EV_DISCONNECTED, 0, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		e->state = IB_DOWN;
+		push_event(e, OTI_EV_ERROR, -ENODEV, NULL, 0);
+		break;
+	default:
+		/* CONNECT_RESPONSE (not with a QP made by rdma_create_qp),
+		 * TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing for the engine. */
+		break;
+	}
+}
+
+static void drain_cm(struct ib_ep *e)
+{
+	struct rdma_cm_event *ev;
+
+	while (e->npending < (int)(sizeof(e->pending) / sizeof(e->pending[0])) &&
+	       rdma_get_cm_event(e->ch, &ev) == 0) {
+		handle_cm_event(e, ev);
+		rdma_ack_cm_event(ev);
+	}
+}
+
+/* Asynchronous device events: QP fatal, port down.  Any ep may read
+ * them; each goes to the ep it concerns, as an OTI_EV_ERROR. */
+static void drain_async(struct ib_ep *self)
+{
+	struct ibv_async_event aev;
+
+	if (!self->dev)
+		return;
+	pthread_mutex_lock(&ib_lock);
+	while (ibv_get_async_event(self->dev->ctx, &aev) == 0) {
+		for (struct ib_ep *e = ib_eps; e; e = e->next_ep) {
+			bool hit = false;
+
+			switch (aev.event_type) {
+			case IBV_EVENT_QP_FATAL:
+			case IBV_EVENT_QP_REQ_ERR:
+			case IBV_EVENT_QP_ACCESS_ERR:
+				hit = e->id && e->id->qp == aev.element.qp;
+				break;
+			case IBV_EVENT_CQ_ERR:
+				hit = e->cq == aev.element.cq;
+				break;
+			case IBV_EVENT_PORT_ERR:
+				hit = e->dev == self->dev && e->id &&
+				      e->id->port_num == aev.element.port_num;
+				break;
+			case IBV_EVENT_DEVICE_FATAL:
+				hit = e->dev == self->dev;
+				break;
+			default:
+				break;
+			}
+			if (hit && e->state != IB_DOWN) {
+				e->state = IB_DOWN;
+				push_event(e, OTI_EV_ERROR, -EIO, NULL, 0);
+			}
+		}
+		ibv_ack_async_event(&aev);
+	}
+	pthread_mutex_unlock(&ib_lock);
+}
+
+static int ib_get_event(struct oti_ep *oep, struct oti_event *ev)
+{
+	struct ib_ep *e = ib_ep(oep);
+
+	if (!e->npending)
+		drain_cm(e);
+	if (!e->npending)
+		drain_async(e);
+	if (!e->npending)
+		return -EAGAIN;
+	*ev = e->pending[0];
+	memmove(&e->pending[0], &e->pending[1], (size_t)(e->npending - 1) * sizeof(e->pending[0]));
+	e->npending--;
+	return 0;
+}
+
+/* --- completions ------------------------------------------------------------------ */
+
+static void drain_cc(struct ib_ep *e)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	while (e->cc && ibv_get_cq_event(e->cc, &cq, &ctx) == 0)
+		e->cq_events++;
+	if (e->cq_events >= 64) {
+		ibv_ack_cq_events(e->cq, e->cq_events);
+		e->cq_events = 0;
+	}
+}
+
+static int ib_ep_arm(struct oti_ep *oep)
+{
+	struct ib_ep *e = ib_ep(oep);
+
+	drain_cm(e);
+	if (e->npending)
+		return -EAGAIN;
+	if (!e->cq)
+		return 0;
+	drain_cc(e);
+	if (e->wc_next < e->nwc)
+		return -EAGAIN;
+	if (ibv_req_notify_cq(e->cq, 0))
+		return -EAGAIN;
+	/* What arrived before the notification was armed. */
+	int n = ibv_poll_cq(e->cq, IB_WC_BATCH, e->wc);
+
+	if (n > 0) {
+		e->nwc = n;
+		e->wc_next = 0;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static int wc_status(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_SUCCESS:
+		return 0;
+	case IBV_WC_WR_FLUSH_ERR:
+		return -ECANCELED;
+	case IBV_WC_LOC_LEN_ERR:
+		return -EMSGSIZE;
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+		return -EACCES;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return -ETIMEDOUT;
+	default:
+		return -EIO;
+	}
+}
+
+static int ib_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
+{
+	struct ib_ep *e = ib_ep(oep);
+	int got = 0;
+
+	if (!e->cq)
+		return 0;
+	while (got < n) {
+		if (e->wc_next >= e->nwc) {
+			int m = ibv_poll_cq(e->cq, IB_WC_BATCH, e->wc);
+
+			if (m < 0)
+				return got ? got : -EIO;
+			if (m == 0)
+				break;
+			e->nwc = m;
+			e->wc_next = 0;
+		}
+		struct ibv_wc *w = &e->wc[e->wc_next++];
+		struct ib_slot *slot;
+
+		if (w->wr_id == 1) {
+			if (e->rq_head == e->rq_tail)
+				continue;	/* cannot happen: nothing posted */
+			slot = &e->rq[e->rq_head++ % IB_RQ_DEPTH];
+		} else {
+			if (e->sq_head == e->sq_tail)
+				continue;
+			slot = &e->sq[e->sq_head++ % IB_SQ_DEPTH];
+		}
+		wc[got] = (struct oti_wc){
+			.ctx = slot->ctx,
+			.op = slot->op,
+			.status = wc_status(w->status),
+			.len = slot->op == OTI_WC_RECV ? w->byte_len : 0,
+		};
+		got++;
+	}
+	return got;
+}
+
+/* --- data ---------------------------------------------------------------------------- */
+
+static int ib_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
+		     struct oti_mr **out)
+{
+	struct ib_ep *e = ib_ep(oep);
+	struct ib_mr *m;
+	int flags = 0;
+
+	if (!e->dev)
+		return -EINVAL;	/* not bound to a device yet */
+	if (access & OTI_ACCESS_LOCAL_WRITE)
+		flags |= IBV_ACCESS_LOCAL_WRITE;
+	if (access & OTI_ACCESS_REMOTE_READ)
+		flags |= IBV_ACCESS_REMOTE_READ;
+	if (access & OTI_ACCESS_REMOTE_WRITE)
+		flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	errno = 0;
+	m->mr = ibv_reg_mr(e->dev->pd, addr, len, flags);
+	if (!m->mr) {
+		int ret = neg_errno(ENOMEM);
+
+		free(m);
+		return ret;
+	}
+	m->pub = (struct oti_mr){ .addr = addr, .len = len, .rkey = m->mr->rkey,
+				  .raddr_base = (uint64_t)(uintptr_t)addr, .access = access };
+	*out = &m->pub;
+	return 0;
+}
+
+static int ib_mr_dereg(struct oti_mr *omr)
+{
+	struct ib_mr *m = (struct ib_mr *)omr;
+	int ret = 0;
+
+	if (!m)
+		return 0;
+	if (ibv_dereg_mr(m->mr))
+		ret = -EIO;
+	free(m);
+	return ret;
+}
+
+static struct ibv_sge to_sge(const struct oti_sge *s)
+{
+	return (struct ibv_sge){ .addr = (uint64_t)(uintptr_t)s->addr, .length = s->len,
+				 .lkey = ((struct ib_mr *)s->mr)->mr->lkey };
+}
+
+static int ib_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx)
+{
+	struct ib_ep *e = ib_ep(oep);
+	struct ibv_sge s = to_sge(sge);
+	struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &s, .num_sge = 1 }, *bad;
+
+	if (!e->id || !e->id->qp)
+		return -ENOTCONN;
+	if (e->rq_tail - e->rq_head >= IB_RQ_DEPTH)
+		return -EAGAIN;
+	int r = ibv_post_recv(e->id->qp, &wr, &bad);
+
+	if (r)
+		return -r;
+	e->rq[e->rq_tail++ % IB_RQ_DEPTH] = (struct ib_slot){ ctx, OTI_WC_RECV };
+	return 0;
+}
+
+static int post_sq(struct ib_ep *e, struct ibv_send_wr *wr, uint64_t ctx, enum oti_wc_op op)
+{
+	struct ibv_send_wr *bad;
+
+	if (!e->id || !e->id->qp)
+		return -ENOTCONN;
+	if (e->state == IB_DOWN)
+		return -ECANCELED;
+	if (e->sq_tail - e->sq_head >= IB_SQ_DEPTH)
+		return -EAGAIN;
+	wr->wr_id = 0;
+	int r = ibv_post_send(e->id->qp, wr, &bad);
+
+	if (r)
+		return -r;
+	e->sq[e->sq_tail++ % IB_SQ_DEPTH] = (struct ib_slot){ ctx, op };
+	return 0;
+}
+
+static int ib_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
+			unsigned flags)
+{
+	struct ib_ep *e = ib_ep(oep);
+	struct ibv_sge s = to_sge(sge);
+	struct ibv_send_wr wr = { .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED };
+
+	if ((flags & OTI_SEND_INLINE) && sge->len <= e->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	if (flags & OTI_SEND_SOLICITED)
+		wr.send_flags |= IBV_SEND_SOLICITED;
+	return post_sq(e, &wr, ctx, OTI_WC_SEND);
+}
+
+static int ib_rdma(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+		   uint32_t rkey, uint64_t ctx, bool write)
+{
+	struct ib_ep *e = ib_ep(oep);
+	struct ibv_sge s = to_sge(local);
+	struct ibv_send_wr wr = {
+		.sg_list = &s,
+		.num_sge = 1,
+		.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+	};
+
+	return post_sq(e, &wr, ctx, write ? OTI_WC_RDMA_WRITE : OTI_WC_RDMA_READ);
+}
+
+static int ib_rdma_read(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+			uint32_t rkey, uint64_t ctx)
+{
+	return ib_rdma(oep, local, raddr, rkey, ctx, false);
+}
+
+static int ib_rdma_write(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+			 uint32_t rkey, uint64_t ctx)
+{
+	return ib_rdma(oep, local, raddr, rkey, ctx, true);
+}
+
+/* --- teardown -------------------------------------------------------------------------- */
+
+static int ib_disconnect(struct oti_ep *oep)
+{
+	struct ib_ep *e = ib_ep(oep);
+
+	if (e->disconnect_called || e->state == IB_DOWN)
+		return 0;
+	if (e->state != IB_CONNECTED && e->state != IB_CONNECTING)
+		return -ENOTCONN;
+	e->disconnect_called = true;
+	return rdma_disconnect(e->id) ? neg_errno(EIO) : 0;
+}
+
+static void ib_ep_close(struct oti_ep *oep)
+{
+	struct ib_ep *e = ib_ep(oep);
+
+	if (!e)
+		return;
+	if (!e->disconnect_called && (e->state == IB_CONNECTED || e->state == IB_CONNECTING)) {
+		e->disconnect_called = true;
+		rdma_disconnect(e->id);
+	}
+	ep_destroy(e);
+}
+
+const struct oti_ops ib_transport_ops = {
+	.size = sizeof(struct oti_ops),
+	.version = OTI_VERSION,
+	.name = "ib",
+	.init = ib_init,
+	.fini = ib_fini,
+	.probe = ib_probe,
+	.query_caps = ib_query_caps,
+	.listen = ib_listen,
+	.listener_name = ib_listener_name,
+	.listener_fd = ib_listener_fd,
+	.listener_arm = ib_listener_arm,
+	.get_connreq = ib_get_connreq,
+	.reject = ib_reject,
+	.listener_close = ib_listener_close,
+	.ep_accept_open = ib_ep_accept_open,
+	.accept = ib_accept,
+	.ep_open = ib_ep_open,
+	.connect = ib_connect,
+	.ep_names = ib_ep_names,
+	.ep_fd = ib_ep_fd,
+	.ep_arm = ib_ep_arm,
+	.get_event = ib_get_event,
+	.poll_cq = ib_poll_cq,
+	.mr_reg = ib_mr_reg,
+	.mr_dereg = ib_mr_dereg,
+	.post_recv = ib_post_recv,
+	.post_send = ib_post_send,
+	.rdma_read = ib_rdma_read,
+	.rdma_write = ib_rdma_write,
+	.disconnect = ib_disconnect,
+	.ep_close = ib_ep_close,
+};
