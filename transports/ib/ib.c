@@ -301,11 +301,26 @@ static int route_source(const struct sockaddr *remote, struct sockaddr_storage *
 	return ret;
 }
 
+static bool is_loopback(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+	if (a->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
+	return false;
+}
+
 static int ib_probe(const struct sockaddr *local, const struct sockaddr *remote)
 {
 	struct sockaddr_storage src;
 
 	if (!ib_up)
+		return -ENODEV;
+	/* rdma_cm binds a loopback address to some device, but RoCE (rxe
+	 * included) cannot resolve a route to it (ENODEV at connect):
+	 * loopback is left to the other transports.  An RDMA connection to
+	 * this host uses an interface address. */
+	if ((local && is_loopback(local)) || (remote && is_loopback(remote)))
 		return -ENODEV;
 	if (local && local->sa_family != AF_INET && local->sa_family != AF_INET6)
 		return -ENODEV;
