@@ -1836,6 +1836,87 @@ static void tcpf_ep_close(struct oti_ep *oep)
 	atomic_fetch_sub(&tcpf.objects, 1);
 }
 
+/*
+ * One lock around every entry that enters the provider.  Its progress is
+ * shared by the whole domain (reading one endpoint's CQ drives the others),
+ * and despite FI_THREAD_SAFE the 1.17 provider was seen to crash inside
+ * fi_cq_read() while another thread was closing a different endpoint.  The
+ * engine already serialises the calls on one endpoint; this serialises
+ * the calls on all of them.  Recursive, in case an entry calls another;
+ * re-made in a fork child (a parent thread may have held it).
+ */
+static pthread_mutex_t tcpf_big_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+static void tcpf_big_lock_atfork_child(void)
+{
+	pthread_mutexattr_t a;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&tcpf_big_lock, &a);
+	pthread_mutexattr_destroy(&a);
+}
+
+__attribute__((constructor)) static void tcpf_big_lock_register(void)
+{
+	pthread_atfork(NULL, NULL, tcpf_big_lock_atfork_child);
+}
+
+#define TCPF_LOCKED(ret, name, params, args)              \
+	static ret name##_locked params                   \
+	{                                                 \
+		pthread_mutex_lock(&tcpf_big_lock);       \
+		ret r_ = name args;                       \
+		pthread_mutex_unlock(&tcpf_big_lock);     \
+		return r_;                                \
+	}
+#define TCPF_LOCKED_VOID(name, params, args)              \
+	static void name##_locked params                  \
+	{                                                 \
+		pthread_mutex_lock(&tcpf_big_lock);       \
+		name args;                                \
+		pthread_mutex_unlock(&tcpf_big_lock);     \
+	}
+
+TCPF_LOCKED(int, tcpf_listen, (const struct sockaddr *a, socklen_t l, int b, struct oti_listener **o),
+	    (a, l, b, o))
+TCPF_LOCKED(int, tcpf_listener_arm, (struct oti_listener *l), (l))
+TCPF_LOCKED(int, tcpf_get_connreq, (struct oti_listener *l, struct oti_connreq **r, void *p,
+				    size_t *pl, struct sockaddr_storage *peer),
+	    (l, r, p, pl, peer))
+TCPF_LOCKED(int, tcpf_reject, (struct oti_listener *l, struct oti_connreq *r, const void *p,
+			       size_t len),
+	    (l, r, p, len))
+TCPF_LOCKED_VOID(tcpf_listener_close, (struct oti_listener *l), (l))
+TCPF_LOCKED(int, tcpf_ep_accept_open, (struct oti_listener *l, struct oti_connreq *r,
+				       struct oti_ep **o),
+	    (l, r, o))
+TCPF_LOCKED(int, tcpf_accept, (struct oti_ep *e, const void *p, size_t len), (e, p, len))
+TCPF_LOCKED(int, tcpf_ep_open, (const struct sockaddr *d, socklen_t dl, const struct sockaddr *s,
+				socklen_t sl, struct oti_ep **o),
+	    (d, dl, s, sl, o))
+TCPF_LOCKED(int, tcpf_connect, (struct oti_ep *e, const void *p, size_t len), (e, p, len))
+TCPF_LOCKED(int, tcpf_ep_arm, (struct oti_ep *e), (e))
+TCPF_LOCKED(int, tcpf_get_event, (struct oti_ep *e, struct oti_event *ev), (e, ev))
+TCPF_LOCKED(int, tcpf_poll_cq, (struct oti_ep *e, struct oti_wc *wc, int n), (e, wc, n))
+TCPF_LOCKED(int, tcpf_mr_reg, (struct oti_ep *e, void *a, size_t len, unsigned acc,
+			       struct oti_mr **o),
+	    (e, a, len, acc, o))
+TCPF_LOCKED(int, tcpf_mr_dereg, (struct oti_mr *m), (m))
+TCPF_LOCKED(int, tcpf_post_recv, (struct oti_ep *e, const struct oti_sge *sge, uint64_t ctx),
+	    (e, sge, ctx))
+TCPF_LOCKED(int, tcpf_post_send, (struct oti_ep *e, const struct oti_sge *sge, uint64_t ctx,
+				  unsigned fl),
+	    (e, sge, ctx, fl))
+TCPF_LOCKED(int, tcpf_rdma_read, (struct oti_ep *e, const struct oti_sge *l, uint64_t ra,
+				  uint32_t rk, uint64_t ctx),
+	    (e, l, ra, rk, ctx))
+TCPF_LOCKED(int, tcpf_rdma_write, (struct oti_ep *e, const struct oti_sge *l, uint64_t ra,
+				   uint32_t rk, uint64_t ctx),
+	    (e, l, ra, rk, ctx))
+TCPF_LOCKED(int, tcpf_disconnect, (struct oti_ep *e), (e))
+TCPF_LOCKED_VOID(tcpf_ep_close, (struct oti_ep *e), (e))
+
 const struct oti_ops tcpf_transport_ops = {
 	.size = sizeof(struct oti_ops),
 	.version = OTI_VERSION,
@@ -1844,28 +1925,28 @@ const struct oti_ops tcpf_transport_ops = {
 	.fini = tcpf_fini,
 	.probe = tcpf_probe,
 	.query_caps = tcpf_query_caps,
-	.listen = tcpf_listen,
+	.listen = tcpf_listen_locked,
 	.listener_name = tcpf_listener_name,
 	.listener_fd = tcpf_listener_fd,
-	.listener_arm = tcpf_listener_arm,
-	.get_connreq = tcpf_get_connreq,
-	.reject = tcpf_reject,
-	.listener_close = tcpf_listener_close,
-	.ep_accept_open = tcpf_ep_accept_open,
-	.accept = tcpf_accept,
-	.ep_open = tcpf_ep_open,
-	.connect = tcpf_connect,
+	.listener_arm = tcpf_listener_arm_locked,
+	.get_connreq = tcpf_get_connreq_locked,
+	.reject = tcpf_reject_locked,
+	.listener_close = tcpf_listener_close_locked,
+	.ep_accept_open = tcpf_ep_accept_open_locked,
+	.accept = tcpf_accept_locked,
+	.ep_open = tcpf_ep_open_locked,
+	.connect = tcpf_connect_locked,
 	.ep_names = tcpf_ep_names,
 	.ep_fd = tcpf_ep_fd,
-	.ep_arm = tcpf_ep_arm,
-	.get_event = tcpf_get_event,
-	.poll_cq = tcpf_poll_cq,
-	.mr_reg = tcpf_mr_reg,
-	.mr_dereg = tcpf_mr_dereg,
-	.post_recv = tcpf_post_recv,
-	.post_send = tcpf_post_send,
-	.rdma_read = tcpf_rdma_read,
-	.rdma_write = tcpf_rdma_write,
-	.disconnect = tcpf_disconnect,
-	.ep_close = tcpf_ep_close,
+	.ep_arm = tcpf_ep_arm_locked,
+	.get_event = tcpf_get_event_locked,
+	.poll_cq = tcpf_poll_cq_locked,
+	.mr_reg = tcpf_mr_reg_locked,
+	.mr_dereg = tcpf_mr_dereg_locked,
+	.post_recv = tcpf_post_recv_locked,
+	.post_send = tcpf_post_send_locked,
+	.rdma_read = tcpf_rdma_read_locked,
+	.rdma_write = tcpf_rdma_write_locked,
+	.disconnect = tcpf_disconnect_locked,
+	.ep_close = tcpf_ep_close_locked,
 };
