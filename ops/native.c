@@ -7,7 +7,7 @@
 struct native_calls native;
 
 /* What a call whose libc symbol is missing gets: ENOSYS, as from a kernel
- * that lacks the system call.  One stub serves every signature: the
+ * that lacks the system call.  One function serves every signature: the
  * callers only look at the -1. */
 static long native_missing(void)
 {

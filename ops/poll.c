@@ -135,15 +135,9 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 
 		if (cdl && (!wake || cdl < wake))
 			wake = cdl;
-		struct timespec ts = { 0, 0 }, *tsp = zero ? &ts : NULL;
+		struct timespec ts = { 0, 0 };
+		struct timespec *tsp = zero ? &ts : ops_timeout_until(wake, &ts);
 
-		if (!zero && wake) {
-			uint64_t now = ops_now_ns(), d = wake > now ? wake - now : 0;
-
-			ts.tv_sec = (time_t)(d / 1000000000ull);
-			ts.tv_nsec = (long)(d % 1000000000ull);
-			tsp = &ts;
-		}
 		ret = ENGINE(sdp_ppoll(x.t, x.n, tsp, sigmask));
 		if (ret < 0)
 			break;

@@ -114,6 +114,10 @@ uint64_t ops_connect_deadline(struct ops_sock *s);
 void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why);
 void ops_set_state(struct ops_sock *s, enum ops_sock_state st);
 uint64_t ops_now_ns(void);
+/* The time left until deadline (ns, CLOCK_MONOTONIC) as a relative
+ * timeout for sdp_ppoll(): ts filled (zero once past), or NULL for
+ * deadline 0, "no timeout". */
+struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts);
 
 /* --- epoll.c -------------------------------------------------------------------- */
 

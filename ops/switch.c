@@ -116,6 +116,17 @@ uint64_t ops_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts)
+{
+	if (!deadline)
+		return NULL;
+	uint64_t now = ops_now_ns(), d = deadline > now ? deadline - now : 0;
+
+	ts->tv_sec = (time_t)(d / 1000000000ull);
+	ts->tv_nsec = (long)(d % 1000000000ull);
+	return ts;
+}
+
 /* --- helpers ------------------------------------------------------------------- */
 
 static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
@@ -632,18 +643,11 @@ static int accept_both(int fd, struct ops_sock *s, struct sockaddr *addr, sockle
 		if (!deadline)
 			deadline = rcvtimeo_deadline(fd);
 		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = s->sd, .events = POLLIN } };
-		struct timespec ts, *tsp = NULL;
+		struct timespec ts;
 
-		if (deadline) {
-			uint64_t now = ops_now_ns();
-
-			if (now >= deadline)
-				return -EAGAIN;
-			ts.tv_sec = (time_t)((deadline - now) / 1000000000ull);
-			ts.tv_nsec = (long)((deadline - now) % 1000000000ull);
-			tsp = &ts;
-		}
-		int r = ENGINE(sdp_ppoll(p, 2, tsp, NULL));
+		if (deadline && ops_now_ns() >= deadline)
+			return -EAGAIN;
+		int r = ENGINE(sdp_ppoll(p, 2, ops_timeout_until(deadline, &ts), NULL));
 
 		if (r < 0)
 			return r;
@@ -842,19 +846,12 @@ static int wait_connect(int fd, struct ops_sock *s)
 		if (timeo && (!deadline || timeo < deadline))
 			deadline = timeo;
 		struct pollfd p = { .fd = s->sd, .events = POLLOUT };
-		struct timespec ts, *tsp = NULL;
+		struct timespec ts;
 
-		if (deadline) {
-			uint64_t now = ops_now_ns();
+		if (deadline && deadline == timeo && ops_now_ns() >= deadline)
+			return -EINPROGRESS;	/* SO_SNDTIMEO, as Linux */
+		struct timespec *tsp = ops_timeout_until(deadline, &ts);
 
-			if (now >= deadline && deadline == timeo)
-				return -EINPROGRESS;	/* SO_SNDTIMEO, as Linux */
-			uint64_t d = now >= deadline ? 0 : deadline - now;
-
-			ts.tv_sec = (time_t)(d / 1000000000ull);
-			ts.tv_nsec = (long)(d % 1000000000ull);
-			tsp = &ts;
-		}
 		pthread_mutex_unlock(&s->lock);
 		r = ENGINE(sdp_ppoll(&p, 1, tsp, NULL));
 		pthread_mutex_lock(&s->lock);
