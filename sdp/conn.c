@@ -211,6 +211,8 @@ static void conn_set_reset(struct sdp_sock *s, int err)
 	if (s->state == SDP_S_ESTABLISHED)
 		SDP_STAT_INC(resets, 1);
 	s->reset = true;
+	sdp_dbg(LOGSYS, "sd %d: connection reset (%s)%s", s->sd, strerror(err),
+		s->app_closed ? ", after close" : "");
 	if (!s->app_closed)
 		s->so_error = err;
 	s->state = SDP_S_CLOSED;
@@ -912,6 +914,9 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 			break;
 		}
 		c->disconnected = true;
+		sdp_dbg(LOGSYS, "sd %d: transport %s (%d); DisConn sent %d, received %d",
+			s->sd, ev->type == OTI_EV_ERROR ? "error" : "disconnected", ev->status,
+			c->disconn_sent, c->disconn_rcvd);
 		/* Messages that arrived before the transport went down are
 		 * still in the completion queue: take them first, so a
 		 * DisConn there makes this an orderly close. */

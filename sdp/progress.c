@@ -49,6 +49,7 @@ static bool prog_running;
 static pthread_t prog_thread;
 static struct sock_ref *prog_releases;	/* refs to drop after the batch */
 static struct sock_ref *prog_watch;	/* sockets with deadlines */
+static bool prog_watch_out;		/* prog_tick() has the watch list */
 static struct sock_ref *prog_pokes;	/* sockets to drive once, soon */
 static pid_t prog_pid;
 static __thread bool on_progress_thread;
@@ -140,6 +141,7 @@ static void prog_tick(void)
 	pthread_mutex_lock(&prog_lock);
 	list = prog_watch;
 	prog_watch = NULL;
+	prog_watch_out = true;
 	pthread_mutex_unlock(&prog_lock);
 
 	while (list) {
@@ -162,6 +164,7 @@ static void prog_tick(void)
 		r->next = prog_watch;
 		prog_watch = r;
 	}
+	prog_watch_out = false;
 	pthread_mutex_unlock(&prog_lock);
 }
 
@@ -466,22 +469,31 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	return 0;
 }
 
-/* Everything of s has been handed to the transport (or never will be). */
+/*
+ * The process may exit without harm to s's peer: everything of s has left,
+ * and the peer's DisConn is in, so the peer will send nothing more (or the
+ * transport is gone anyway).
+ */
 static bool orphan_flushed(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
 
 	if (!c || c->transport_down || c->post_failed || s->state != SDP_S_ESTABLISHED)
 		return true;
-	return c->disconn_sent && c->tx_posted == c->tx_filled && c->tx_done == c->tx_posted &&
-	       c->ctrl_done == c->ctrl_posted;
+	return c->disconn_sent && c->disconn_rcvd && c->tx_posted == c->tx_filled &&
+	       c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted;
 }
 
 /*
  * At exit the kernel would go on sending what a closed TCP socket still
- * held; here the process is the stack, so it waits (bounded by the
- * exit_linger_ms tunable) until closed connections have handed their data
- * and DisConn to the transport, whose own sockets the kernel then drains.
+ * held, and would go on taking the peer's acknowledgements; here the
+ * process is the stack, so it waits (bounded by the exit_linger_ms
+ * tunable) until each closed connection has handed its data and DisConn to
+ * the transport *and* the peer's DisConn has come back.  Leaving earlier
+ * is not enough: the peer goes on granting credits while it reads our last
+ * data, and those messages reaching a socket the kernel closed at our exit
+ * would make it answer with a reset, which destroys whatever the peer had
+ * not yet read.
  */
 __attribute__((destructor)) static void prog_exit_flush(void)
 {
@@ -495,6 +507,9 @@ __attribute__((destructor)) static void prog_exit_flush(void)
 		bool pending = false;
 
 		pthread_mutex_lock(&prog_lock);
+		/* While the thread walks the list, closing sockets are on
+		 * it and not here: look again once it has put them back. */
+		pending = prog_watch_out;
 		for (struct sock_ref *r = prog_watch; r; r = r->next) {
 			atomic_fetch_add(&r->s->ref, 1);
 			prog_push(&list, r->s);
@@ -513,8 +528,11 @@ __attribute__((destructor)) static void prog_exit_flush(void)
 			sock_put(r->s);
 			free(r);
 		}
-		if (!pending || sdp_now_ns() >= deadline)
+		if (!pending || sdp_now_ns() >= deadline) {
+			sdp_dbg(LOGSYS, "exit: %s", pending ? "gave up on connections still closing"
+							    : "every connection closed");
 			break;
+		}
 		usleep(1000);
 	}
 }
