@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * sock_bench: stream throughput and ping-pong latency over plain BSD
+ * sockets, nothing else (libc only), so that the very same binary can be
+ * measured over the kernel's TCP, under LD_PRELOAD=libsdp.so and under
+ * rdma-core's LD_PRELOAD=librspreload.so (see bench/rdma_compare.sh).
+ *
+ *   sock_bench serve ADDR PORT
+ *       Serve connections one after the other, forever.  Each starts with
+ *       a 16-byte request (mode, message size, count, all big-endian):
+ *         stream    read until EOF, then answer with the byte count (8 B);
+ *         pingpong  `count` times: read `size` bytes, write them back.
+ *
+ *   sock_bench stream HOST PORT SIZE SECONDS
+ *       Write SIZE-byte messages for SECONDS, shut down the write side,
+ *       wait for the server's byte count; prints
+ *         stream SIZE BYTES SECONDS GBIT_S
+ *       (the time runs until the count arrives, so it includes draining).
+ *
+ *   sock_bench pingpong HOST PORT SIZE COUNT
+ *       COUNT round trips of SIZE bytes (after COUNT/10 + 1 unmeasured
+ *       ones); prints
+ *         pingpong SIZE COUNT RTT_P50_US RTT_P99_US RTT_MEAN_US
+ *
+ * TCP_NODELAY is set on both ends (what latency-minded programs do, and what
+ * perftest's ping-pong is compared with).  Every failure is a message on
+ * stderr and exit status 1; figures are printed, never judged.
+ */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { MODE_STREAM = 1, MODE_PINGPONG = 2 };
+
+#define REQ_LEN 16
+#define MAX_SIZE (64u << 20)
+
+static void die(const char *what)
+{
+	fprintf(stderr, "sock_bench: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static void fail(const char *what)
+{
+	fprintf(stderr, "sock_bench: %s\n", what);
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Exactly len bytes, or 0 at EOF before the first byte; dies otherwise. */
+static int read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("read");
+		if (n == 0) {
+			if (got == 0)
+				return 0;
+			fail("read: EOF in the middle of a message");
+		}
+		got += (size_t)n;
+	}
+	return 1;
+}
+
+static void write_full(int fd, const void *buf, size_t len)
+{
+	size_t put = 0;
+
+	while (put < len) {
+		ssize_t n = write(fd, (const char *)buf + put, len - put);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("write");
+		put += (size_t)n;
+	}
+}
+
+static void nodelay(int fd)
+{
+	int one = 1;
+
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
+		die("setsockopt TCP_NODELAY");
+}
+
+static size_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (*end == 'K' || *end == 'k')
+		v <<= 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		v <<= 20, end++;
+	if (*end || v == 0 || v > MAX_SIZE)
+		fail("bad size (1 B to 64 MiB, suffixes K and M)");
+	return (size_t)v;
+}
+
+static int resolve(const char *host, const char *port, struct sockaddr_storage *ss,
+		   socklen_t *len)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai;
+	int r = getaddrinfo(host, port, &hints, &ai);
+
+	if (r) {
+		fprintf(stderr, "sock_bench: %s:%s: %s\n", host, port, gai_strerror(r));
+		exit(1);
+	}
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return ss->ss_family;
+}
+
+static void serve_one(int fd, char *buf)
+{
+	uint8_t req[REQ_LEN];
+	uint32_t mode, size;
+	uint64_t count;
+
+	if (!read_full(fd, req, sizeof(req)))
+		return;
+	memcpy(&mode, req, 4);
+	memcpy(&size, req + 4, 4);
+	memcpy(&count, req + 8, 8);
+	mode = be32toh(mode);
+	size = be32toh(size);
+	count = be64toh(count);
+	if (size == 0 || size > MAX_SIZE)
+		fail("bad request: size");
+	if (mode == MODE_STREAM) {
+		uint64_t total = 0;
+
+		for (;;) {
+			ssize_t n = read(fd, buf, MAX_SIZE);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				die("read");
+			if (n == 0)
+				break;
+			total += (uint64_t)n;
+		}
+		total = htobe64(total);
+		write_full(fd, &total, sizeof(total));
+	} else if (mode == MODE_PINGPONG) {
+		for (uint64_t i = 0; i < count; i++) {
+			if (!read_full(fd, buf, size))
+				fail("pingpong: EOF before the last round trip");
+			write_full(fd, buf, size);
+		}
+	} else {
+		fail("bad request: mode");
+	}
+}
+
+static void cmd_serve(const char *addr, const char *port) __attribute__((noreturn));
+static void cmd_serve(const char *addr, const char *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int one = 1;
+	int lfd = socket(resolve(addr, port, &ss, &len), SOCK_STREAM, 0);
+	char *buf = malloc(MAX_SIZE);
+
+	if (lfd < 0)
+		die("socket");
+	if (!buf)
+		fail("out of memory");
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(lfd, (struct sockaddr *)&ss, len))
+		die("bind");
+	if (listen(lfd, 16))
+		die("listen");
+	fprintf(stderr, "sock_bench: serving on %s:%s\n", addr, port);
+	for (;;) {
+		int fd = accept(lfd, NULL, NULL);
+
+		if (fd < 0 && errno == EINTR)
+			continue;
+		if (fd < 0)
+			die("accept");
+		nodelay(fd);
+		serve_one(fd, buf);
+		close(fd);
+	}
+}
+
+static int dial(const char *host, const char *port, uint32_t mode, uint32_t size,
+		uint64_t count)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd = socket(resolve(host, port, &ss, &len), SOCK_STREAM, 0);
+	uint8_t req[REQ_LEN];
+
+	if (fd < 0)
+		die("socket");
+	/* The server may still be starting: retry a refused connect a while. */
+	for (int tries = 0;; tries++) {
+		if (connect(fd, (struct sockaddr *)&ss, len) == 0)
+			break;
+		if (errno != ECONNREFUSED || tries >= 100)
+			die("connect");
+		close(fd);
+		usleep(100000);
+		fd = socket(ss.ss_family, SOCK_STREAM, 0);
+		if (fd < 0)
+			die("socket");
+	}
+	nodelay(fd);
+	mode = htobe32(mode);
+	size = htobe32(size);
+	count = htobe64(count);
+	memcpy(req, &mode, 4);
+	memcpy(req + 4, &size, 4);
+	memcpy(req + 8, &count, 8);
+	write_full(fd, req, sizeof(req));
+	return fd;
+}
+
+static int cmd_stream(const char *host, const char *port, size_t size, double secs)
+{
+	char *buf = malloc(size);
+	uint64_t sent = 0, got;
+
+	if (!buf)
+		fail("out of memory");
+	memset(buf, 0x5a, size);
+	int fd = dial(host, port, MODE_STREAM, (uint32_t)size, 0);
+	double t0 = now_s(), stop = t0 + secs;
+
+	/* Check the clock every few messages: small ones are fast. */
+	for (uint64_t i = 0;; i++) {
+		if ((i & 63) == 0 && now_s() >= stop)
+			break;
+		write_full(fd, buf, size);
+		sent += size;
+	}
+	if (shutdown(fd, SHUT_WR))
+		die("shutdown");
+	if (!read_full(fd, &got, sizeof(got)))
+		fail("stream: no byte count from the server");
+	double t = now_s() - t0;
+
+	got = be64toh(got);
+	if (got != sent) {
+		fprintf(stderr, "sock_bench: stream: sent %llu bytes, server counted %llu\n",
+			(unsigned long long)sent, (unsigned long long)got);
+		return 1;
+	}
+	printf("stream %zu %llu %.3f %.3f\n", size, (unsigned long long)sent, t,
+	       (double)sent * 8 / t / 1e9);
+	close(fd);
+	free(buf);
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmd_pingpong(const char *host, const char *port, size_t size, long count)
+{
+	long warm = count / 10 + 1;
+	char *buf = malloc(size);
+	double *rtt = malloc((size_t)count * sizeof(*rtt));
+	double sum = 0;
+
+	if (!buf || !rtt)
+		fail("out of memory");
+	memset(buf, 0xa5, size);
+	int fd = dial(host, port, MODE_PINGPONG, (uint32_t)size, (uint64_t)(count + warm));
+
+	for (long i = 0; i < count + warm; i++) {
+		double t0 = now_s();
+
+		write_full(fd, buf, size);
+		if (!read_full(fd, buf, size))
+			fail("pingpong: EOF from the server");
+		if (i >= warm) {
+			rtt[i - warm] = (now_s() - t0) * 1e6;
+			sum += rtt[i - warm];
+		}
+	}
+	qsort(rtt, (size_t)count, sizeof(*rtt), cmp_double);
+	printf("pingpong %zu %ld %.2f %.2f %.2f\n", size, count, rtt[count / 2],
+	       rtt[(size_t)((double)count * 0.99)], sum / (double)count);
+	close(fd);
+	free(buf);
+	free(rtt);
+	return 0;
+}
+
+static void usage(void)
+{
+	fputs("usage: sock_bench serve ADDR PORT\n"
+	      "       sock_bench stream HOST PORT SIZE SECONDS\n"
+	      "       sock_bench pingpong HOST PORT SIZE COUNT\n",
+	      stderr);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc == 4 && !strcmp(argv[1], "serve"))
+		cmd_serve(argv[2], argv[3]);
+	if (argc == 6 && !strcmp(argv[1], "stream")) {
+		double secs = strtod(argv[5], NULL);
+
+		if (!(secs > 0))
+			fail("bad duration");
+		return cmd_stream(argv[2], argv[3], parse_size(argv[4]), secs);
+	}
+	if (argc == 6 && !strcmp(argv[1], "pingpong")) {
+		long count = strtol(argv[5], NULL, 10);
+
+		if (count < 1 || count > 10000000)
+			fail("bad count");
+		return cmd_pingpong(argv[2], argv[3], parse_size(argv[4]), count);
+	}
+	usage();
+	return 2;
+}
