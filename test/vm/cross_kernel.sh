@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+#
+# cross_kernel.sh BUILDDIR [DEVICE]: SDP between two kernels over a real
+# (virtual) wire.  Two testbed guests (test/vm/run-in-vm --two), each with
+# its own soft RDMA device (rxe by default, or siw), joined by a QEMU
+# socket network; the server runs in guest A, the client in guest B:
+#
+#   1. sdpcat, 64 MiB one way, checksummed, engine API
+#   2. sdpcat --bidir, 16 MiB each way at once, random write/read sizes
+#   3. socat under sdp_run (the preload, unmodified program) carrying a
+#      32 MiB file that both sides generate from one seed; A compares the
+#      sha256 of what it received
+#
+# Every case must name the transport it ran on (sdpcat's summary, libsdp's
+# log "over ib"): a run that fell back to TCP fails.  Output lines are
+# prefixed [A] / [B]; the exit status is 0 only if every case passed.
+# Exit 125 means the testbed itself failed (run-in-vm's convention).
+set -u
+
+die() { echo "cross_kernel: $*" >&2; exit 1; }
+
+[ $# -ge 1 ] || die "usage: $0 BUILDDIR [rxe|siw]"
+builddir=$(cd "$1" && pwd) || die "no build directory $1"
+device=${2:-rxe}
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+sdpcat=$builddir/tools/sdpcat
+sdp_run=$builddir/tools/sdp_run
+[ -x "$sdpcat" ] && [ -x "$sdp_run" ] || die "build $builddir first"
+
+if [ -z "${VM_NAME:-}" ]; then
+	# On the host: start both guests, this script is each side's command.
+	self=$srcdir/test/vm/cross_kernel.sh
+	exec "$srcdir/test/vm/run-in-vm" --two --devices "$device" -- \
+		bash "$self" "$builddir" "$device" ::: bash "$self" "$builddir" "$device"
+fi
+
+# --- inside a guest --------------------------------------------------------
+case $device in
+rxe) addr=${VM_ADDR_RXE:-$VM_ADDR} peer=${VM_PEER_RXE:-$VM_PEER} transport=ib ;;
+siw) addr=${VM_ADDR_SIW:-$VM_ADDR} peer=${VM_PEER_SIW:-$VM_PEER} transport=${CROSS_KERNEL_TRANSPORT:-iwarp} ;;
+*) die "unknown device $device" ;;
+esac
+export SDP_TRANSPORTS=$transport
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+ok() { echo "cross_kernel: ok   $*"; }
+bad() { echo "cross_kernel: FAIL $*"; failures=$((failures + 1)); }
+
+cat >"$tmp/sdp.conf" <<EOF
+transport enable $transport
+use sdp server * *:*
+use sdp client * *:*
+log min-level 7 destination file $tmp/sdp.log
+EOF
+
+# The seeded 32 MiB file of case 3, the same in both guests.
+python3 -c 'import random, sys; random.seed(7071); sys.stdout.buffer.write(random.randbytes(32 << 20))' \
+	>"$tmp/blob" || die "cannot generate the test file"
+want=$(sha256sum <"$tmp/blob" | cut -d' ' -f1)
+
+# client_retry OUT CMD...: the two guests start their commands at about the
+# same time; retry while the server is not listening yet (60 s).
+client_retry() {
+	local out=$1 i
+	shift
+	for i in $(seq 120); do
+		"$@" >"$out" 2>&1 && return 0
+		grep -qi "refused\|unreachable\|timed out" "$out" || return 1
+		sleep 0.5
+	done
+	return 1
+}
+
+if [ "$VM_NAME" = vm-a ]; then
+	echo "cross_kernel: server in $(uname -r) at $addr, client at $peer, transport $transport"
+	timeout 600 "$sdpcat" -l "$addr:7471" --count 2 -v >"$tmp/sdpcat.out" 2>&1
+	rc=$?
+	sed 's/^/  sdpcat server: /' "$tmp/sdpcat.out"
+	[ $rc -eq 0 ] && ok "sdpcat server: both connections verified" ||
+		bad "sdpcat server exit $rc"
+	timeout 600 "$sdp_run" --conf "$tmp/sdp.conf" -- \
+		socat -u "TCP-LISTEN:7472,bind=$addr,reuseaddr" "OPEN:$tmp/got,creat,trunc" \
+		>"$tmp/socat.out" 2>&1
+	rc=$?
+	got=$(sha256sum <"$tmp/got" | cut -d' ' -f1)
+	if [ $rc -ne 0 ]; then
+		bad "socat server exit $rc: $(cat "$tmp/socat.out")"
+	elif [ "$got" != "$want" ]; then
+		bad "socat: received $(stat -c %s "$tmp/got") bytes, sha256 $got, want $want"
+	elif ! grep -q "over $transport" "$tmp/sdp.log"; then
+		bad "socat server did not use SDP over $transport: $(cat "$tmp/sdp.log")"
+	else
+		ok "socat under sdp_run: 32 MiB received over $transport, sha256 matches"
+	fi
+else
+	if client_retry "$tmp/c1.out" timeout 600 "$sdpcat" -c "$peer:7471" --bytes 64M; then
+		if grep -q "sdp $transport:.*checksum ok" "$tmp/c1.out"; then
+			ok "sdpcat 64 MiB: $(sed -n 's/^sdpcat: //p' "$tmp/c1.out" | tail -n 1)"
+		else
+			bad "sdpcat 64 MiB did not report $transport: $(cat "$tmp/c1.out")"
+		fi
+	else
+		bad "sdpcat 64 MiB: $(cat "$tmp/c1.out")"
+	fi
+	if client_retry "$tmp/c2.out" timeout 600 "$sdpcat" -c "$peer:7471" --bidir --bytes 16M \
+		--wsize 1-256K --rsize 1-64K --seed 9; then
+		if grep -q "sdp $transport:.*checksum ok" "$tmp/c2.out"; then
+			ok "sdpcat bidir 16 MiB: $(sed -n 's/^sdpcat: //p' "$tmp/c2.out" | tail -n 1)"
+		else
+			bad "sdpcat bidir did not report $transport: $(cat "$tmp/c2.out")"
+		fi
+	else
+		bad "sdpcat bidir: $(cat "$tmp/c2.out")"
+	fi
+	if client_retry "$tmp/c3.out" timeout 600 "$sdp_run" --conf "$tmp/sdp.conf" -- \
+		socat -u "OPEN:$tmp/blob" "TCP:$peer:7472"; then
+		if grep -q "over $transport" "$tmp/sdp.log"; then
+			ok "socat under sdp_run: 32 MiB sent over $transport"
+		else
+			bad "socat client did not use SDP over $transport: $(cat "$tmp/sdp.log")"
+		fi
+	else
+		bad "socat client: $(cat "$tmp/c3.out")"
+	fi
+fi
+if [ "$failures" -ne 0 ]; then
+	echo "cross_kernel: FAIL: $failures case(s) on $VM_NAME"
+	exit 1
+fi
+echo "cross_kernel: PASS on $VM_NAME"
+exit 0
