@@ -1001,12 +1001,14 @@ void conn_progress(struct sdp_sock *s)
 
 /* --- passive side ------------------------------------------------------------ */
 
-static void listener_reject(struct sdp_sock *s, struct oti_connreq *req)
+static void listener_reject(const struct sdp_lsn *l, struct oti_connreq *req)
 {
-	s->lt->reject(s->listener, req, NULL, 0);
+	l->t->reject(l->l, req, NULL, 0);
 }
 
-static void listener_take_request(struct sdp_sock *s, struct oti_connreq *req,
+/* A connection request that came in on the transport listener l of s. */
+static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
+				  struct oti_connreq *req,
 				  const void *pdata, size_t pdata_len,
 				  const struct sockaddr_storage *peer)
 {
@@ -1027,7 +1029,7 @@ static void listener_take_request(struct sdp_sock *s, struct oti_connreq *req,
 	if (s->acceptq_len + s->pending_children >= s->backlog) {
 		sdp_conn_log(LOGSYS, "sd %d: accept queue full (backlog %d), refusing",
 			     s->sd, s->backlog);
-		listener_reject(s, req);
+		listener_reject(l, req);
 		return;
 	}
 	ret = sdp_hello_decode(pdata, pdata_len, &hello);
@@ -1035,21 +1037,21 @@ static void listener_take_request(struct sdp_sock *s, struct oti_connreq *req,
 		SDP_STAT_INC(protocol_errors, 1);
 		sdp_warn(LOGSYS, "sd %d: refusing a connection with an invalid Hello (%s)",
 			 s->sd, ret == -EPROTONOSUPPORT ? "unsupported SDP version" : "malformed");
-		listener_reject(s, req);
+		listener_reject(l, req);
 		return;
 	}
 	child = sock_alloc(s->domain, false, true, false);
 	if (!child) {
-		listener_reject(s, req);
+		listener_reject(l, req);
 		return;
 	}
 	c = conn_new();
 	if (!c) {
-		listener_reject(s, req);
+		listener_reject(l, req);
 		sock_put(child);
 		return;
 	}
-	c->t = s->lt;
+	c->t = l->t;
 	child->conn = c;
 	child->is_child = true;
 	child->parent = s;
@@ -1065,7 +1067,7 @@ static void listener_take_request(struct sdp_sock *s, struct oti_connreq *req,
 	child->linger = s->linger;
 	child->oobinline = s->oobinline;
 
-	ret = c->t->ep_accept_open(s->listener, req, &c->ep);
+	ret = c->t->ep_accept_open(l->l, req, &c->ep);
 	if (ret)
 		goto err_child;
 	c->ep_fd = c->t->ep_fd(c->ep);
@@ -1181,22 +1183,25 @@ void listener_progress(struct sdp_sock *s)
 	struct oti_connreq *req;
 	size_t len;
 
-	if (!s->listener)
-		return;
-	for (int n = 0; n < 64; n++) {
-		len = 0;
-		memset(&peer, 0, sizeof(peer));
-		if (s->lt->get_connreq(s->listener, &req, pdata, &len, &peer))
-			break;
-		listener_take_request(s, req, pdata, len, &peer);
+	for (int i = 0; i < s->nlsn; i++) {
+		const struct sdp_lsn *l = &s->lsn[i];
+
+		for (int n = 0; n < 64; n++) {
+			len = 0;
+			memset(&peer, 0, sizeof(peer));
+			if (l->t->get_connreq(l->l, &req, pdata, &len, &peer))
+				break;
+			listener_take_request(s, l, req, pdata, len, &peer);
+		}
 	}
 	listener_progress_children(s);
 }
 
 void listener_free(struct sdp_sock *s)
 {
-	if (s->in_progress_set && s->listener) {
-		progress_del(s, s->lt->listener_fd(s->listener));
+	if (s->in_progress_set) {
+		for (int i = 0; i < s->nlsn; i++)
+			progress_del(s, s->lsn[i].t->listener_fd(s->lsn[i].l));
 		s->in_progress_set = false;
 	}
 	for (int i = 0; i < s->acceptq_len + s->pending_children; i++) {
@@ -1214,8 +1219,7 @@ void listener_free(struct sdp_sock *s)
 	free(s->acceptq);
 	s->acceptq = NULL;
 	s->acceptq_len = s->pending_children = s->acceptq_cap = 0;
-	if (s->listener) {
-		s->lt->listener_close(s->listener);
-		s->listener = NULL;
-	}
+	for (int i = 0; i < s->nlsn; i++)
+		s->lsn[i].t->listener_close(s->lsn[i].l);
+	s->nlsn = 0;
 }

@@ -49,6 +49,7 @@ enum {
 };
 
 #define SDP_CTRL_SLOTS 8
+#define SDP_MAX_LISTENERS 4	/* transports one listener listens on */
 #define SDP_CTRL_SLOT_SIZE 64
 
 /* Completion contexts: kind in the top bits, slot below. */
@@ -147,9 +148,14 @@ struct sdp_sock {
 	/* Threads blocked on this socket (sdp_wait). */
 	struct sdp_waiter *waiters;
 
-	/* Listener. */
-	const struct oti_ops *lt;
-	struct oti_listener *listener;
+	/* Listener: one transport listener per backend serving the bound
+	 * address (RDMA first, the software transport last), all on one
+	 * port; nlsn > 0 once bound. */
+	struct sdp_lsn {
+		const struct oti_ops *t;
+		struct oti_listener *l;
+	} lsn[SDP_MAX_LISTENERS];
+	int nlsn;
 	int backlog;
 	bool in_progress_set;
 	struct sdp_sock *parent;	/* child: its listener, until accepted */

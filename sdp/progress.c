@@ -86,19 +86,20 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 
 	pthread_mutex_lock(&s->lock);
 	for (int i = 0; i < 8; i++) {
-		if (s->listener)
+		if (s->nlsn)
 			listener_progress(s);
 		else if (s->conn)
 			conn_progress(s);
 		/* Re-arm: sleeping is safe only when nothing is pending. */
 		int again = 0;
 
-		if (s->listener && s->lt->listener_arm(s->listener) == -EAGAIN)
-			again = 1;
-		if (!s->listener && s->conn && s->conn->ep && !s->conn->disconnected &&
+		for (int k = 0; k < s->nlsn; k++)
+			if (s->lsn[k].t->listener_arm(s->lsn[k].l) == -EAGAIN)
+				again = 1;
+		if (!s->nlsn && s->conn && s->conn->ep && !s->conn->disconnected &&
 		    s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
 			again = 1;
-		for (int k = 0; s->listener && k < s->acceptq_len + s->pending_children; k++) {
+		for (int k = 0; s->nlsn && k < s->acceptq_len + s->pending_children; k++) {
 			struct sdp_sock *c = s->acceptq[k];
 
 			pthread_mutex_lock(&c->lock);
@@ -122,7 +123,7 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 				conn_free(s);
 			else
 				keep = true;
-		} else if (s->listener) {
+		} else if (s->nlsn) {
 			keep = s->pending_children > 0;
 		} else if (s->conn) {
 			keep = s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
@@ -400,26 +401,32 @@ static int wait_timeout_ms(uint64_t deadline_ns)
 	return ms > 60000 ? 60000 : (int)ms;
 }
 
-/* The fd that brings news for s, armed; -1 if none, -EAGAIN if news is
- * already there. */
-static int wait_source_fd(struct sdp_sock *s)
+/* The fds that bring news for s, armed, into fds[] (room for
+ * SDP_MAX_LISTENERS); returns how many, or -EAGAIN if news is already
+ * there. */
+static int wait_source_fds(struct sdp_sock *s, int *fds)
 {
-	if (s->listener) {
-		if (s->lt->listener_arm(s->listener) == -EAGAIN)
-			return -EAGAIN;
-		return s->lt->listener_fd(s->listener);
+	if (s->nlsn) {
+		for (int i = 0; i < s->nlsn; i++) {
+			if (s->lsn[i].t->listener_arm(s->lsn[i].l) == -EAGAIN)
+				return -EAGAIN;
+			fds[i] = s->lsn[i].t->listener_fd(s->lsn[i].l);
+		}
+		return s->nlsn;
 	}
 	if (s->conn && s->conn->ep && !s->conn->transport_down) {
 		if (s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
 			return -EAGAIN;
-		return s->conn->ep_fd;
+		fds[0] = s->conn->ep_fd;
+		return 1;
 	}
-	return -1;
+	return 0;
 }
 
 int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 {
-	struct pollfd pfd[2];
+	struct pollfd pfd[1 + SDP_MAX_LISTENERS];
+	int src[SDP_MAX_LISTENERS];
 	struct sdp_waiter w;
 	int wfd = sdp_thread_waker();
 	int nfds = 1, r;
@@ -427,9 +434,9 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 
 	if (deadline_ns && sdp_now_ns() >= deadline_ns)
 		return -EAGAIN;
-	int src = wait_source_fd(s);
+	int nsrc = wait_source_fds(s, src);
 
-	if (src == -EAGAIN)
+	if (nsrc == -EAGAIN)
 		return 0;
 	if (wfd < 0) {
 		/* No eventfd to sleep on: degrade to a short nap. */
@@ -447,10 +454,8 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	w.next = s->waiters;
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
-	if (src >= 0) {
-		pfd[1] = (struct pollfd){ .fd = src, .events = POLLIN };
-		nfds = 2;
-	}
+	for (int i = 0; i < nsrc; i++)
+		pfd[nfds++] = (struct pollfd){ .fd = src[i], .events = POLLIN };
 	pthread_mutex_unlock(&s->lock);
 	r = poll(pfd, (nfds_t)nfds, wait_timeout_ms(deadline_ns));
 	int err = errno;

@@ -298,31 +298,73 @@ int sdp_is_socket(int sd)
 	return 1;
 }
 
-/* Reserve the address in the transport now, so that bind() reports
- * EADDRINUSE where Linux does and getsockname() shows the port. */
+/*
+ * Reserve the address in the transport now, so that bind() reports
+ * EADDRINUSE where Linux does and getsockname() shows the port.
+ *
+ * Every enabled transport that serves the address gets a listener, so that
+ * a client reaches the socket over whichever transport it has (an RDMA
+ * device where both ends have one, the software transport from a host
+ * without).  The first (highest priority) decides: its errors are bind's,
+ * and its port, chosen when the application asked for port 0, is the port
+ * the others listen on.  Another transport that cannot take that port is
+ * left out, with a log line: the socket still listens.
+ */
 static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_t len)
 {
-	struct sockaddr_storage name;
+	const struct oti_ops *ts[SDP_MAX_LISTENERS];
+	struct sockaddr_storage name, same;
 	socklen_t namelen = sizeof(name);
-	const struct oti_ops *t;
-	int ret;
+	struct oti_listener *l;
+	int n, ret;
 
-	t = oti_select(addr, NULL);
-	if (!t)
+	n = oti_select_all(addr, NULL, ts, SDP_MAX_LISTENERS);
+	if (!n)
 		return -EADDRNOTAVAIL;
-	ret = t->listen(addr, len, SOMAXCONN, &s->listener);
+	ret = ts[0]->listen(addr, len, SOMAXCONN, &l);
 	if (ret)
 		return ret;
-	s->lt = t;
-	ret = t->listener_name(s->listener, (struct sockaddr *)&name, &namelen);
+	ret = ts[0]->listener_name(l, (struct sockaddr *)&name, &namelen);
 	if (ret) {
-		t->listener_close(s->listener);
-		s->listener = NULL;
+		ts[0]->listener_close(l);
 		return ret;
+	}
+	s->lsn[0] = (struct sdp_lsn){ .t = ts[0], .l = l };
+	s->nlsn = 1;
+	memcpy(&same, addr, len);
+	if (same.ss_family == AF_INET)
+		((struct sockaddr_in *)&same)->sin_port = ((struct sockaddr_in *)&name)->sin_port;
+	else
+		((struct sockaddr_in6 *)&same)->sin6_port = ((struct sockaddr_in6 *)&name)->sin6_port;
+	for (int i = 1; i < n; i++) {
+		ret = ts[i]->listen((struct sockaddr *)&same, len, SOMAXCONN, &l);
+		if (ret) {
+			sdp_dbg(LOGSYS, "sd %d: not listening over %s as well: %s", s->sd,
+				ts[i]->name, strerror(-ret));
+			continue;
+		}
+		s->lsn[s->nlsn++] = (struct sdp_lsn){ .t = ts[i], .l = l };
 	}
 	s->local = name;
 	s->bound = true;
 	return 0;
+}
+
+/* "ib and tcp-fallback": the transports a listener listens on. */
+static const char *listener_transports(const struct sdp_sock *s, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i < s->nlsn && used < len; i++) {
+		int r = snprintf(buf + used, len - used, "%s%s",
+				 i == 0 ? "" : i + 1 == s->nlsn ? " and " : ", ", s->lsn[i].t->name);
+
+		if (r < 0 || (size_t)r >= len - used)
+			break;
+		used += (size_t)r;
+	}
+	return buf;
 }
 
 int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len)
@@ -369,12 +411,20 @@ int sdp_listen(int sd, int backlog)
 	}
 	/* Linux lets backlog + 1 connections wait. */
 	s->backlog = backlog + 1;
-	ret = progress_add(s, s->lt->listener_fd(s->listener));
-	if (ret)
-		goto out;
+	for (int i = 0; i < s->nlsn; i++) {
+		ret = progress_add(s, s->lsn[i].t->listener_fd(s->lsn[i].l));
+		if (ret) {
+			while (i-- > 0)
+				progress_del(s, s->lsn[i].t->listener_fd(s->lsn[i].l));
+			goto out;
+		}
+	}
 	s->in_progress_set = true;
 	s->state = SDP_S_LISTEN;
-	sdp_conn_log(LOGSYS, "sd %d: listening over %s", s->sd, s->lt->name);
+	char names[128];
+
+	sdp_conn_log(LOGSYS, "sd %d: listening over %s", s->sd,
+		     listener_transports(s, names, sizeof(names)));
 out:
 	sock_unlock_put(s);
 	return ret;
@@ -485,7 +535,7 @@ int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 		s->state = SDP_S_NEW;
 		/* fall through */
 	case SDP_S_NEW:
-		if (s->listener) {
+		if (s->nlsn) {
 			/* Bound for a source address, not to listen: give the
 			 * transport port back. */
 			listener_free(s);
@@ -827,7 +877,7 @@ int sdp_close(int sd)
 
 	pthread_mutex_lock(&s->lock);
 	s->app_closed = true;
-	if (s->state == SDP_S_LISTEN || s->listener) {
+	if (s->state == SDP_S_LISTEN || s->nlsn) {
 		listener_free(s);
 	} else if (s->state == SDP_S_ESTABLISHED && s->conn) {
 		drive(s);

@@ -146,21 +146,29 @@ void oti_fini(void)
 	pthread_mutex_unlock(&oti_lock);
 }
 
-const struct oti_ops *oti_select(const struct sockaddr *local, const struct sockaddr *remote)
+int oti_select_all(const struct sockaddr *local, const struct sockaddr *remote,
+		   const struct oti_ops **out, int max)
 {
-	const struct oti_ops *found = NULL;
+	int n = 0;
 
 	pthread_mutex_lock(&oti_lock);
-	for (size_t i = 0; oti_ready && i < OTI_NBUILTIN && !found; i++) {
+	for (size_t i = 0; oti_ready && i < OTI_NBUILTIN && n < max; i++) {
 		const struct oti_ops *ops = oti_builtin[i];
 
 		if (!oti_up[i] || !oti_enabled(ops->name))
 			continue;
 		if (ops->probe(local, remote) == 0)
-			found = ops;
+			out[n++] = ops;
 	}
 	pthread_mutex_unlock(&oti_lock);
-	return found;
+	return n;
+}
+
+const struct oti_ops *oti_select(const struct sockaddr *local, const struct sockaddr *remote)
+{
+	const struct oti_ops *found = NULL;
+
+	return oti_select_all(local, remote, &found, 1) ? found : NULL;
 }
 
 const struct oti_ops *oti_find(const char *name)

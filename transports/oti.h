@@ -290,6 +290,14 @@ void oti_fini(void);
 const struct oti_ops *oti_select(const struct sockaddr *local,
 				 const struct sockaddr *remote);
 
+/*
+ * Every usable backend whose probe accepts (local, remote), in priority
+ * order, at most max of them into out[]; returns how many.  A listener
+ * listens on each, so clients on any transport reach it.
+ */
+int oti_select_all(const struct sockaddr *local, const struct sockaddr *remote,
+		   const struct oti_ops **out, int max);
+
 /* Backend by name ("tcp-fallback"), whether enabled or not; NULL if none. */
 const struct oti_ops *oti_find(const char *name);
 
