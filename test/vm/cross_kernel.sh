@@ -8,6 +8,9 @@
 #
 #   1. sdpcat, 64 MiB one way, checksummed, engine API
 #   2. sdpcat --bidir, 16 MiB each way at once, random write/read sizes
+#   2b. the same server also takes a client that has only the software
+#      transport (tcp-fallback), as a host without RDMA would be: a
+#      listener listens on every transport that serves its address
 #   3. socat under sdp_run (the preload, unmodified program) carrying a
 #      32 MiB file that both sides generate from one seed; A compares the
 #      sha256 of what it received
@@ -75,11 +78,18 @@ client_retry() {
 
 if [ "$VM_NAME" = vm-a ]; then
 	echo "cross_kernel: server in $(uname -r) at $addr, client at $peer, transport $transport"
-	timeout 600 "$sdpcat" -l "$addr:7471" --count 2 -v >"$tmp/sdpcat.out" 2>&1
+	SDP_TRANSPORTS=$transport,tcp-fallback timeout 600 "$sdpcat" -l "$addr:7471" --count 3 -v \
+		>"$tmp/sdpcat.out" 2>&1
 	rc=$?
 	sed 's/^/  sdpcat server: /' "$tmp/sdpcat.out"
-	[ $rc -eq 0 ] && ok "sdpcat server: both connections verified" ||
+	if [ $rc -ne 0 ]; then
 		bad "sdpcat server exit $rc"
+	elif [ "$(grep -c "over $transport\$" "$tmp/sdpcat.out")" -ne 2 ] ||
+	     ! grep -q "over tcp-fallback\$" "$tmp/sdpcat.out"; then
+		bad "sdpcat server: want 2 connections over $transport and 1 over tcp-fallback"
+	else
+		ok "sdpcat server: 3 connections verified, 2 over $transport, 1 over tcp-fallback"
+	fi
 	timeout 600 "$sdp_run" --conf "$tmp/sdp.conf" -- \
 		socat -u "TCP-LISTEN:7472,bind=$addr,reuseaddr" "OPEN:$tmp/got,creat,trunc" \
 		>"$tmp/socat.out" 2>&1
@@ -113,6 +123,16 @@ else
 		fi
 	else
 		bad "sdpcat bidir: $(cat "$tmp/c2.out")"
+	fi
+	if client_retry "$tmp/c2b.out" env SDP_TRANSPORTS=tcp-fallback timeout 600 "$sdpcat" \
+		-c "$peer:7471" --bytes 8M; then
+		if grep -q "sdp tcp-fallback:.*checksum ok" "$tmp/c2b.out"; then
+			ok "sdpcat 8 MiB from a client without RDMA: $(sed -n 's/^sdpcat: //p' "$tmp/c2b.out" | tail -n 1)"
+		else
+			bad "sdpcat tcp-fallback client: $(cat "$tmp/c2b.out")"
+		fi
+	else
+		bad "sdpcat tcp-fallback client: $(cat "$tmp/c2b.out")"
 	fi
 	if client_retry "$tmp/c3.out" timeout 600 "$sdp_run" --conf "$tmp/sdp.conf" -- \
 		socat -u "OPEN:$tmp/blob" "TCP:$peer:7472"; then
