@@ -147,6 +147,10 @@ struct sdp_sock {
 
 	/* Threads blocked on this socket (sdp_wait). */
 	struct sdp_waiter *waiters;
+	/* Waiters sleeping on the connection's ep fd themselves, and that
+	 * fd, out of the progress thread's epoll meanwhile (sdp_wait). */
+	int ep_parked;
+	int parked_fd;
 
 	/* Listener: one transport listener per backend serving the bound
 	 * address (RDMA first, the software transport last), all on one

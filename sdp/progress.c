@@ -423,6 +423,43 @@ static int wait_source_fds(struct sdp_sock *s, int *fds)
 	return 0;
 }
 
+/*
+ * A thread about to sleep on s's connection fd itself takes that fd out of
+ * the progress thread's epoll until it wakes: one completion then wakes
+ * one thread instead of two, which for a request/response exchange is most
+ * of the latency (the second wakeup costs more than the message, and the
+ * two threads then contend for the socket lock).  The first such waiter
+ * parks the fd, the last one puts it back; if the connection went away or
+ * left the progress set meanwhile, it is not put back.
+ */
+static bool park_ep(struct sdp_sock *s, int fd)
+{
+	if (s->nlsn || !s->conn || !s->conn->in_progress_set || s->conn->ep_fd != fd)
+		return false;
+	if (s->ep_parked++ == 0) {
+		s->parked_fd = fd;
+		pthread_mutex_lock(&prog_lock);
+		if (prog_epfd >= 0)
+			epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		pthread_mutex_unlock(&prog_lock);
+	}
+	return true;
+}
+
+static void unpark_ep(struct sdp_sock *s)
+{
+	if (--s->ep_parked > 0)
+		return;
+	if (!s->conn || !s->conn->in_progress_set || s->conn->ep_fd != s->parked_fd)
+		return;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = s };
+
+	pthread_mutex_lock(&prog_lock);
+	if (prog_epfd >= 0)
+		epoll_ctl(prog_epfd, EPOLL_CTL_ADD, s->parked_fd, &ev);
+	pthread_mutex_unlock(&prog_lock);
+}
+
 int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 {
 	struct pollfd pfd[1 + SDP_MAX_LISTENERS];
@@ -456,11 +493,15 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 	for (int i = 0; i < nsrc; i++)
 		pfd[nfds++] = (struct pollfd){ .fd = src[i], .events = POLLIN };
+	bool parked = nsrc == 1 && park_ep(s, src[0]);
+
 	pthread_mutex_unlock(&s->lock);
 	r = poll(pfd, (nfds_t)nfds, wait_timeout_ms(deadline_ns));
 	int err = errno;
 
 	pthread_mutex_lock(&s->lock);
+	if (parked)
+		unpark_ep(s);
 	for (struct sdp_waiter **p = &s->waiters; *p; p = &(*p)->next) {
 		if (*p == &w) {
 			*p = w.next;
