@@ -11,6 +11,9 @@
 #
 # `test` runs, in order:
 #   check      make check in build/              (the normal build)
+#   rxe        the integration tests again on the verbs transport over
+#              Soft-RoCE in a QEMU guest (test/vm/run-in-vm), and SDP
+#              between two guests (test/vm/cross_kernel.sh)
 #   sanitizers make check in build-asan/         (--enable-sanitizers, ASan+UBSan+LSan)
 #   tsan       integration tests in build-tsan/  (--enable-sanitizers=thread, test/tsan.supp)
 #   valgrind   make check-valgrind in build/     (memcheck over real workloads, test/valgrind.sh)
@@ -171,21 +174,29 @@ snapshot_unfinished() {
 run_tests() {
 	local name=$1 dir=$2
 	shift 2
+	run_cmd_tests "$name" "$dir" make -C "$dir" -j"$jobs" "$@"
+}
+
+# run_cmd_tests NAME DIR COMMAND...: the same for any command whose
+# transcript has automake's closing counts ("# PASS:  7"); its test logs
+# are under DIR.  The time limit is $stage_limit if set, else the default.
+run_cmd_tests() {
+	local name=$1 dir=$2
+	shift 2
 	local out="$dir/quickstart-$name.out" unfinished="$dir/quickstart-$name.unfinished"
-	local rc=0 watchdog
+	local rc=0 watchdog limit=${stage_limit:-$stage_timeout}
 	touch "$dir/.quickstart-stage-start"
 	rm -f "$unfinished"
-	say "$name: make $* in $dir (limit ${stage_timeout}s)"
+	say "$name: $* (limit ${limit}s)"
 	# Just before timeout(1) kills the run, keep what the hung tests said.
 	(
-		end=$((SECONDS + stage_timeout - 10))
+		end=$((SECONDS + limit - 10))
 		while [ "$SECONDS" -lt "$end" ]; do sleep 2; done
 		snapshot_unfinished "$dir" >"$unfinished"
 	) </dev/null >/dev/null 2>&1 &
 	watchdog=$!
 	set +e
-	AM_COLOR_TESTS=no timeout --kill-after=30 "$stage_timeout" \
-		make -C "$dir" -j"$jobs" "$@" </dev/null 2>&1 | tee "$out"
+	AM_COLOR_TESTS=no timeout --kill-after=30 "$limit" "$@" </dev/null 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	kill "$watchdog" 2>/dev/null
 	wait "$watchdog" 2>/dev/null
@@ -199,7 +210,7 @@ run_tests() {
 	if [ "$rc" -ne 0 ]; then
 		failed_any=1
 		if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-			note=" (killed after ${stage_timeout}s)"
+			note=" (killed after ${limit}s)"
 		fi
 		if [ "$bad" -eq 0 ]; then
 			# Failed outside the tests (build, install, distclean
@@ -324,13 +335,34 @@ stage_clang() {
 	run_build_stage clang build_clang
 }
 
+# The integration suite again, on the verbs transport (ib) over Soft-RoCE
+# inside a QEMU guest (test/vm/run-in-vm: its first run installs what it
+# needs and builds the guest, cached after), then SDP between two kernels
+# (test/vm/cross_kernel.sh, two guests).  run-in-vm's exit 125 means the
+# testbed itself failed: that fails the stage, it is never a skip.
+stage_rxe() {
+	if ! build_dir "$srcdir/build"; then
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' rxe)")
+		return
+	fi
+	# shellcheck disable=SC2016
+	stage_limit=3000 RUN_IN_VM_TIMEOUT=2900 RUN_IN_VM_RW="$srcdir/build" \
+		run_cmd_tests rxe "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices rxe -- \
+		make -C "$srcdir/build" check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT=ib
+	# One test, counted the automake way so the totals include it.
+	stage_limit=900 run_cmd_tests cross-kernel "$srcdir/build" bash -c \
+		'"$@"; rc=$?; if [ $rc -eq 0 ]; then echo "# PASS:  1"; else echo "# FAIL:  1"; fi; exit $rc' \
+		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" rxe
+}
+
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check sanitizers tsan valgrind distcheck clang} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe sanitizers tsan valgrind distcheck clang} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
+		check | rxe | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done
