@@ -13,7 +13,6 @@
 . "$(dirname "$0")/lib.sh"
 
 STORM=$(prog conn_storm)
-log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
 run_with_timeout 120 "$STORM" --api
 rc=$?
 [ "$rc" -eq 0 ] || fail "conn_storm --api exit $(status_text "$rc"): SDP differs from Linux TCP (see DIFF above)"

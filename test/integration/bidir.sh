@@ -18,7 +18,6 @@ fi
 failures=0
 run() { xfer_case "$@" || failures=$((failures + 1)); }
 
-log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
 run "bidir $size B each way, 64 KiB writes and reads" 120 "" \
 	"--bidir --bytes $size --seed 11"
 run "bidir $size B each way, 1 B-1 MiB writes, 1 B-128 KiB reads" 120 \

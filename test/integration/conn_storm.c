@@ -45,6 +45,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
@@ -145,26 +146,73 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
+/* TEST_SLOW (test/integration/lib.sh): a factor for the watchdogs, which
+ * are there to catch hangs, not to time anything. */
+static unsigned slow = 1;
+
 static void watch(const char *what, unsigned secs)
 {
 	watch_what = what;
-	alarm(secs);
+	alarm(secs * slow);
 }
 
 /* --- shared helpers --------------------------------------------------------- */
 
-static struct sockaddr_in loopback(int port)
+/* The address every connection uses: TEST_HOST, 127.0.0.1 by default (an
+ * RDMA transport serves no loopback; lib.sh gives an interface address). */
+static struct in_addr host_addr = { .s_addr = 0 };
+static char host_str[INET_ADDRSTRLEN] = "127.0.0.1";
+
+/* The transport every SDP connection must run on (TEST_TRANSPORT), or NULL:
+ * no check.  Connections on another one are counted as failures. */
+static const char *want_transport;
+static atomic_int transport_checked, transport_wrong;
+
+static int test_env_init(void)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+	const char *h = getenv("TEST_HOST"), *t = getenv("TEST_TRANSPORT");
+	const char *f = getenv("TEST_SLOW");
+
+	if (h && *h)
+		snprintf(host_str, sizeof(host_str), "%s", h);
+	if (inet_pton(AF_INET, host_str, &host_addr) != 1) {
+		say("FAIL: TEST_HOST '%s' is not an IPv4 address", host_str);
+		return -1;
+	}
+	if (t && *t)
+		want_transport = t;
+	if (f && atoi(f) > 0)
+		slow = (unsigned)atoi(f);
+	return 0;
+}
+
+static struct sockaddr_in host_sin(int port)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = host_addr,
 				   .sin_port = htons((uint16_t)port) };
 	return sin;
 }
 
-/* A listener on 127.0.0.1:0; its port in *port. */
+/* A connected SDP socket must run on the transport under test. */
+static void check_transport(const struct xsock_ops *o, int sd)
+{
+	const char *t;
+
+	if (o != &xsock_sdp || !want_transport || sd < 0)
+		return;
+	t = sdp_transport_name(sd);
+	if (!t)
+		return;	/* not connected (any more): nothing to check */
+	atomic_fetch_add(&transport_checked, 1);
+	if (strcmp(t, want_transport) && atomic_fetch_add(&transport_wrong, 1) == 0)
+		say("FAIL: an SDP connection runs on transport %s, not on %s (TEST_TRANSPORT)", t,
+		    want_transport);
+}
+
+/* A listener on TEST_HOST:0; its port in *port. */
 static int mk_listener(const struct xsock_ops *o, int flags, int *port)
 {
-	struct sockaddr_in sin = loopback(0);
+	struct sockaddr_in sin = host_sin(0);
 	socklen_t len = sizeof(sin);
 	int ls = o->socket(AF_INET, SOCK_STREAM | flags, 0), r;
 
@@ -190,7 +238,7 @@ static int mk_pair(const struct xsock_ops *o, int *cli, int *srv)
 
 	if (ls < 0)
 		return ls;
-	struct sockaddr_in sin = loopback(port);
+	struct sockaddr_in sin = host_sin(port);
 
 	*cli = o->socket(AF_INET, SOCK_STREAM, 0);
 	if (*cli < 0) {
@@ -209,6 +257,8 @@ static int mk_pair(const struct xsock_ops *o, int *cli, int *srv)
 		o->close(*cli);
 		return *srv;
 	}
+	check_transport(o, *cli);
+	check_transport(o, *srv);
 	return 0;
 }
 
@@ -471,7 +521,7 @@ static void *client_main(void *arg)
 {
 	struct client *c = arg;
 	const struct xsock_ops *o = st.o;
-	struct sockaddr_in sin = loopback(st.port);
+	struct sockaddr_in sin = host_sin(st.port);
 	uint8_t hdr[XFER_HDR_LEN], verdict[XFER_VERDICT_LEN + 1];
 	struct xfer_pump p;
 	int sd, r;
@@ -489,6 +539,7 @@ static void *client_main(void *arg)
 		client_fail(c, "connect: %s", rv(r));
 		goto out;
 	}
+	check_transport(o, sd);
 	c->stage = 2;
 	struct xfer_hdr h = { .magic = XFER_MAGIC_ONEWAY, .seed = c->seed, .bytes = st.bytes };
 
@@ -557,8 +608,8 @@ static int run_storm(unsigned timeout_s)
 		say("FAIL: out of memory");
 		return 1;
 	}
-	say("%s: %d concurrent connections to 127.0.0.1:%d, %" PRIu64 " bytes each",
-	    st.o->name, st.conns, st.port, st.bytes);
+	say("%s: %d concurrent connections to %s:%d, %" PRIu64 " bytes each", st.o->name,
+	    st.conns, host_str, st.port, st.bytes);
 	/* Backstop only: the timed joins below report a hang in detail. */
 	watch("the storm", timeout_s + 30);
 	if (pthread_create(&server, NULL, server_main, NULL)) {
@@ -676,7 +727,7 @@ static const char *getint(const struct xsock_ops *o, int s, int level, int name)
 
 static void ck_connect_refused(const struct xsock_ops *o, char *res)
 {
-	struct sockaddr_in sin = loopback(closed_port(o));
+	struct sockaddr_in sin = host_sin(closed_port(o));
 	int s = o->socket(AF_INET, SOCK_STREAM, 0), err = -1;
 	socklen_t len = sizeof(err);
 
@@ -691,7 +742,7 @@ static void ck_connect_refused(const struct xsock_ops *o, char *res)
 static void ck_nonblock_connect(const struct xsock_ops *o, char *res)
 {
 	int port, ls = mk_listener(o, 0, &port);
-	struct sockaddr_in sin = loopback(port);
+	struct sockaddr_in sin = host_sin(port);
 	int s = o->socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), err = -1;
 	socklen_t len = sizeof(err);
 	int r = o->connect(s, (struct sockaddr *)&sin, sizeof(sin));
@@ -715,7 +766,7 @@ static void ck_nonblock_connect(const struct xsock_ops *o, char *res)
 
 static void ck_nonblock_connect_refused(const struct xsock_ops *o, char *res)
 {
-	struct sockaddr_in sin = loopback(closed_port(o));
+	struct sockaddr_in sin = host_sin(closed_port(o));
 	int s = o->socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), err = -1;
 	socklen_t len = sizeof(err);
 	int r = o->connect(s, (struct sockaddr *)&sin, sizeof(sin));
@@ -760,7 +811,7 @@ static void ck_unconnected(const struct xsock_ops *o, char *res)
 
 static void ck_bind(const struct xsock_ops *o, char *res)
 {
-	struct sockaddr_in sin = loopback(0);
+	struct sockaddr_in sin = host_sin(0);
 	int s = o->socket(AF_INET, SOCK_STREAM, 0);
 
 	add(res, "bind=%s", rv(o->bind(s, (struct sockaddr *)&sin, sizeof(sin))));
@@ -773,7 +824,7 @@ static void ck_bind(const struct xsock_ops *o, char *res)
 	o->close(s);
 
 	int port, ls = mk_listener(o, 0, &port);
-	struct sockaddr_in used = loopback(port);
+	struct sockaddr_in used = host_sin(port);
 	int one = 1;
 
 	s = o->socket(AF_INET, SOCK_STREAM, 0);
@@ -802,7 +853,7 @@ static void ck_listen_unbound(const struct xsock_ops *o, char *res)
 	add(res, "so_acceptconn=%s", getint(o, s, SOL_SOCKET, SO_ACCEPTCONN));
 
 	/* The picked port takes connections on loopback. */
-	struct sockaddr_in to = loopback(ntohs(sin.sin_port));
+	struct sockaddr_in to = host_sin(ntohs(sin.sin_port));
 	int c = o->socket(AF_INET, SOCK_STREAM, 0);
 
 	add(res, "connect=%s", rv(o->connect(c, (struct sockaddr *)&to, sizeof(to))));
@@ -928,7 +979,7 @@ static void ck_rcvtimeo(const struct xsock_ops *o, char *res)
 static void ck_names(const struct xsock_ops *o, char *res)
 {
 	int port, ls = mk_listener(o, 0, &port);
-	struct sockaddr_in sin = loopback(port);
+	struct sockaddr_in sin = host_sin(port);
 	struct sockaddr_storage a, b;
 	socklen_t la, lb;
 	char sa[80], sb[80];
@@ -1386,9 +1437,12 @@ int main(int argc, char **argv)
 	signal(SIGALRM, on_alarm);
 	if (mode != 'H')
 		signal(SIGPIPE, SIG_IGN);
+	if (test_env_init())
+		return 1;
 	int ret = sdp_init();
 
-	if (ret <= 0) {
+	/* The storm over TCP is the reference, which needs no transport. */
+	if (ret <= 0 && (mode != 's' || st.o == &xsock_sdp)) {
 		say("FAIL: sdp_init: %s", ret < 0 ? rv(ret) : "no usable transport");
 		return 1;
 	}
@@ -1404,6 +1458,13 @@ int main(int argc, char **argv)
 	default:
 		ret = run_storm(timeout_s);
 		break;
+	}
+	if (want_transport) {
+		int n = atomic_load(&transport_checked), w = atomic_load(&transport_wrong);
+
+		say("transport: %d SDP connection(s) checked, %d not on %s", n, w, want_transport);
+		if (w)
+			ret = 1;
 	}
 	say("%s", ret ? "FAIL" : "PASS");
 	return ret;

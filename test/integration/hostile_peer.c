@@ -6,9 +6,11 @@
  * against the public API (include/sdp.h) that serves the sdpcat protocol
  * (header, checked stream, verdict) on every connection it accepts, one
  * thread per connection.  The parent is the attacker: it talks to the
- * victim through the transport directly (transports/oti.h, the
- * "tcp-fallback" backend) and builds SDP messages itself with the codec
- * (sdp/wire.h), so it can send what no engine would.
+ * victim through the transport directly (transports/oti.h: the backend
+ * named by TEST_TRANSPORT, else the first of SDP_TRANSPORTS, else
+ * "tcp-fallback") and builds SDP messages itself with the codec
+ * (sdp/wire.h), so it can send what no engine would.  Both sides use the
+ * address TEST_HOST (default 127.0.0.1: RDMA devices serve no loopback).
  *
  * For each attack the attacker makes a fresh transport connection, does a
  * valid Hello, waits for ESTABLISHED, checks the HelloAck, sends one valid
@@ -59,6 +61,12 @@
 #define MEM_SIZE ((NRECV * RECV_SIZE + SEND_AREA + 4095u) & ~4095u)
 
 static unsigned case_timeout_ms = 10000;
+
+/* TEST_HOST, the address of the victim (and of the attacker). */
+static struct in_addr host_addr;
+static char host_str[INET_ADDRSTRLEN] = "127.0.0.1";
+/* The transport under test: the attacker's, and the good connections'. */
+static char transport_name[64] = "tcp-fallback";
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
@@ -142,7 +150,7 @@ out:
 static int victim_main(int ctl_fd, int port_fd)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+				   .sin_addr = host_addr };
 	socklen_t len = sizeof(sin);
 	struct vconn *conns = NULL;
 	int ls, r, bad = 0, good = 0, hostile = 0, headerless = 0;
@@ -381,7 +389,7 @@ enum hello_variant {
 static int hconn_open(struct hconn *h, enum hello_variant hv, char *why, size_t whycap)
 {
 	struct sockaddr_in dst = { .sin_family = AF_INET,
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				   .sin_addr = host_addr,
 				   .sin_port = htons((uint16_t)victim_port) };
 	struct oti_event ev;
 	int r;
@@ -832,7 +840,7 @@ static void *good_main(void *arg)
 {
 	struct good_xfer *gx = arg;
 	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				   .sin_addr = host_addr,
 				   .sin_port = htons((uint16_t)victim_port) };
 	uint8_t hb[XFER_HDR_LEN], verdict[XFER_VERDICT_LEN + 1];
 	uint8_t *buf = malloc(65536);
@@ -847,6 +855,13 @@ static void *good_main(void *arg)
 	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
 	if (r || !buf) {
 		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
+		goto out;
+	}
+	const char *tn = sdp_transport_name(sd);
+
+	if (!tn || strcmp(tn, transport_name)) {
+		snprintf(gx->result, sizeof(gx->result), "connected over %s, not over %s",
+			 tn ? tn : "no transport", transport_name);
 		goto out;
 	}
 	struct xfer_hdr h = { .magic = XFER_MAGIC_ONEWAY, .seed = gx->seed, .bytes = gx->bytes };
@@ -958,6 +973,22 @@ int main(int argc, char **argv)
 		}
 	}
 	signal(SIGPIPE, SIG_IGN);
+
+	const char *env = getenv("TEST_HOST");
+
+	if (env && *env)
+		snprintf(host_str, sizeof(host_str), "%s", env);
+	if (inet_pton(AF_INET, host_str, &host_addr) != 1) {
+		say("FAIL: TEST_HOST '%s' is not an IPv4 address", host_str);
+		return 1;
+	}
+	env = getenv("TEST_TRANSPORT");
+	if (env && *env) {
+		snprintf(transport_name, sizeof(transport_name), "%s", env);
+	} else if ((env = getenv("SDP_TRANSPORTS")) && *env) {
+		snprintf(transport_name, sizeof(transport_name), "%s", env);
+		transport_name[strcspn(transport_name, ", \t")] = '\0';
+	}
 	/* Fork before either side starts the engine's threads. */
 	if (pipe(ctl) || pipe(portp)) {
 		perror("pipe");
@@ -988,12 +1019,19 @@ int main(int argc, char **argv)
 		kill(victim_pid, SIGKILL);
 		return 1;
 	}
-	T = oti_find("tcp-fallback");
-	if (!T) {
-		say("FAIL: no tcp-fallback transport");
+	/* The attacker's transport must be the one the engine would pick for
+	 * this address (so it is up, enabled and serves it): the victim's. */
+	struct sockaddr_in victim_sin = { .sin_family = AF_INET, .sin_addr = host_addr,
+					  .sin_port = htons((uint16_t)victim_port) };
+
+	T = oti_find(transport_name);
+	if (!T || oti_select(NULL, (struct sockaddr *)&victim_sin) != T) {
+		say("FAIL: transport %s %s", transport_name,
+		    !T ? "is not built in" : "is not up here, or does not serve this address");
 		kill(victim_pid, SIGKILL);
 		return 1;
 	}
+	say("attacker: transport %s, victim at %s:%d", T->name, host_str, victim_port);
 	T->query_caps(&caps);
 
 	struct good_xfer gx = { .seed = 4242, .bytes = good_bytes };

@@ -16,7 +16,6 @@ bytes=64M
 if is_sanitized; then
 	bytes=16M
 fi
-log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
 run_with_timeout 180 "$HOSTILE" --bytes "$bytes" --case-timeout 10000
 rc=$?
 [ "$rc" -eq 0 ] || fail "hostile_peer exit $(status_text "$rc")"

@@ -6,6 +6,13 @@
 # program runs under a time limit (run_with_timeout, wait_pid), the whole
 # script has a watchdog (TEST_LIMIT seconds, default 240), and the EXIT trap
 # kills whatever the test left running and removes its scratch directory.
+# Every limit is multiplied by TEST_SLOW (below).
+#
+# The suite runs on one SDP transport, TEST_TRANSPORT (tcp-fallback by
+# default), between addresses of TEST_HOST; each test logs which at its
+# start ("transport: ib") and checks that its SDP connections really ran on
+# it.  In the VM testbed:
+#   test/vm/run-in-vm --devices rxe -- make check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT=ib
 #
 # Ports are never fixed: servers listen on port 0 and write the port they
 # got to a file (sdpcat --port-file), so tests can run in parallel.
@@ -15,10 +22,34 @@ set -u
 TEST_NAME=$(basename "$0" .sh)
 : "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
-# The engine must run over the software transport here, whatever the
-# machine has.
-: "${SDP_TRANSPORTS:=tcp-fallback}"
-export SDP_TRANSPORTS top_builddir top_srcdir
+# TEST_TRANSPORT is the one transport the suite runs on (tcp-fallback,
+# the software one, by default; "ib" over rxe in the VM testbed): the
+# engine may use it and nothing else, so that a transport that does not
+# come up fails the tests instead of leaving them to another one.
+# TEST_HOST is the address servers listen on and clients connect to:
+# loopback for tcp-fallback; RDMA devices serve no loopback, so on any
+# other transport the guest's interface address (VM_ADDR, set by
+# test/vm/run-in-vm).
+: "${TEST_TRANSPORT:=tcp-fallback}"
+SDP_TRANSPORTS=$TEST_TRANSPORT
+if [ -z "${TEST_HOST:-}" ]; then
+	if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
+		TEST_HOST=127.0.0.1
+	else
+		TEST_HOST=${VM_ADDR:-}
+	fi
+fi
+# TEST_SLOW: a factor for every time limit of the suite (TEST_LIMIT,
+# run_with_timeout, wait_*, the programs' own timeouts through slow).  In
+# the VM testbed the guest runs under emulation, about ten times slower.
+if [ -z "${TEST_SLOW:-}" ]; then
+	if [ -n "${VM_NAME:-}" ]; then
+		TEST_SLOW=10
+	else
+		TEST_SLOW=1
+	fi
+fi
+export SDP_TRANSPORTS TEST_TRANSPORT TEST_HOST TEST_SLOW top_builddir top_srcdir
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sdp-$TEST_NAME.XXXXXX") || exit 99
 BG_PIDS=()
@@ -49,12 +80,32 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
-trap 'log "FAIL: interrupted or over the time limit (${TEST_LIMIT:-240}s)"; exit 1' INT TERM
+trap 'log "FAIL: interrupted or over the time limit ($(slow "${TEST_LIMIT:-240}")s)"; exit 1' INT TERM
+
+# slow SECS: SECS scaled by TEST_SLOW (a time limit, never a pause).
+slow() {
+	echo $(($1 * TEST_SLOW))
+}
+
+case $TEST_SLOW in
+'' | *[!0-9]* | 0) fail "TEST_SLOW must be a positive integer, not '$TEST_SLOW'" ;;
+esac
+if [ -z "$TEST_HOST" ]; then
+	fail "transport $TEST_TRANSPORT serves no loopback: set TEST_HOST to an address it serves (in the VM testbed, run-in-vm sets VM_ADDR and TEST_HOST defaults to it)"
+fi
+log "transport: $TEST_TRANSPORT (host $TEST_HOST${VM_NAME:+, in guest $VM_NAME}, time limits x$TEST_SLOW)"
 
 # The script as a whole: if something slipped past the per-command limits,
-# TERM ourselves; the trap above then cleans up.
+# TERM ourselves; the trap above then cleans up.  TEST_LIMIT is read when a
+# test has sourced this file, so a test may raise it afterwards and call
+# start_watchdog again.
 start_watchdog() {
-	local limit=${TEST_LIMIT:-240}
+	local limit
+	limit=$(slow "${TEST_LIMIT:-240}")
+	if [ -n "$WATCHDOG_PID" ]; then
+		kill "$WATCHDOG_PID" 2>/dev/null
+		wait "$WATCHDOG_PID" 2>/dev/null
+	fi
 	(
 		trap 'exit 0' TERM
 		sleep "$limit" &
@@ -86,7 +137,8 @@ prog() {
 
 # run_with_timeout SECS CMD...: run CMD, killing it after SECS (status 124).
 run_with_timeout() {
-	local secs=$1
+	local secs
+	secs=$(slow "$1")
 	shift
 	timeout -k 5 "$secs" "$@"
 }
@@ -101,12 +153,15 @@ start_bg() {
 	BG_PIDS+=("$BG_PID")
 }
 
+# The waits below end on the clock ($SECONDS), not after a number of
+# rounds: where starting a process is slow (an emulated guest) a round
+# takes far longer than its pause.
+
 # wait_for_file FILE SECS: until FILE exists and is not empty.
 wait_for_file() {
-	local file=$1 secs=$2 i=0
+	local file=$1 end=$((SECONDS + $2 * TEST_SLOW))
 	while [ ! -s "$file" ]; do
-		i=$((i + 1))
-		if [ "$i" -gt $((secs * 20)) ]; then
+		if [ "$SECONDS" -ge "$end" ]; then
 			return 1
 		fi
 		sleep 0.05
@@ -116,10 +171,9 @@ wait_for_file() {
 
 # wait_for_text FILE PATTERN SECS: until FILE contains PATTERN (grep -E).
 wait_for_text() {
-	local file=$1 pat=$2 secs=$3 i=0
+	local file=$1 pat=$2 end=$((SECONDS + $3 * TEST_SLOW))
 	until grep -Eq -- "$pat" "$file" 2>/dev/null; do
-		i=$((i + 1))
-		if [ "$i" -gt $((secs * 20)) ]; then
+		if [ "$SECONDS" -ge "$end" ]; then
 			return 1
 		fi
 		sleep 0.05
@@ -130,10 +184,9 @@ wait_for_text() {
 # wait_pid PID SECS: wait for a background process; its exit status, or
 # 124 after killing it if it is still running after SECS.
 wait_pid() {
-	local pid=$1 secs=$2 i=0
+	local pid=$1 end=$((SECONDS + $2 * TEST_SLOW))
 	while kill -0 "$pid" 2>/dev/null; do
-		i=$((i + 1))
-		if [ "$i" -gt $((secs * 20)) ]; then
+		if [ "$SECONDS" -ge "$end" ]; then
 			kill -9 "$pid" 2>/dev/null
 			wait "$pid" 2>/dev/null
 			return 124
@@ -143,13 +196,13 @@ wait_pid() {
 	wait "$pid"
 }
 
-# start_server OUTFILE [--tcp] SDPCAT-ARGS...: sdpcat -l 127.0.0.1:0 (or
-# the -l given) in the background; sets $SERVER_PID and $PORT.
+# start_server OUTFILE [--tcp] SDPCAT-ARGS...: sdpcat -l TEST_HOST:0 (or
+# the [IPV6]:0 given) in the background; sets $SERVER_PID and $PORT.
 start_server() {
 	local out=$1
 	shift
 	local pf="$TMP/port.$RANDOM.$RANDOM"
-	local addr=127.0.0.1:0 a
+	local addr=$TEST_HOST:0 a
 	for a in "$@"; do
 		case $a in \[*\]:0) addr=$a ;; esac
 	done
@@ -159,23 +212,38 @@ start_server() {
 	done
 	start_bg "$out" "$SDPCAT" -l "$addr" --port-file "$pf" "${args[@]}"
 	SERVER_PID=$BG_PID
-	if ! wait_for_file "$pf" 30; then
-		log "server did not start listening within 30 s:"
-		sed 's/^/  server: /' "$out"
-		return 1
-	fi
+	local end=$((SECONDS + $(slow 30)))
+	while [ ! -s "$pf" ]; do
+		# A server that died (no transport, say) is not waited for.
+		if ! kill -0 "$SERVER_PID" 2>/dev/null && [ ! -s "$pf" ]; then
+			log "server exited before it listened:"
+			sed 's/^/  server: /' "$out"
+			return 1
+		fi
+		if [ "$SECONDS" -ge "$end" ]; then
+			log "server did not start listening within $(slow 30) s:"
+			sed 's/^/  server: /' "$out"
+			return 1
+		fi
+		sleep 0.05
+	done
 	PORT=$(cat "$pf")
 	return 0
 }
 
 # xfer_case DESC CLIENT_TIMEOUT "SERVER ARGS" "CLIENT ARGS": one checksummed
 # sdpcat transfer (server --count 1).  Both must exit 0 and the client
-# must print "checksum ok".  Returns 0 or 1 (after printing why).
+# must print "checksum ok", and name the transport it used: "sdp
+# TEST_TRANSPORT:" (or "tcp kernel:" with --tcp).  Returns 0 or 1 (after
+# printing why).
 xfer_case() {
-	local desc=$1 limit=$2 sargs=$3 cargs=$4 host=127.0.0.1 rc src
+	local desc=$1 limit=$2 sargs=$3 cargs=$4 host=$TEST_HOST rc src a want
 	local sout="$TMP/server.out" cout="$TMP/client.out"
-	# shellcheck disable=SC2086
-	case " $sargs " in *" [::1]:0 "*) host="[::1]" ;; esac
+	for a in $sargs; do
+		case $a in \[*\]:0) host=${a%:0} ;; esac
+	done
+	want="sdp $TEST_TRANSPORT: "
+	case " $cargs " in *" --tcp "*) want="tcp kernel: " ;; esac
 	# shellcheck disable=SC2086
 	if ! start_server "$sout" --count 1 $sargs; then
 		log "FAIL $desc: server did not start"
@@ -186,11 +254,15 @@ xfer_case() {
 	rc=$?
 	wait_pid "$SERVER_PID" 20
 	src=$?
-	if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'checksum ok' "$cout"; then
+	if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q "^sdpcat: $want.*checksum ok" "$cout"; then
 		log "ok   $desc: $(sed -n 's/^sdpcat: //p' "$cout" | tail -n 1)"
 		return 0
 	fi
-	log "FAIL $desc: client exit $(status_text "$rc"), server exit $(status_text "$src")"
+	if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'checksum ok' "$cout"; then
+		log "FAIL $desc: the data arrived, but not over '${want%: }'"
+	else
+		log "FAIL $desc: client exit $(status_text "$rc"), server exit $(status_text "$src")"
+	fi
 	sed 's/^/  client: /' "$cout"
 	sed 's/^/  server: /' "$sout"
 	return 1
@@ -209,6 +281,37 @@ status_text() {
 have_ipv6_loopback() {
 	[ -r /proc/net/if_inet6 ] &&
 		grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6
+}
+
+# ipv6_host: the IPv6 address the IPv6 cases use (TEST_HOST6 if set), or
+# nothing and status 1 (then they are not run; the caller logs why).  ::1
+# on tcp-fallback; RDMA devices serve no loopback, so on another transport
+# a global or site-local address of TEST_HOST's interface (in the VM
+# testbed, the one eth0 gets from QEMU's router advertisement a moment
+# after boot, hence the wait).  Link-local addresses would need a scope id.
+ipv6_host() {
+	local dev a i=0
+	if [ -n "${TEST_HOST6:-}" ]; then
+		printf '%s\n' "$TEST_HOST6"
+		return 0
+	fi
+	if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
+		have_ipv6_loopback && echo ::1
+		return
+	fi
+	command -v ip >/dev/null 2>&1 || return 1
+	dev=$(ip -o -4 addr show | awk -v a="$TEST_HOST" 'index($4, a "/") == 1 { print $2; exit }')
+	[ -n "$dev" ] || return 1
+	while [ "$i" -lt $((TEST_SLOW * 50)) ]; do
+		a=$(ip -o -6 addr show dev "$dev" -tentative | awk '$0 ~ / scope (global|site) / { sub("/.*", "", $4); print $4; exit }')
+		if [ -n "$a" ]; then
+			printf '%s\n' "$a"
+			return 0
+		fi
+		i=$((i + 1))
+		sleep 0.1
+	done
+	return 1
 }
 
 # --- the preload ---------------------------------------------------------------
@@ -246,12 +349,14 @@ preload_env() {
 	printf 'LD_PRELOAD=%s LIBSDP_CONFIG_FILE=%s\n' "$(preload_value | tr ' ' ':')" "$1"
 }
 
-# write_conf FILE LINES...: a policy file with the software transport on.
+# write_conf FILE LINES...: a policy file with the transport under test on
+# (tcp-fallback is off by default, ib and iwarp on; SDP_TRANSPORTS, which
+# the environment sets, has the last word anyway).
 write_conf() {
 	local f=$1
 	shift
 	{
-		echo "transport enable tcp-fallback"
+		echo "transport enable $TEST_TRANSPORT"
 		printf '%s\n' "$@"
 	} >"$f"
 }

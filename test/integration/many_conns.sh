@@ -14,17 +14,16 @@ if is_sanitized; then
 	bytes=64K
 fi
 
-log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
 log "reference: the same storm over the kernel's TCP"
-if ! run_with_timeout 60 "$STORM" --tcp --conns 100 --bytes "$bytes" --timeout 45; then
+if ! run_with_timeout 60 "$STORM" --tcp --conns 100 --bytes "$bytes" --timeout "$(slow 45)"; then
 	fail "the storm fails over kernel TCP: the test program is broken"
 fi
 log "SDP: 100 concurrent connections"
-run_with_timeout 150 "$STORM" --conns 100 --bytes "$bytes" --timeout 120
+run_with_timeout 150 "$STORM" --conns 100 --bytes "$bytes" --timeout "$(slow 120)"
 rc=$?
 [ "$rc" -eq 0 ] || fail "conn_storm exit $(status_text "$rc")"
 log "a second storm in a fresh process, 20 connections of 1 MiB"
-run_with_timeout 150 "$STORM" --conns 20 --bytes 1M --timeout 120
+run_with_timeout 150 "$STORM" --conns 20 --bytes 1M --timeout "$(slow 120)"
 rc=$?
 [ "$rc" -eq 0 ] || fail "conn_storm exit $(status_text "$rc")"
 log "PASS"

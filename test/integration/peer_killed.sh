@@ -33,13 +33,22 @@ one_case() {
 		return
 	fi
 	local spid=$SERVER_PID
-	start_bg "$cout" "$SDPCAT" "${flag[@]}" -c "127.0.0.1:$PORT" --bytes 1T \
+	start_bg "$cout" "$SDPCAT" "${flag[@]}" -c "$TEST_HOST:$PORT" --bytes 1T \
 		--wsize 1-256K "${cflags[@]}"
 	local cpid=$BG_PID
 	if ! wait_for_text "$sout" 'accepted' 30; then
-		log "FAIL $desc: no connection within 30 s"
+		log "FAIL $desc: no connection within $(slow 30) s"
 		sed 's/^/  server: /' "$sout"
 		sed 's/^/  client: /' "$cout"
+		failures=$((failures + 1))
+		kill -9 "$spid" "$cpid" 2>/dev/null
+		return
+	fi
+	local over="kernel"
+	[ "$api" = sdp ] && over=$TEST_TRANSPORT
+	if ! grep -q "accepted $api connection from .* over $over\$" "$sout"; then
+		log "FAIL $desc: the connection is not over $over"
+		sed 's/^/  server: /' "$sout"
 		failures=$((failures + 1))
 		kill -9 "$spid" "$cpid" 2>/dev/null
 		return
@@ -71,7 +80,6 @@ one_case() {
 	fi
 }
 
-log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
 for api in tcp sdp; do
 	one_case "$api" server running
 	one_case "$api" server stopped

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause
 # Socket API conformance of the preload: sockapi_check exercises, on
-# loopback, what an application does with TCP stream sockets (flags,
+# TEST_HOST (loopback by default), what an application does with TCP stream sockets (flags,
 # connect/accept, every read/write call, options, fcntl/ioctl/dup, poll,
 # select, epoll, signals, fork and exec) and prints one deterministic line
 # per check.  It runs natively first (must pass: that is Linux), then under
 # LD_PRELOAD=libsdp.so with a policy that puts every socket on SDP, once
 # with "use sdp" rules and once with "use both": the output must be
-# identical to the native one.
+# identical to the native one, and the SDP connections must have run on
+# TEST_TRANSPORT (the preload's connection log, in a file, says so).
 #
 # Skips (77) after the native run when libsdp.so is not built, or when the
 # build is sanitized (a preloaded ASan library needs its runtime preloaded
@@ -24,10 +25,9 @@ EXCLUDE="fork_child_serves"
 
 PROG=$(prog sockapi_check)
 LIB="$top_builddir/.libs/libsdp.so"
-log "SDP_TRANSPORTS=$SDP_TRANSPORTS"
 
 # --- natively: the expectation ---------------------------------------------
-run_with_timeout 150 "$PROG" >"$TMP/native.out" 2>"$TMP/native.err"
+run_with_timeout 150 "$PROG" --timeout "$(slow 20)" >"$TMP/native.out" 2>"$TMP/native.err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
 	sed 's/^/  native: /' "$TMP/native.out" "$TMP/native.err"
@@ -42,7 +42,7 @@ if [ ! -e "$LIB" ]; then
 	skip "libsdp.so not built ($LIB)"
 fi
 
-skip_args=()
+skip_args=(--timeout "$(slow 20)")
 cp "$TMP/native.out" "$TMP/expected.out"
 for name in $EXCLUDE; do
 	skip_args+=(--skip "$name")
@@ -50,11 +50,12 @@ for name in $EXCLUDE; do
 	mv "$TMP/expected.tmp" "$TMP/expected.out"
 done
 
-# run_preloaded DESC CONF-TEXT: 0 if the output matches, 1 otherwise.
+# run_preloaded DESC CONF-TEXT: 0 if the output matches and the SDP
+# connections ran on TEST_TRANSPORT, 1 otherwise.
 run_preloaded() {
 	local desc=$1 conf="$TMP/sdp.conf.$1" out="$TMP/preload.$1.out"
-	local err="$TMP/preload.$1.err" prc
-	printf '%s\n' "$2" >"$conf"
+	local err="$TMP/preload.$1.err" clog="$TMP/preload.$1.log" prc n other
+	printf '%s\nlog min-level 7 destination file %s\n' "$2" "$clog" >"$conf"
 	run_with_timeout 150 env LD_PRELOAD="$LIB" LIBSDP_CONFIG_FILE="$conf" \
 		"$PROG" "${skip_args[@]}" >"$out" 2>"$err"
 	prc=$?
@@ -63,9 +64,19 @@ run_preloaded() {
 		sed 's/^/  stderr: /' "$err"
 		return 1
 	fi
+	local rc=0
+	n=$(grep -Ec "(over SDP|accepted an SDP connection) \($TEST_TRANSPORT\)" "$clog" 2>/dev/null)
+	other=$(grep -E "(over SDP|accepted an SDP connection) \(" "$clog" 2>/dev/null |
+		grep -Ev "\($TEST_TRANSPORT\)" | head -n 3)
+	if [ "${n:-0}" -eq 0 ] || [ -n "$other" ]; then
+		log "FAIL $desc: the SDP connections did not all run on $TEST_TRANSPORT (${n:-0} did)${other:+; others:}"
+		[ -z "$other" ] || printf '%s\n' "$other" | sed 's/^/  log: /'
+		rc=1
+	fi
 	if [ "$prc" -eq 0 ] && cmp -s "$TMP/expected.out" "$out"; then
-		log "ok   $desc: output identical to the native run"
-		return 0
+		[ "$rc" -ne 0 ] ||
+			log "ok   $desc: output identical to the native run; ${n:-0} SDP connections, all over $TEST_TRANSPORT"
+		return "$rc"
 	fi
 	log "FAIL $desc: exit $(status_text "$prc"); diff native -> preloaded:"
 	diff -u "$TMP/expected.out" "$out" | sed 's/^/  /'
@@ -77,13 +88,13 @@ run_preloaded() {
 }
 
 failed=0
-run_preloaded sdp "transport enable tcp-fallback
+run_preloaded sdp "transport enable $TEST_TRANSPORT
 use sdp server * *:*
 use sdp client * *:*" || failed=1
-run_preloaded both "transport enable tcp-fallback
+run_preloaded both "transport enable $TEST_TRANSPORT
 use both server * *:*
 use both client * *:*" || failed=1
 
-[ "$failed" -eq 0 ] || fail "the preloaded output differs from Linux (see the diffs above)"
+[ "$failed" -eq 0 ] || fail "the preloaded runs differ from Linux or left $TEST_TRANSPORT (see above)"
 log "PASS"
 exit 0

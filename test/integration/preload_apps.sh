@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause
 # Real, unmodified Debian programs under the preload, both ends on SDP over
-# the software transport, data checked:
+# TEST_TRANSPORT (the software transport by default), data checked:
 #   iperf3 (forward, reverse, 4 parallel streams), socat (a checksummed
 #   file each way), curl and wget against python3 -m http.server, and a
 #   python3 socket echo.
 # Each run must have used SDP: every program logs its connections (log
-# min-level 7), and the line "over SDP" must be there on both ends.
+# min-level 7), and the line "over SDP (TRANSPORT)" must be there on both
+# ends.
+# (The watchdog starts when lib.sh is sourced: the limit is set before.)
+: "${TEST_LIMIT:=400}"
+export TEST_LIMIT
 . "$(dirname "$0")/lib.sh"
 
 preload_lib >/dev/null || skip "libsdp.so is not built"
-TEST_LIMIT=400
 failures=0
 bad() {
 	log "FAIL: $*"
@@ -30,7 +33,7 @@ if is_sanitized; then
 fi
 
 conf=$TMP/sdp.conf
-write_conf "$conf" "log min-level 7" "use sdp server * 127.0.0.1:*" "use sdp client * 127.0.0.1:*"
+write_conf "$conf" "log min-level 7" "use sdp server * $TEST_HOST:*" "use sdp client * $TEST_HOST:*"
 P=$(preload_env "$conf")
 
 # A free TCP port P whose SDP port (P + 20000) is free too (programs that
@@ -44,7 +47,7 @@ for _ in range(200):
     for q in (p, p + 20000):
         s = socket.socket()
         try:
-            s.bind(("127.0.0.1", q))
+            s.bind(("'"$TEST_HOST"'", q))
         except OSError:
             ok = False
         s.close()
@@ -53,12 +56,13 @@ for _ in range(200):
 '
 }
 
-# used_sdp NAME FILE: FILE (a program's stderr) shows an SDP connection.
+# used_sdp NAME FILE: FILE (a program's stderr) shows an SDP connection
+# over TEST_TRANSPORT.
 used_sdp() {
-	if grep -Eq "over SDP|accepted an SDP connection" "$2"; then
+	if grep -Eq "(over SDP|accepted an SDP connection) \($TEST_TRANSPORT\)" "$2"; then
 		return 0
 	fi
-	bad "$1 did not use SDP:"
+	bad "$1 did not use SDP over $TEST_TRANSPORT:"
 	sed 's/^/  /' "$2" | tail -n 20
 	return 1
 }
@@ -72,7 +76,7 @@ if have iperf3; then
 		SERVER_PID=$BG_PID
 		wait_for_text "$TMP/iperf-s.$name" "Server listening" 20 || { bad "iperf3 server ($name)"; continue; }
 		# shellcheck disable=SC2086
-		if run_with_timeout 60 env $P iperf3 -c 127.0.0.1 -p "$port" -t 2 $args -J \
+		if run_with_timeout 60 env $P iperf3 -c "$TEST_HOST" -p "$port" -t 2 $args -J \
 			>"$TMP/iperf-c.$name" 2>"$TMP/iperf-c.$name.err"; then
 			bps=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(int(d["end"]["sum_received"]["bits_per_second"]))' "$TMP/iperf-c.$name" 2>/dev/null || echo 0)
 			if [ "${bps:-0}" -gt 0 ]; then
@@ -97,11 +101,13 @@ if have socat; then
 	head -c $((9 << 20)) /dev/urandom >"$TMP/down.bin"
 	port=$(free_port)
 	# The server receives up.bin into a file and sends down.bin back.
-	start_bg "$TMP/socat-s.err" env $P socat -u "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr" \
+	start_bg "$TMP/socat-s.err" env $P socat -u "TCP-LISTEN:$port,bind=$TEST_HOST,reuseaddr" \
 		"OPEN:$TMP/up.out,creat,trunc"
 	SERVER_PID=$BG_PID
-	sleep 0.3
-	if run_with_timeout 60 env $P socat -u "OPEN:$TMP/up.bin" "TCP:127.0.0.1:$port" \
+	# The preload logs the listen (a fixed pause is not enough in an
+	# emulated guest).
+	wait_for_text "$TMP/socat-s.err" "listening on" 20 || bad "socat server (upload) did not listen"
+	if run_with_timeout 60 env $P socat -u "OPEN:$TMP/up.bin" "TCP:$TEST_HOST:$port" \
 		2>"$TMP/socat-c.err"; then
 		wait_pid "$SERVER_PID" 30
 		if [ "$(sha256sum <"$TMP/up.bin")" = "$(sha256sum <"$TMP/up.out")" ]; then
@@ -116,10 +122,10 @@ if have socat; then
 	fi
 	port=$(free_port)
 	start_bg "$TMP/socat-s2.err" env $P socat -u "OPEN:$TMP/down.bin" \
-		"TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr"
+		"TCP-LISTEN:$port,bind=$TEST_HOST,reuseaddr"
 	SERVER_PID=$BG_PID
-	sleep 0.3
-	if run_with_timeout 60 env $P socat -u "TCP:127.0.0.1:$port" "OPEN:$TMP/down.out,creat,trunc" \
+	wait_for_text "$TMP/socat-s2.err" "listening on" 20 || bad "socat server (download) did not listen"
+	if run_with_timeout 60 env $P socat -u "TCP:$TEST_HOST:$port" "OPEN:$TMP/down.out,creat,trunc" \
 		2>"$TMP/socat-c2.err"; then
 		wait_pid "$SERVER_PID" 30
 		if [ "$(sha256sum <"$TMP/down.bin")" = "$(sha256sum <"$TMP/down.out")" ]; then
@@ -139,13 +145,14 @@ fi
 mkdir -p "$TMP/www"
 head -c $((7 << 20)) /dev/urandom >"$TMP/www/blob.bin"
 port=$(free_port)
-start_bg "$TMP/http.err" env $P python3 -m http.server "$port" --bind 127.0.0.1 --directory "$TMP/www"
+# -u: its "Serving HTTP" line is waited for, and a file is block-buffered.
+start_bg "$TMP/http.err" env $P python3 -u -m http.server "$port" --bind "$TEST_HOST" --directory "$TMP/www"
 HTTP_PID=$BG_PID
 if wait_for_text "$TMP/http.err" "Serving HTTP" 20; then
 	if [ "$sanitized" = yes ]; then
 		log "curl not run: it hangs under a preloaded sanitizer runtime, with or without libsdp"
 	elif have curl; then
-		if run_with_timeout 60 env $P curl -sS -o "$TMP/blob.curl" "http://127.0.0.1:$port/blob.bin" \
+		if run_with_timeout 60 env $P curl -sS -o "$TMP/blob.curl" "http://$TEST_HOST:$port/blob.bin" \
 			2>"$TMP/curl.err" && cmp -s "$TMP/www/blob.bin" "$TMP/blob.curl"; then
 			log "ok   curl from python3 http.server: 7 MiB identical"
 			used_sdp "curl" "$TMP/curl.err"
@@ -158,7 +165,7 @@ if wait_for_text "$TMP/http.err" "Serving HTTP" 20; then
 	if [ "$tsan" = yes ]; then
 		log "wget not run: it hangs in setlocale() under ThreadSanitizer's runtime, with or without libsdp"
 	elif have wget; then
-		if run_with_timeout 60 env $P wget -q -O "$TMP/blob.wget" "http://127.0.0.1:$port/blob.bin" \
+		if run_with_timeout 60 env $P wget -q -O "$TMP/blob.wget" "http://$TEST_HOST:$port/blob.bin" \
 			2>"$TMP/wget.err" && cmp -s "$TMP/www/blob.bin" "$TMP/blob.wget"; then
 			log "ok   wget from python3 http.server: 7 MiB identical"
 			used_sdp "wget" "$TMP/wget.err"
@@ -184,11 +191,11 @@ class Echo(socketserver.StreamRequestHandler):
                 break
             self.request.sendall(b)
 
-srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo)
+srv = socketserver.ThreadingTCPServer((sys.argv[1], 0), Echo)
 port = srv.server_address[1]
 threading.Thread(target=srv.serve_forever, daemon=True).start()
 data = os.urandom(3 << 20)
-with socket.create_connection(("127.0.0.1", port)) as c:
+with socket.create_connection((sys.argv[1], port)) as c:
     got = bytearray()
     def reader():
         buf = bytearray(65536)
@@ -206,7 +213,7 @@ print("echo", "ok" if ok else "FAILED", len(got))
 srv.shutdown()
 sys.exit(0 if ok else 1)
 EOF
-if run_with_timeout 60 env $P python3 "$TMP/echo.py" >"$TMP/echo.out" 2>&1 && grep -q "echo ok" "$TMP/echo.out"; then
+if run_with_timeout 60 env $P python3 "$TMP/echo.py" "$TEST_HOST" >"$TMP/echo.out" 2>&1 && grep -q "echo ok" "$TMP/echo.out"; then
 	log "ok   python3 socketserver echo: 3 MiB identical"
 	used_sdp "python3 echo" "$TMP/echo.out"
 else

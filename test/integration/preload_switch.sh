@@ -46,36 +46,37 @@ client_ok() {
 # --- listen on both stacks, port 0 -----------------------------------------
 srv=$TMP/both-server.out
 pf=$TMP/both.port
-start_bg "$srv" env $(preload_env "$both") "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$pf" --count 2
+start_bg "$srv" env $(preload_env "$both") "$SDPCAT" --tcp -l "$TEST_HOST:0" --port-file "$pf" --count 2
 SERVER_PID=$BG_PID
 wait_for_file "$pf" 30 || fail "the both server did not start: $(cat "$srv")"
 PORT=$(cat "$pf")
 client_ok "both server, port 0: SDP client" "$TMP/c1.out" \
-	env $(preload_env "$both") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 8M --wsize 1-100K
-grep -q "connected to 127.0.0.1:$PORT over SDP" "$TMP/c1.out" ||
+	env $(preload_env "$both") "$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 8M --wsize 1-100K
+grep -q "connected to $TEST_HOST:$PORT over SDP ($TEST_TRANSPORT)" "$TMP/c1.out" ||
 	bad "the preloaded client did not use SDP: $(cat "$TMP/c1.out")"
 client_ok "both server, port 0: native TCP client" "$TMP/c2.out" \
-	"$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 8M --wsize 1-100K
+	"$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 8M --wsize 1-100K
 wait_pid "$SERVER_PID" 30 || bad "both server exit status $?: $(cat "$srv")"
-grep -q "listening on 127.0.0.1:$PORT over SDP and TCP" "$srv" || bad "no 'both' listener: $(cat "$srv")"
-grep -q "accepted an SDP connection" "$srv" || bad "the server accepted no SDP connection"
+grep -q "listening on $TEST_HOST:$PORT over SDP and TCP" "$srv" || bad "no 'both' listener: $(cat "$srv")"
+grep -q "accepted an SDP connection ($TEST_TRANSPORT)" "$srv" ||
+	bad "the server accepted no SDP connection over $TEST_TRANSPORT: $(cat "$srv")"
 grep -q "accepted a TCP connection" "$srv" || bad "the server accepted no TCP connection"
 
 # --- fallback: a server without SDP ------------------------------------------
 srv=$TMP/native-server.out
 pf=$TMP/native.port
-start_bg "$srv" "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$pf" --count 3
+start_bg "$srv" "$SDPCAT" --tcp -l "$TEST_HOST:0" --port-file "$pf" --count 3
 SERVER_PID=$BG_PID
 wait_for_file "$pf" 30 || fail "the native server did not start"
 PORT=$(cat "$pf")
 client_ok "both client, native server: blocking connect falls back" "$TMP/c3.out" \
-	env $(preload_env "$both") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 4M
-grep -q "no SDP to 127.0.0.1:$PORT (refused): connecting over TCP" "$TMP/c3.out" ||
+	env $(preload_env "$both") "$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 4M
+grep -q "no SDP to $TEST_HOST:$PORT (refused): connecting over TCP" "$TMP/c3.out" ||
 	bad "no fallback reason logged: $(cat "$TMP/c3.out")"
 client_ok "both client, native server: non-blocking connect falls back" "$TMP/c4.out" \
-	env $(preload_env "$both") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 4M --nonblock
+	env $(preload_env "$both") "$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 4M --nonblock
 grep -q "(refused): connecting over TCP" "$TMP/c4.out" || bad "non-blocking: no fallback logged"
-if run_with_timeout 60 env $(preload_env "$sdponly") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1M \
+if run_with_timeout 60 env $(preload_env "$sdponly") "$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 1M \
 	>"$TMP/c5.out" 2>&1; then
 	bad "an sdp-only client reached a TCP-only server"
 elif grep -qi "refused" "$TMP/c5.out"; then
@@ -85,9 +86,9 @@ else
 fi
 
 # --- a broken policy file: file:line, then all TCP -------------------------------
-printf 'transport enable tcp-fallback\nuse sdp clinet * *:*\n' >"$TMP/broken.conf"
+printf 'transport enable %s\nuse sdp clinet * *:*\n' "$TEST_TRANSPORT" >"$TMP/broken.conf"
 client_ok "broken policy file: the program runs on TCP" "$TMP/c6.out" \
-	env $(preload_env "$TMP/broken.conf") "$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1M
+	env $(preload_env "$TMP/broken.conf") "$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 1M
 grep -q "broken.conf:2:" "$TMP/c6.out" || bad "no file:line for the broken policy: $(cat "$TMP/c6.out")"
 grep -q "over SDP" "$TMP/c6.out" && bad "SDP used despite the broken policy"
 wait_pid "$SERVER_PID" 30 || bad "native server exit status $?: $(cat "$srv")"
@@ -95,40 +96,62 @@ wait_pid "$SERVER_PID" 30 || bad "native server exit status $?: $(cat "$srv")"
 # --- fallback on timeout: the SDP port answers TCP but never SDP --------------------
 srv=$TMP/native2-server.out
 pf=$TMP/native2.port
-start_bg "$srv" "$SDPCAT" --tcp -l 127.0.0.1:0 --port-file "$pf" --count 1
+start_bg "$srv" "$SDPCAT" --tcp -l "$TEST_HOST:0" --port-file "$pf" --count 1
 SERVER_PID=$BG_PID
 wait_for_file "$pf" 30 || fail "the native server did not start"
 PORT=$(cat "$pf")
-mute_port=$(( (PORT + 20000) % 65536 ))
-start_bg "$TMP/mute.out" python3 -c "
+# Something holds the SDP side of the port and never answers: on
+# tcp-fallback a plain TCP listener on the SDP port (P + offset); on an
+# RDMA transport, whose SDP ports are rdma_cm's own, an SDP listener on P
+# that is stopped (SIGSTOP) before it could answer.
+mute_pid=
+if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
+	mute_port=$(( (PORT + 20000) % 65536 ))
+	start_bg "$TMP/mute.out" python3 -c "
 import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', $mute_port)); s.listen(8); print('listening', flush=True)
+s.bind(('$TEST_HOST', $mute_port)); s.listen(8); print('listening', flush=True)
 conns = []
 while True:
     c, _ = s.accept(); conns.append(c)
 "
-if wait_for_text "$TMP/mute.out" listening 10; then
+	mute_ready=listening
+else
+	mute_port=$PORT
+	start_bg "$TMP/mute.out" "$SDPCAT" -l "$TEST_HOST:$mute_port" -v
+	mute_pid=$BG_PID
+	mute_ready="listening on"
+fi
+if wait_for_text "$TMP/mute.out" "$mute_ready" 10; then
+	[ -z "$mute_pid" ] || kill -STOP "$mute_pid"
 	client_ok "both client, SDP port silent: falls back after fallback_timeout_ms" "$TMP/c7.out" \
 		env SDP_FALLBACK_TIMEOUT_MS=300 SDP_CONNECT_TIMEOUT_MS=60000 $(preload_env "$both") \
-		"$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1M
+		"$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 1M
 	grep -q "(timeout): connecting over TCP" "$TMP/c7.out" || bad "no timeout fallback logged: $(cat "$TMP/c7.out")"
 else
-	log "port $mute_port is taken here: timeout case not run"
-	"$SDPCAT" --tcp -c "127.0.0.1:$PORT" --bytes 1K >/dev/null 2>&1
+	log "the SDP side of port $PORT ($mute_port) is taken here: timeout case not run"
+	sed 's/^/  /' "$TMP/mute.out"
+	"$SDPCAT" --tcp -c "$TEST_HOST:$PORT" --bytes 1K >/dev/null 2>&1
+fi
+if [ -n "$mute_pid" ]; then
+	kill -9 "$mute_pid" 2>/dev/null
+	wait "$mute_pid" 2>/dev/null	# reaped here, or bash reports "Killed"
 fi
 wait_pid "$SERVER_PID" 30 || bad "native server 2 exit status $?"
 
 # --- direct AF_INET_SDP sockets ---------------------------------------------------
 tcponly=$TMP/tcp.conf
-write_conf "$tcponly" "use tcp server * *:*" "use tcp client * *:*"
+write_conf "$tcponly" "log min-level 7 destination file $TMP/direct.log" \
+	"use tcp server * *:*" "use tcp client * *:*"
 out=$(run_with_timeout 60 env $(preload_env "$tcponly") "$DIRECT" transfer 2>&1)
 [ "$out" = "transfer: ok" ] && log "ok   AF_INET_SDP (27) transfer, even where policy says tcp" ||
 	bad "AF_INET_SDP transfer: $out"
+grep -q "over SDP ($TEST_TRANSPORT)" "$TMP/direct.log" ||
+	bad "AF_INET_SDP transfer not over $TEST_TRANSPORT: $(cat "$TMP/direct.log")"
 out=$(run_with_timeout 30 env $(preload_env "$tcponly") "$DIRECT" dgram 2>&1)
 [ "$out" = "dgram: ESOCKTNOSUPPORT" ] && log "ok   AF_INET_SDP datagram: ESOCKTNOSUPPORT" ||
 	bad "AF_INET_SDP SOCK_DGRAM: $out"
-printf 'use both client * *:*\n' >"$TMP/nosoft.conf"
+printf 'transport disable %s\nuse both client * *:*\n' "$TEST_TRANSPORT" >"$TMP/nosoft.conf"
 out=$(run_with_timeout 30 env -u SDP_TRANSPORTS $(preload_env "$TMP/nosoft.conf") "$DIRECT" socket 2>&1)
 [ "$out" = "socket: EAFNOSUPPORT" ] && log "ok   AF_INET_SDP without a transport: EAFNOSUPPORT" ||
 	bad "AF_INET_SDP without a transport: $out"
@@ -142,7 +165,9 @@ out=$(run_with_timeout 30 "$DIRECT" socket 2>&1)
 # In a network namespace of its own with four ephemeral ports, three of
 # whose SDP ports (P + 20000) are taken: listen() must move both stacks to
 # the fourth.  (bind(0) prefers even ports, which are all taken here.)
-if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && unshare -n true 2>/dev/null; then
+if [ "$TEST_TRANSPORT" != tcp-fallback ]; then
+	log "port-0 relocation case not run on $TEST_TRANSPORT: it needs a network namespace of its own, where $TEST_TRANSPORT has no device"
+elif [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null && unshare -n true 2>/dev/null; then
 	cat >"$TMP/ns.sh" <<NSEOF
 ip link set lo up
 sysctl -q -w net.ipv4.ip_local_port_range="40000 40003"
@@ -182,7 +207,7 @@ PYENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 cat >"$TMP/prefork.py" <<'PYEOF'
 import os, socket, sys
 s = socket.socket()
-s.bind(("127.0.0.1", 0))
+s.bind((sys.argv[2], 0))
 s.listen(16)
 open(sys.argv[1], "w").write(str(s.getsockname()[1]))
 kids = []
@@ -198,16 +223,16 @@ for i in range(2):
 for k in kids:
     os.waitpid(k, 0)
 PYEOF
-start_bg "$TMP/prefork.out" env "$PYENV" $(preload_env "$both") python3 "$TMP/prefork.py" "$TMP/prefork.port"
+start_bg "$TMP/prefork.out" env "$PYENV" $(preload_env "$both") python3 "$TMP/prefork.py" "$TMP/prefork.port" "$TEST_HOST"
 SERVER_PID=$BG_PID
 if wait_for_file "$TMP/prefork.port" 20; then
 	ok=0
 	for i in 1 2 3 4; do
 		if run_with_timeout 20 env "$PYENV" $(preload_env "$both") python3 -c "
 import socket, sys
-c = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+c = socket.create_connection((sys.argv[2], int(sys.argv[1])))
 c.sendall(b'hi')
-sys.exit(0 if c.recv(100) == b'worker got hi' else 1)" "$(cat "$TMP/prefork.port")" \
+sys.exit(0 if c.recv(100) == b'worker got hi' else 1)" "$(cat "$TMP/prefork.port")" "$TEST_HOST" \
 			>"$TMP/prefork-c.out" 2>&1 && grep -q "(refused): connecting over TCP" "$TMP/prefork-c.out"; then
 			ok=$((ok + 1))
 		else
@@ -225,13 +250,13 @@ fi
 if ! is_sanitized; then
 	srv=$TMP/run-server.out
 	pf=$TMP/run.port
-	start_bg "$srv" "$top_builddir/tools/sdp_run" --conf "$both" -- "$SDPCAT" --tcp -l 127.0.0.1:0 \
+	start_bg "$srv" "$top_builddir/tools/sdp_run" --conf "$both" -- "$SDPCAT" --tcp -l "$TEST_HOST:0" \
 		--port-file "$pf" --count 1
 	SERVER_PID=$BG_PID
 	wait_for_file "$pf" 30 || fail "sdp_run server did not start: $(cat "$srv")"
 	client_ok "sdp_run on both ends" "$TMP/c8.out" \
-		"$top_builddir/tools/sdp_run" --conf "$both" "$SDPCAT" --tcp -c "127.0.0.1:$(cat "$pf")" --bytes 4M
-	grep -q "over SDP" "$TMP/c8.out" || bad "sdp_run client did not use SDP"
+		"$top_builddir/tools/sdp_run" --conf "$both" "$SDPCAT" --tcp -c "$TEST_HOST:$(cat "$pf")" --bytes 4M
+	grep -q "over SDP ($TEST_TRANSPORT)" "$TMP/c8.out" || bad "sdp_run client did not use SDP over $TEST_TRANSPORT: $(cat "$TMP/c8.out")"
 	wait_pid "$SERVER_PID" 30 || bad "sdp_run server exit status $?"
 fi
 

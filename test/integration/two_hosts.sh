@@ -8,6 +8,12 @@
 # root for the namespaces; without it the test says so and is skipped.
 . "$(dirname "$0")/lib.sh"
 
+# The two hosts are network namespaces joined by a veth pair: the software
+# transport follows them, an RDMA device does not (rxe and siw serve the
+# guest's own interfaces).  Two guests are test/vm's business.
+if [ "$TEST_TRANSPORT" != tcp-fallback ]; then
+	skip "two namespaces on one veth have no $TEST_TRANSPORT device: this test is for tcp-fallback (two hosts over RDMA: test/vm, run-in-vm --two)"
+fi
 if [ "$(id -u)" -ne 0 ]; then
 	skip "network namespaces need root"
 fi

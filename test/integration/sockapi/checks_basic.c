@@ -68,7 +68,7 @@ static int check_bind_port0(void)
 		FAIL_ERRNO("socket");
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_addr = test_host();
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 		FAIL_ERRNO("bind");
 	if (getsockname(fd, (struct sockaddr *)&got, &len) < 0)
@@ -83,11 +83,11 @@ static int check_bind_port0(void)
 	note("listening:%s len=%u family=%s addr=%s",
 	     got.sin_port ? "port!=0" : "port=0", (unsigned)len,
 	     got.sin_family == AF_INET ? "AF_INET" : "other",
-	     got.sin_addr.s_addr == htonl(INADDR_LOOPBACK) ? "loopback" : "other");
+	     got.sin_addr.s_addr == a.sin_addr.s_addr ? "bound" : "other");
 	if (got.sin_port == 0)
 		FAIL("port 0 after listen");
-	if (got.sin_addr.s_addr != htonl(INADDR_LOOPBACK))
-		FAIL("getsockname address is not 127.0.0.1");
+	if (got.sin_addr.s_addr != a.sin_addr.s_addr)
+		FAIL("getsockname address is not the one bound");
 	rc = 0;
 out:
 	xclose(&fd);
@@ -372,7 +372,7 @@ static int check_listen_twice(void)
 		FAIL_ERRNO("socket");
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_addr = test_host();
 	if (bind(l, (struct sockaddr *)&a, sizeof(a)) < 0)
 		FAIL_ERRNO("bind");
 	r1 = listen(l, 1);
@@ -414,7 +414,7 @@ const struct check checks_basic[] = {
 	{ "socket_flags", check_socket_flags,
 	  "SOCK_NONBLOCK|SOCK_CLOEXEC visible through F_GETFL/F_GETFD" },
 	{ "bind_port0", check_bind_port0,
-	  "bind 127.0.0.1:0, listen, getsockname gives a port" },
+	  "bind TEST_HOST:0, listen, getsockname gives the address and a port" },
 	{ "accept_flags", check_accept_flags,
 	  "accept/accept4 flags on the new fd, accept's address" },
 	{ "blocking_connect", check_blocking_connect,

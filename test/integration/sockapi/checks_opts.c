@@ -152,7 +152,7 @@ static int check_so_reuseaddr(void)
 		goto out;
 	memset(&a, 0, sizeof(a));
 	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_addr = test_host();
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0)
 		FAIL_ERRNO("bind/listen with SO_REUSEADDR");
 	if (note_int("listening", fd, SOL_SOCKET, SO_REUSEADDR) != 1)

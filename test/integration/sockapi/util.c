@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -181,6 +182,18 @@ void xclose(int *fd)
 	}
 }
 
+struct in_addr test_host(void)
+{
+	const char *h = getenv("TEST_HOST");
+	struct in_addr a = { .s_addr = htonl(INADDR_LOOPBACK) };
+
+	if (h && *h && inet_pton(AF_INET, h, &a) != 1) {
+		fprintf(stderr, "sockapi_check: TEST_HOST '%s' is not an IPv4 address\n", h);
+		exit(2);
+	}
+	return a;
+}
+
 int make_listener(int type_flags, struct sockaddr_in *addr)
 {
 	socklen_t len = sizeof(*addr);
@@ -190,7 +203,7 @@ int make_listener(int type_flags, struct sockaddr_in *addr)
 		return fail("listener socket: %s", errname(errno));
 	memset(addr, 0, sizeof(*addr));
 	addr->sin_family = AF_INET;
-	addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	addr->sin_addr = test_host();
 	addr->sin_port = 0;
 	if (bind(fd, (struct sockaddr *)addr, sizeof(*addr)) < 0) {
 		fail("listener bind: %s", errname(errno));
@@ -264,7 +277,7 @@ int closed_port(struct sockaddr_in *addr, int *holder)
 		return fail("holder socket: %s", errname(errno));
 	memset(addr, 0, sizeof(*addr));
 	addr->sin_family = AF_INET;
-	addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	addr->sin_addr = test_host();
 	if (bind(*holder, (struct sockaddr *)addr, sizeof(*addr)) < 0 ||
 	    getsockname(*holder, (struct sockaddr *)addr, &len) < 0) {
 		fail("holder bind: %s", errname(errno));

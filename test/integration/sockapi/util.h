@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * sockapi_check helpers: the check result (reason and trace), errno and
- * event names, loopback connection pairs made with plain socket() calls
+ * event names, connection pairs (on TEST_HOST) made with plain socket() calls
  * (so that a preloaded library sees every one of them), and I/O with
  * time limits.
  *
@@ -81,15 +81,19 @@ struct pair {
 int fd_is_open(int fd);
 /* close(*fd) if it is >= 0, then set it to -1. */
 void xclose(int *fd);
-/* A listening TCP socket on 127.0.0.1 port 0 (socket type flags added to
+/* The address every check binds and connects to: TEST_HOST (set by
+ * test/integration/lib.sh; an RDMA transport serves no loopback), 127.0.0.1
+ * by default.  A TEST_HOST that is not an IPv4 address ends the program. */
+struct in_addr test_host(void);
+/* A listening TCP socket on test_host() port 0 (socket type flags added to
  * SOCK_STREAM); its address in *addr.  -1 (after fail()) on error. */
 int make_listener(int type_flags, struct sockaddr_in *addr);
-/* A connected loopback pair: listener, socket(), blocking connect(),
+/* A connected pair on test_host(): listener, socket(), blocking connect(),
  * accept(); the listener is closed.  Both ends blocking, no CLOEXEC.
  * 0 or -1 (after fail()). */
 int pair_open(struct pair *p);
 void pair_close(struct pair *p);
-/* A loopback address on which nothing listens: a socket bound to port 0
+/* An address of test_host() on which nothing listens: a socket bound to port 0
  * and kept open but not listening (*holder; close it afterwards). */
 int closed_port(struct sockaddr_in *addr, int *holder);
 
