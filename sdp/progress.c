@@ -426,9 +426,8 @@ static int wait_source_fds(struct sdp_sock *s, int *fds)
 /*
  * A thread about to sleep on s's connection fd itself takes that fd out of
  * the progress thread's epoll until it wakes: one completion then wakes
- * one thread instead of two, which for a request/response exchange is most
- * of the latency (the second wakeup costs more than the message, and the
- * two threads then contend for the socket lock).  The first such waiter
+ * one thread instead of two, which in a request/response exchange saves a
+ * wakeup and a fight for the socket lock per message.  The first such waiter
  * parks the fd, the last one puts it back; if the connection went away or
  * left the progress set meanwhile, it is not put back.
  */
