@@ -17,7 +17,9 @@
  * sent: the engine sees max_private_data = 55 and uses the compact Hello.
  *
  * One pollable fd per endpoint: an epoll set holding the event channel's
- * fd, the completion channel's fd and the device's async-event fd.
+ * fd, the completion channel's fd, the device's async-event fd and an
+ * eventfd through which another endpoint's thread hands over an async
+ * event that concerns this one.
  *
  * Completions: RC completes each work queue in order, so the transport
  * keeps the engine's context and the operation of every posted request in
@@ -34,7 +36,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -129,6 +133,13 @@ struct ib_ep {
 	struct ibv_cq *cq;
 	unsigned cq_events;	/* to acknowledge before destroying the cq */
 	int epfd;
+	/*
+	 * An async event for this ep read by another ep's thread, which
+	 * holds only its own connection's lock: it sets async_err and
+	 * writes wakefd; this ep's owner turns it into OTI_EV_ERROR.
+	 */
+	atomic_int async_err;
+	int wakefd;
 	enum ib_state state;
 	bool passive;
 	bool disconnect_called;
@@ -145,7 +156,7 @@ struct ib_ep {
 	struct ib_slot sq[IB_SQ_DEPTH], rq[IB_RQ_DEPTH];
 	unsigned sq_head, sq_tail, rq_head, rq_tail;
 
-	struct ib_ep *next_ep;	/* all eps, for async events (ib_lock) */
+	struct ib_ep *next_ep;	/* eps with a QP, for async events (ib_lock) */
 };
 
 struct ib_mr {
@@ -540,8 +551,15 @@ static struct ib_ep *ep_alloc(void)
 		free(e);
 		return NULL;
 	}
+	e->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->wakefd < 0) {
+		close(e->epfd);
+		free(e);
+		return NULL;
+	}
 	e->ch = new_channel();
 	if (!e->ch) {
+		close(e->wakefd);
 		close(e->epfd);
 		free(e);
 		return NULL;
@@ -549,6 +567,7 @@ static struct ib_ep *ep_alloc(void)
 	struct epoll_event ev = { .events = EPOLLIN };
 
 	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->ch->fd, &ev);
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->wakefd, &ev);
 	return e;
 }
 
@@ -612,6 +631,7 @@ static void ep_destroy(struct ib_ep *e)
 		rdma_destroy_id(e->id);
 	if (e->ch)
 		rdma_destroy_event_channel(e->ch);
+	close(e->wakefd);
 	close(e->epfd);
 	free(e);
 }
@@ -832,10 +852,13 @@ static void drain_cm(struct ib_ep *e)
 }
 
 /* Asynchronous device events: QP fatal, port down.  Any ep may read
- * them; each goes to the ep it concerns, as an OTI_EV_ERROR. */
+ * them; each is handed to the ep it concerns (async_err, wakefd), whose
+ * owner makes it an OTI_EV_ERROR: the reader holds no lock of the others,
+ * so it must not touch their event queues or state. */
 static void drain_async(struct ib_ep *self)
 {
 	struct ibv_async_event aev;
+	const uint64_t one = 1;
 
 	if (!self->dev)
 		return;
@@ -863,14 +886,30 @@ static void drain_async(struct ib_ep *self)
 			default:
 				break;
 			}
-			if (hit && e->state != IB_DOWN) {
-				e->state = IB_DOWN;
-				push_event(e, OTI_EV_ERROR, -EIO, NULL, 0);
+			/* Set before the wake-up: the owner reads wakefd
+			 * first, then the flag. */
+			if (hit && !atomic_exchange(&e->async_err, 1) &&
+			    write(e->wakefd, &one, sizeof(one)) < 0) {
+				/* The counter is non-zero already: it wakes. */
 			}
 		}
 		ibv_ack_async_event(&aev);
 	}
 	pthread_mutex_unlock(&ib_lock);
+}
+
+/* An async event handed to this ep, as an OTI_EV_ERROR.  Owner only. */
+static void take_async(struct ib_ep *e)
+{
+	uint64_t n;
+
+	if (read(e->wakefd, &n, sizeof(n)) < 0) {
+		/* Nothing to reset. */
+	}
+	if (atomic_exchange(&e->async_err, 0) && e->state != IB_DOWN) {
+		e->state = IB_DOWN;
+		push_event(e, OTI_EV_ERROR, -EIO, NULL, 0);
+	}
 }
 
 static int ib_get_event(struct oti_ep *oep, struct oti_event *ev)
@@ -881,6 +920,8 @@ static int ib_get_event(struct oti_ep *oep, struct oti_event *ev)
 		drain_cm(e);
 	if (!e->npending)
 		drain_async(e);
+	if (!e->npending)
+		take_async(e);
 	if (!e->npending)
 		return -EAGAIN;
 	*ev = e->pending[0];
@@ -909,7 +950,7 @@ static int ib_ep_arm(struct oti_ep *oep)
 	struct ib_ep *e = ib_ep(oep);
 
 	drain_cm(e);
-	if (e->npending)
+	if (e->npending || atomic_load(&e->async_err))
 		return -EAGAIN;
 	if (!e->cq)
 		return 0;
