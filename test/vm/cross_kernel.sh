@@ -76,6 +76,20 @@ client_retry() {
 	return 1
 }
 
+# sdpcat_case DESC TRANSPORT NAME CMD...: one sdpcat client (retried while
+# the server is not up yet) that must end with "sdp TRANSPORT: ... checksum ok".
+sdpcat_case() {
+	local desc=$1 want=$2 out=$tmp/$3.out
+	shift 3
+	if ! client_retry "$out" timeout 600 "$@"; then
+		bad "$desc: $(cat "$out")"
+	elif ! grep -q "sdp $want:.*checksum ok" "$out"; then
+		bad "$desc did not report $want: $(cat "$out")"
+	else
+		ok "$desc: $(sed -n 's/^sdpcat: //p' "$out" | tail -n 1)"
+	fi
+}
+
 if [ "$VM_NAME" = vm-a ]; then
 	echo "cross_kernel: server in $(uname -r) at $addr, client at $peer, transport $transport"
 	SDP_TRANSPORTS=$transport,tcp-fallback timeout 600 "$sdpcat" -l "$addr:7471" --count 3 -v \
@@ -105,35 +119,11 @@ if [ "$VM_NAME" = vm-a ]; then
 		ok "socat under sdp_run: 32 MiB received over $transport, sha256 matches"
 	fi
 else
-	if client_retry "$tmp/c1.out" timeout 600 "$sdpcat" -c "$peer:7471" --bytes 64M; then
-		if grep -q "sdp $transport:.*checksum ok" "$tmp/c1.out"; then
-			ok "sdpcat 64 MiB: $(sed -n 's/^sdpcat: //p' "$tmp/c1.out" | tail -n 1)"
-		else
-			bad "sdpcat 64 MiB did not report $transport: $(cat "$tmp/c1.out")"
-		fi
-	else
-		bad "sdpcat 64 MiB: $(cat "$tmp/c1.out")"
-	fi
-	if client_retry "$tmp/c2.out" timeout 600 "$sdpcat" -c "$peer:7471" --bidir --bytes 16M \
-		--wsize 1-256K --rsize 1-64K --seed 9; then
-		if grep -q "sdp $transport:.*checksum ok" "$tmp/c2.out"; then
-			ok "sdpcat bidir 16 MiB: $(sed -n 's/^sdpcat: //p' "$tmp/c2.out" | tail -n 1)"
-		else
-			bad "sdpcat bidir did not report $transport: $(cat "$tmp/c2.out")"
-		fi
-	else
-		bad "sdpcat bidir: $(cat "$tmp/c2.out")"
-	fi
-	if client_retry "$tmp/c2b.out" env SDP_TRANSPORTS=tcp-fallback timeout 600 "$sdpcat" \
-		-c "$peer:7471" --bytes 8M; then
-		if grep -q "sdp tcp-fallback:.*checksum ok" "$tmp/c2b.out"; then
-			ok "sdpcat 8 MiB from a client without RDMA: $(sed -n 's/^sdpcat: //p' "$tmp/c2b.out" | tail -n 1)"
-		else
-			bad "sdpcat tcp-fallback client: $(cat "$tmp/c2b.out")"
-		fi
-	else
-		bad "sdpcat tcp-fallback client: $(cat "$tmp/c2b.out")"
-	fi
+	sdpcat_case "sdpcat 64 MiB" "$transport" c1 "$sdpcat" -c "$peer:7471" --bytes 64M
+	sdpcat_case "sdpcat bidir 16 MiB" "$transport" c2 "$sdpcat" -c "$peer:7471" --bidir \
+		--bytes 16M --wsize 1-256K --rsize 1-64K --seed 9
+	sdpcat_case "sdpcat 8 MiB from a client without RDMA" tcp-fallback c2b \
+		env SDP_TRANSPORTS=tcp-fallback "$sdpcat" -c "$peer:7471" --bytes 8M
 	if client_retry "$tmp/c3.out" timeout 600 "$sdp_run" --conf "$tmp/sdp.conf" -- \
 		socat -u "OPEN:$tmp/blob" "TCP:$peer:7472"; then
 		if grep -q "over $transport" "$tmp/sdp.log"; then
