@@ -174,21 +174,6 @@ static void addr_to_in6(const struct sockaddr_storage *ss, struct in6_addr *out)
 		*out = ((const struct sockaddr_in6 *)ss)->sin6_addr;
 }
 
-static uint16_t addr_port(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET)
-		return ntohs(((const struct sockaddr_in *)ss)->sin_port);
-	return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
-}
-
-static void addr_set_port(struct sockaddr_storage *ss, uint16_t port)
-{
-	if (ss->ss_family == AF_INET)
-		((struct sockaddr_in *)ss)->sin_port = htons(port);
-	else
-		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
-}
-
 /* --- teardown ------------------------------------------------------------- */
 
 static void conn_transport_down(struct sdp_sock *s)

@@ -332,10 +332,7 @@ static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_
 	s->lsn[0] = (struct sdp_lsn){ .t = ts[0], .l = l };
 	s->nlsn = 1;
 	memcpy(&same, addr, len);
-	if (same.ss_family == AF_INET)
-		((struct sockaddr_in *)&same)->sin_port = ((struct sockaddr_in *)&name)->sin_port;
-	else
-		((struct sockaddr_in6 *)&same)->sin6_port = ((struct sockaddr_in6 *)&name)->sin6_port;
+	addr_set_port(&same, addr_port(&name));
 	for (int i = 1; i < n; i++) {
 		ret = ts[i]->listen((struct sockaddr *)&same, len, SOMAXCONN, &l);
 		if (ret) {
