@@ -47,6 +47,13 @@ extern "C" {
 #define SDP_AF_INET_SDP 27
 #define SDP_AF_INET6_SDP 28
 
+/* Socket options of SDP itself, at level SOL_SDP (OFED's numbers). */
+#define SOL_SDP 1025
+/* int: the Read Zcopy threshold of this socket's sends, in bytes (0 = off);
+ * starts as the zcopy_thresh tunable.  Values other than 0 below 4096 are
+ * raised to 4096. */
+#define SDP_ZCOPY_THRESH 80
+
 /* Start-up is implicit; sdp_init() only makes its cost explicit.  Returns
  * the number of usable transports, or a negative errno. */
 int sdp_init(void);
@@ -162,6 +169,19 @@ struct sdp_stats {
 	uint64_t msgs_received;
 	uint64_t credit_updates_sent;
 	uint64_t credit_stalls;		/* sends that waited for credits */
+	/* Read Zcopy (SrcAvail / RDMA read / RdmaRdCompl). */
+	uint64_t zcopy_offers;		/* SrcAvails we sent */
+	uint64_t zcopy_bytes_sent;	/* our bytes the peer RDMA-read */
+	uint64_t zcopy_refused;		/* SendSM answers: finished by Bcopy */
+	uint64_t zcopy_cancels;		/* SrcAvailCancels we sent */
+	uint64_t zcopy_reads;		/* RDMA reads we posted */
+	uint64_t zcopy_bytes_received;	/* bytes we RDMA-read */
+	uint64_t zcopy_direct_bytes;	/* of those, straight into the application's buffer */
+	/* Registration cache (application buffers of zero-copy reads). */
+	uint64_t regcache_hits;
+	uint64_t regcache_misses;
+	uint64_t regcache_evictions;	/* dropped to stay within bounds */
+	uint64_t regcache_invalidations;	/* dropped because the memory was freed or unmapped */
 };
 void sdp_get_stats(struct sdp_stats *st);
 
