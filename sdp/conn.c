@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The SDP protocol on one connection, Bcopy mode: Hello/HelloAck in the
- * transport's private data, credit flow control, segmentation into the
- * peer's buffers, reassembly into the user's buffer, DisConn half-close and
- * abortive close.  Every function here runs with the socket's lock held.
+ * The SDP protocol on one connection: Hello/HelloAck in the transport's
+ * private data, credit flow control, segmentation into the peer's buffers
+ * (Bcopy), reassembly into the user's buffer, DisConn half-close and
+ * abortive close.  Read Zcopy (SrcAvail, RDMA read, RdmaRdCompl, SendSM,
+ * SrcAvailCancel) is in zcopy.c; this file hands it its messages and
+ * completions.  Every function here runs with the socket's lock held.
  *
- * Zero copy is not offered: we advertise max_adverts = 1 (0 is illegal),
- * never send SrcAvail or SinkAvail, answer a peer's SrcAvail with SendSM
- * (after taking its inline bytes as data) so it finishes by Bcopy, and
- * treat a SinkAvail as the protocol error it is outside Pipelined mode.
+ * Both sides advertise max_adverts = 1: one SrcAvail at a time per
+ * direction, Combined mode for good (no ModeChange is ever sent), so a
+ * SinkAvail is the protocol error it is outside Pipelined mode.
  */
 #include <errno.h>
 #include <signal.h>
@@ -27,6 +28,14 @@ static void conn_post_failed(struct sdp_sock *s, int ret, bool data);
 static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
 {
 	return c->rx_mem + (size_t)slot * c->rx_size;
+}
+
+/* Where a queued segment's bytes are. */
+static uint8_t *seg_buf(struct sdp_conn *c, const struct sdp_rx_seg *seg)
+{
+	if (seg->slot == SDP_SLOT_STAGE)
+		return c->stage_mem;
+	return rx_buf(c, seg->slot);
 }
 
 static uint8_t *tx_buf(struct sdp_conn *c, uint32_t slot)
@@ -93,7 +102,8 @@ static int conn_setup_rx(struct sdp_conn *c)
 		c->nrx = caps.max_recv_wr;
 	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
 	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
-	c->rxq = calloc(c->nrx, sizeof(*c->rxq));
+	c->rxq_cap = c->nrx + 2;
+	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
 	if (!c->rx_mem || !c->rxq)
 		return -ENOMEM;
 	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
@@ -151,6 +161,7 @@ void conn_free(struct sdp_sock *s)
 	conn_leave_progress(s);
 	if (c->ep)
 		c->t->ep_close(c->ep);
+	zc_conn_free(c);
 	if (c->rx_mr)
 		c->t->mr_dereg(c->rx_mr);
 	if (c->tx_mr)
@@ -175,6 +186,21 @@ static void addr_to_in6(const struct sockaddr_storage *ss, struct in6_addr *out)
 }
 
 /* --- teardown ------------------------------------------------------------- */
+
+void conn_kill_ep(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || !c->ep)
+		return;
+	conn_leave_progress(s);
+	c->t->ep_close(c->ep);
+	c->ep = NULL;
+	c->ep_fd = -1;
+	c->transport_down = true;
+	c->disconnected = true;
+	sock_changed(s, false);
+}
 
 static void conn_transport_down(struct sdp_sock *s)
 {
@@ -271,8 +297,7 @@ static void conn_fill_bsdh(struct sdp_conn *c, void *buf, uint8_t mid, uint8_t f
 	sdp_bsdh_encode(buf, &h);
 }
 
-/* A payload-free message from a control slot; the caller checked credits. */
-static int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
+int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
 {
 	struct sdp_conn *c = s->conn;
 	uint32_t slot = c->ctrl_posted % SDP_CTRL_SLOTS;
@@ -285,7 +310,8 @@ static int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size
 	conn_fill_bsdh(c, buf, mid, 0, sge.len);
 	ret = c->t->post_send(c->ep, &sge, SDP_CTX_CTRL | slot, OTI_SEND_INLINE);
 	if (ret) {
-		conn_post_failed(s, ret, false);
+		/* A SrcAvail carries stream bytes: losing it is a reset. */
+		conn_post_failed(s, ret, mid == SDP_MID_SRC_AVAIL);
 		return ret;
 	}
 	c->ctrl_posted++;
@@ -293,7 +319,7 @@ static int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size
 	return 0;
 }
 
-static bool ctrl_slot_free(const struct sdp_conn *c)
+bool ctrl_slot_free(const struct sdp_conn *c)
 {
 	return c->ctrl_posted - c->ctrl_done < SDP_CTRL_SLOTS;
 }
@@ -327,7 +353,9 @@ static void conn_flush(struct sdp_sock *s)
 	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed)
 		return;
 
-	while (c->tx_posted != c->tx_filled) {
+	/* Nothing of the stream may overtake our SrcAvail's bytes: data
+	 * waits until the sink is done with it. */
+	while (c->tx_posted != c->tx_filled && !c->tx_sa.active) {
 		if (c->tx_posted + 1 == c->tx_filled && conn_hold_tail(s, c))
 			break;
 		if (!sdp_can_send_data(&c->cr)) {
@@ -355,11 +383,33 @@ static void conn_flush(struct sdp_sock *s)
 		sent = true;
 	}
 
+	/* What we read of the peer's SrcAvail is reported before a SendSM
+	 * that ends it. */
+	if ((c->ctrl_pending & SDP_CTRL_RDMA_RD_COMPL) && ctrl_slot_free(c) &&
+	    sdp_can_send_ctrl(&c->cr)) {
+		uint8_t ext[SDP_U32H_LEN];
+
+		sdp_u32h_encode(ext, c->rdcompl_bytes);
+		if (conn_post_ctrl(s, SDP_MID_RDMA_RD_COMPL, ext, sizeof(ext)))
+			return;
+		c->rdcompl_bytes = 0;
+		c->ctrl_pending &= ~SDP_CTRL_RDMA_RD_COMPL;
+		sent = true;
+	}
 	if ((c->ctrl_pending & SDP_CTRL_SEND_SM) && ctrl_slot_free(c) &&
 	    sdp_can_send_ctrl(&c->cr)) {
 		if (conn_post_ctrl(s, SDP_MID_SEND_SM, NULL, 0))
 			return;
 		c->ctrl_pending &= ~SDP_CTRL_SEND_SM;
+		sent = true;
+	}
+	if ((c->ctrl_pending & SDP_CTRL_SRC_AVAIL_CANCEL) && ctrl_slot_free(c) &&
+	    sdp_can_send_ctrl(&c->cr)) {
+		if (conn_post_ctrl(s, SDP_MID_SRC_AVAIL_CANCEL, NULL, 0))
+			return;
+		c->ctrl_pending &= ~SDP_CTRL_SRC_AVAIL_CANCEL;
+		c->tx_sa.cancel_sent = true;
+		SDP_STAT_INC(zcopy_cancels, 1);
 		sent = true;
 	}
 	if ((c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK) && ctrl_slot_free(c) &&
@@ -374,7 +424,7 @@ static void conn_flush(struct sdp_sock *s)
 		sent = true;
 	}
 	if ((c->ctrl_pending & SDP_CTRL_DISCONN) && c->tx_posted == c->tx_filled &&
-	    ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
+	    !c->tx_sa.active && ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
 		if (conn_post_ctrl(s, SDP_MID_DISCONN, NULL, 0))
 			return;
 		c->ctrl_pending &= ~SDP_CTRL_DISCONN;
@@ -386,7 +436,10 @@ static void conn_flush(struct sdp_sock *s)
 
 	/* Credit updates go on after our DisConn while the peer may still
 	 * send; after its DisConn it sends no data, so they stop. */
-	if (!sent && !c->disconn_rcvd && sdp_update_needed(&c->cr) && ctrl_slot_free(c)) {
+	/* While our SrcAvail is out, the last credits are kept for its
+	 * SrcAvailCancel. */
+	if (!sent && !c->disconn_rcvd && sdp_update_needed(&c->cr) && ctrl_slot_free(c) &&
+	    !(c->tx_sa.active && !c->tx_sa.cancel_sent && sdp_tx_credits(&c->cr) <= 2)) {
 		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
 			SDP_STAT_INC(credit_updates_sent, 1);
 			sent = true;
@@ -394,6 +447,15 @@ static void conn_flush(struct sdp_sock *s)
 	}
 	if (sent)
 		progress_posted(s);
+}
+
+void conn_push(struct sdp_sock *s)
+{
+	int saved_cork = s->cork;
+
+	s->cork = 0;
+	conn_flush(s);
+	s->cork = saved_cork;
 }
 
 bool conn_writable(const struct sdp_sock *s)
@@ -472,11 +534,7 @@ void conn_shutdown_write(struct sdp_sock *s)
 		return;
 	c->ctrl_pending |= SDP_CTRL_DISCONN;
 	/* A corked tail must go out before the DisConn. */
-	int saved_cork = s->cork;
-
-	s->cork = 0;
-	conn_flush(s);
-	s->cork = saved_cork;
+	conn_push(s);
 }
 
 /* --- receiving ------------------------------------------------------------ */
@@ -502,14 +560,18 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		i++;
 	}
 	while (i < iovcnt && q < c->rxq_count) {
-		struct sdp_rx_seg *seg = &c->rxq[(c->rxq_head + q) % c->nrx];
+		struct sdp_rx_seg *seg = &c->rxq[(c->rxq_head + q) % c->rxq_cap];
+
+		/* A SrcAvail's bytes are still with the peer: zc_recv(). */
+		if (seg->slot == SDP_SLOT_SA)
+			break;
 		uint32_t avail = seg->len - (peek ? qoff : 0);
 		size_t n = iov[i].iov_len - off;
 
 		if (n > avail)
 			n = avail;
 		memcpy((uint8_t *)iov[i].iov_base + off,
-		       rx_buf(c, seg->slot) + seg->off + (peek ? qoff : 0), n);
+		       seg_buf(c, seg) + seg->off + (peek ? qoff : 0), n);
 		copied += n;
 		off += n;
 		if (off == iov[i].iov_len) {
@@ -530,8 +592,10 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		if (seg->len == 0) {
 			uint32_t slot = seg->slot;
 
-			c->rxq_head = (c->rxq_head + 1) % c->nrx;
+			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
 			c->rxq_count--;
+			if (slot == SDP_SLOT_STAGE)
+				continue;	/* the staging buffer is free again */
 			if (conn_repost(s, slot))
 				break;
 			reposted = true;
@@ -577,12 +641,8 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 
 	switch (h.mid) {
 	case SDP_MID_SRC_AVAIL:
-		/* We do not read zero copy: the inline bytes are data, the
-		 * rest comes by Bcopy after our SendSM. */
-		c->ctrl_pending |= SDP_CTRL_SEND_SM;
-		/* fall through */
 	case SDP_MID_DATA:
-		if (data_len == 0)
+		if (data_len == 0 && h.mid == SDP_MID_DATA)
 			break;
 		if (c->disconn_rcvd) {
 			conn_protocol_error(s, "data after DisConn");
@@ -600,16 +660,20 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 			 * stream, and so do we. */
 			if (!s->oobinline)
 				data_len--;
-			if (data_len == 0)
-				break;
 		}
-		c->rxq[(c->rxq_head + c->rxq_count) % c->nrx] = (struct sdp_rx_seg){
-			.slot = slot, .off = data_off, .len = data_len,
-		};
-		c->rxq_count++;
-		c->rx_bytes += data_len;
-		keep = true;
-		sock_changed(s, true);
+		if (data_len) {
+			c->rxq[(c->rxq_head + c->rxq_count) % c->rxq_cap] = (struct sdp_rx_seg){
+				.slot = slot, .off = data_off, .len = data_len,
+			};
+			c->rxq_count++;
+			c->rx_bytes += data_len;
+			keep = true;
+		}
+		/* The advertised rest queues behind the inline bytes. */
+		if (h.mid == SDP_MID_SRC_AVAIL)
+			zc_src_avail_rcvd(s, &h, buf + SDP_BSDH_LEN, data_len);
+		if (s->state == SDP_S_ESTABLISHED && (data_len || h.mid == SDP_MID_SRC_AVAIL))
+			sock_changed(s, true);
 		break;
 	case SDP_MID_DISCONN:
 		if (c->disconn_rcvd) {
@@ -639,8 +703,13 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		break;
 	}
 	case SDP_MID_SRC_AVAIL_CANCEL:
-		/* Our SendSM (queued or sent) already refuses the advert. */
-		c->ctrl_pending |= SDP_CTRL_SEND_SM;
+		zc_cancel_rcvd(s);
+		break;
+	case SDP_MID_RDMA_RD_COMPL:
+		zc_rd_compl_rcvd(s, &h, sdp_u32h_decode(buf + SDP_BSDH_LEN));
+		break;
+	case SDP_MID_SEND_SM:
+		zc_send_sm_rcvd(s, &h);
 		break;
 	case SDP_MID_CH_RCV_BUF_ACK:
 		/* We never ask; an unsolicited answer changes nothing. */
@@ -661,6 +730,10 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 	struct sdp_conn *c = s->conn;
 	uint64_t kind = SDP_CTX_KIND(wc->ctx);
 
+	if (kind == SDP_CTX_READ) {
+		zc_read_done(s, wc);
+		return;
+	}
 	if (wc->status) {
 		if (wc->status == -ECANCELED || c->transport_down)
 			return;
@@ -1051,6 +1124,7 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	child->sndbuf = s->sndbuf;
 	child->linger = s->linger;
 	child->oobinline = s->oobinline;
+	child->zcopy_thresh = s->zcopy_thresh;
 
 	ret = c->t->ep_accept_open(l->l, req, &c->ep);
 	if (ret)

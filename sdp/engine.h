@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 
 #include "credits.h"
 #include "oti.h"
@@ -37,7 +38,7 @@ enum sdp_state {
 
 /* One received data segment waiting for the application. */
 struct sdp_rx_seg {
-	uint32_t slot;		/* receive buffer index */
+	uint32_t slot;		/* receive buffer index, or SDP_SLOT_* */
 	uint32_t off;		/* first unread byte in that buffer */
 	uint32_t len;		/* unread bytes */
 };
@@ -47,7 +48,17 @@ enum {
 	SDP_CTRL_SEND_SM = 1u << 0,
 	SDP_CTRL_CH_RCV_BUF_ACK = 1u << 1,
 	SDP_CTRL_DISCONN = 1u << 2,
+	SDP_CTRL_RDMA_RD_COMPL = 1u << 3,	/* conn.rdcompl_bytes read */
+	SDP_CTRL_SRC_AVAIL_CANCEL = 1u << 4,
 };
+
+/* Segments of the receive queue that are not in a receive buffer. */
+#define SDP_SLOT_SA 0xffffffffu		/* the unread rest of the peer's SrcAvail */
+#define SDP_SLOT_STAGE 0xfffffffeu	/* bytes read into the staging buffer */
+
+/* Bytes of the stream a SrcAvail of ours carries inline (Combined mode
+ * wants at least one); BSDH + SrcAH + these fill one control slot. */
+#define SDP_SA_INLINE 32
 
 #define SDP_CTRL_SLOTS 8
 #define SDP_MAX_LISTENERS 4	/* transports one listener listens on */
@@ -57,6 +68,7 @@ enum {
 #define SDP_CTX_RX (1ull << 32)
 #define SDP_CTX_TX (2ull << 32)
 #define SDP_CTX_CTRL (3ull << 32)
+#define SDP_CTX_READ (4ull << 32)	/* an RDMA read of the peer's SrcAvail */
 #define SDP_CTX_KIND(ctx) ((ctx) & ~0xffffffffull)
 #define SDP_CTX_SLOT(ctx) ((uint32_t)(ctx))
 
@@ -72,7 +84,8 @@ struct sdp_conn {
 	uint8_t *rx_mem;
 	struct oti_mr *rx_mr;
 	uint32_t nrx, rx_size;
-	struct sdp_rx_seg *rxq;	/* ring of nrx: data not yet read */
+	struct sdp_rx_seg *rxq;	/* ring of rxq_cap: data not yet read */
+	uint32_t rxq_cap;	/* nrx + the SrcAvail and staging segments */
 	uint32_t rxq_head, rxq_count;
 	uint64_t rx_bytes;	/* sum of rxq lengths */
 
@@ -102,6 +115,38 @@ struct sdp_conn {
 	bool disconnected;	/* DISCONNECTED or ERROR seen: the transport
 				 * will report nothing more */
 	uint64_t deadline_ns;	/* connect or disconnect timeout, 0 = none */
+
+	/* Read Zcopy (zcopy.c).  Source: our one outstanding SrcAvail (we
+	 * and the peer both advertise max_adverts 1). */
+	struct sdp_tx_sa {
+		bool active;
+		bool want_cancel;	/* the peer's SrcAvail crossed ours */
+		bool cancel_sent;
+		bool ended;		/* the sink's SendSM: it reads no more */
+		uint32_t mseq;		/* of the SrcAvail */
+		uint32_t len;		/* advertised, inline bytes included */
+		uint32_t inline_len;
+		uint32_t read;		/* bytes the sink reported read */
+		struct oti_mr *mr;	/* exactly the buffer, remote read only */
+	} tx_sa;
+	unsigned zc_refusals;	/* SendSMs in a row with nothing read */
+	/* Sink: the peer's SrcAvail, its rest queued as an SDP_SLOT_SA seg. */
+	struct sdp_rx_sa {
+		bool active;
+		bool cancelled;		/* SrcAvailCancel came: finish, SendSM */
+		bool inflight_stage;	/* the read in flight fills the staging buffer */
+		uint32_t rkey;
+		uint64_t raddr;		/* the next byte to read */
+		uint32_t left;		/* bytes not yet read */
+		uint32_t inflight;	/* bytes of the read in flight, 0: none */
+		int status;		/* of the last read */
+		struct sdp_reg *reg;	/* the application buffer of a direct read */
+	} rx_sa;
+	uint32_t rdcompl_bytes;	/* read and not yet reported (RdmaRdCompl) */
+	uint8_t *stage_mem;	/* staging buffer, made at first use */
+	struct oti_mr *stage_mr;
+	uint32_t stage_size;
+	struct sdp_regcache *regcache;	/* application buffers of direct reads */
 };
 
 /* Someone to tell about every change of a socket: a thread blocked in
@@ -170,6 +215,8 @@ struct sdp_sock {
 
 	/* Connection (state >= RESOLVING). */
 	struct sdp_conn *conn;
+
+	int zcopy_thresh;	/* SDP_ZCOPY_THRESH: Read Zcopy from this size, 0 = off */
 };
 
 /* Port of an AF_INET or AF_INET6 address, host order. */
@@ -239,6 +286,63 @@ void conn_free(struct sdp_sock *s);
 void listener_free(struct sdp_sock *s);
 /* Protocol error on the connection: abort and count it. */
 void conn_protocol_error(struct sdp_sock *s, const char *why);
+
+/* Post every queued data buffer that credits allow, a held tail too. */
+void conn_push(struct sdp_sock *s);
+/* A payload-free message (or SrcAvail with its inline bytes in ext) from a
+ * control slot; the caller checked credits and ctrl_slot_free(). */
+int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen);
+bool ctrl_slot_free(const struct sdp_conn *c);
+/* The transport may still touch memory we are about to give back (an
+ * RDMA read in flight, a buffer the peer may still read) and the
+ * connection is dead anyway: close the endpoint now, so it cannot. */
+void conn_kill_ep(struct sdp_sock *s);
+/* Drive s once: a listener's requests or a connection's events. */
+void sock_drive(struct sdp_sock *s);
+
+/* --- zcopy.c: Read Zcopy ------------------------------------------------------ */
+
+/*
+ * The part of iov after `skip` bytes that a blocking send may offer with
+ * SrcAvail, or NULL (Bcopy).  *len gets its length (one piece).
+ */
+const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
+			      size_t skip, size_t *len);
+/* How a zc_send() ended, besides the bytes it returns. */
+enum zc_outcome {
+	ZC_DONE,	/* the sink read it all (or some, then refused) */
+	ZC_BCOPY,	/* use Bcopy for the rest of this call */
+	ZC_CANCELLED,	/* cancelled for the caller's deadline or a signal */
+};
+/*
+ * Offer buf[0, len) with SrcAvail and wait until the sink is done with it.
+ * Returns the bytes the sink took (>= 0; the rest is the caller's again),
+ * or a negative errno when nothing was offered (-EAGAIN deadline, -EINTR).
+ */
+ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadline,
+		enum zc_outcome *outcome);
+/* The head of the receive queue is the unread rest of a SrcAvail. */
+bool zc_rx_at_head(const struct sdp_conn *c);
+/*
+ * Read the SrcAvail at the head of the receive queue: straight into iov
+ * (after skip bytes) when it has room, else into the staging buffer (then
+ * conn_recv() serves it).  Returns the bytes placed in iov, 0, or -errno;
+ * *busy when another thread's read is in flight (wait for it).
+ */
+ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		size_t skip, bool *busy);
+/* conn.c's message handlers for the zero-copy messages. */
+void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
+		       uint32_t inline_len);
+void zc_rd_compl_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, uint32_t n);
+void zc_send_sm_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h);
+void zc_cancel_rcvd(struct sdp_sock *s);
+/* Completion of an RDMA read (SDP_CTX_READ). */
+void zc_read_done(struct sdp_sock *s, const struct oti_wc *wc);
+/* Free the zero-copy state; after ep_close(). */
+void zc_conn_free(struct sdp_conn *c);
+/* Remove queue entry i (0 = head) of c's receive queue. */
+void rxq_remove(struct sdp_conn *c, uint32_t i);
 
 /* --- progress.c ------------------------------------------------------------- */
 

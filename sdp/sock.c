@@ -149,6 +149,14 @@ uint64_t sdp_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* SDP_ZCOPY_THRESH: 0 is off, anything smaller than a page is a page. */
+static int zcopy_thresh_clamp(long v)
+{
+	if (v <= 0)
+		return 0;
+	return v < 4096 ? 4096 : v > INT_MAX ? INT_MAX : (int)v;
+}
+
 struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table)
 {
 	struct sdp_sock *s = calloc(1, sizeof(*s));
@@ -177,6 +185,7 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 	s->keepintvl = 75;
 	s->keepcnt = 9;
 	s->rcvlowat = 1;
+	s->zcopy_thresh = zcopy_thresh_clamp(tun_int(TUN_zcopy_thresh));
 	SDP_STAT_INC(sockets_open, 1);
 	if (in_table && sock_publish(s)) {
 		sock_put(s);
@@ -244,7 +253,7 @@ static int take_error(struct sdp_sock *s)
 	return err;
 }
 
-static void drive(struct sdp_sock *s)
+void sock_drive(struct sdp_sock *s)
 {
 	if (s->state == SDP_S_LISTEN)
 		listener_progress(s);
@@ -626,7 +635,7 @@ static int step_wait(struct sdp_sock *s, bool dontwait, uint64_t deadline, bool 
 	int ret;
 
 	if (!*driven) {
-		drive(s);
+		sock_drive(s);
 		*driven = true;
 		return 0;
 	}
@@ -659,6 +668,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	 * it: the progress thread reaps completions meanwhile, and each
 	 * drive costs system calls. */
 	bool driven = false;
+	bool zc_off = false;	/* this call sends by Bcopy only */
 
 	for (;;) {
 		if (s->so_error) {
@@ -679,6 +689,31 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 		if (done == total)
 			break;
+		/* A large piece of a blocking send goes by Read Zcopy: the
+		 * peer reads it from iov itself (zcopy.c). */
+		size_t zlen;
+		const void *zbuf = dontwait || zc_off ? NULL :
+				   zc_send_candidate(s, iov, iovcnt, done, &zlen);
+
+		if (zbuf) {
+			enum zc_outcome how;
+
+			ret = zc_send(s, zbuf, zlen, deadline, &how);
+			if (ret < 0) {
+				ret = done ? (ssize_t)done : ret;
+				goto out;
+			}
+			done += (size_t)ret;
+			if (how == ZC_CANCELLED && done) {
+				ret = (ssize_t)done;
+				goto out;
+			}
+			/* Refused or cancelled for the peer's sake: the rest
+			 * of this call goes by Bcopy. */
+			if (how == ZC_BCOPY)
+				zc_off = true;
+			continue;
+		}
 		ret = conn_send(s, iov, iovcnt, flags, done);
 		if (ret < 0)
 			goto out;
@@ -747,7 +782,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 		if (total == 0) {
 			if (!driven) {
-				drive(s);
+				sock_drive(s);
 				driven = true;
 			}
 			/* tcp_recvmsg(): 0 at once, unless a non-blocking
@@ -759,20 +794,35 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				ret = 0;
 			goto out;
 		}
+		bool zc_busy = false;
+
 		if (s->conn && s->conn->rx_bytes) {
 			ret = conn_recv(s, iov, iovcnt, flags, done);
 			if (ret < 0)
 				goto out;
 			done += (size_t)ret;
-			if (flags & MSG_PEEK)
-				break;
-			if (done >= want)
-				break;
-			continue;
+			if (ret == 0 && zc_rx_at_head(s->conn)) {
+				/* The peer's SrcAvail is next: read it, into
+				 * iov or the staging buffer (zcopy.c). */
+				ret = zc_recv(s, iov, iovcnt, flags, done, &zc_busy);
+				if (ret < 0) {
+					ret = done ? (ssize_t)done : ret;
+					goto out;
+				}
+				done += (size_t)ret;
+			}
+			if (!zc_busy) {
+				if ((flags & MSG_PEEK) && done)
+					break;
+				if (done >= want)
+					break;
+				continue;
+			}
+			/* Another thread's read is in flight: wait below. */
 		}
 		/* Nothing queued: maybe the transport has news. */
 		if (!driven) {
-			drive(s);
+			sock_drive(s);
 			driven = true;
 			continue;
 		}
@@ -780,7 +830,8 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			ret = done ? (ssize_t)done : -take_error(s);
 			goto out;
 		}
-		if (s->shut_rd || s->state == SDP_S_CLOSED || (s->conn && s->conn->disconn_rcvd))
+		if (!zc_busy &&
+		    (s->shut_rd || s->state == SDP_S_CLOSED || (s->conn && s->conn->disconn_rcvd)))
 			break;		/* end of stream */
 		if (!s->conn) {
 			ret = done ? (ssize_t)done : -ENOTCONN;
@@ -877,7 +928,7 @@ int sdp_close(int sd)
 	if (s->state == SDP_S_LISTEN || s->nlsn) {
 		listener_free(s);
 	} else if (s->state == SDP_S_ESTABLISHED && s->conn) {
-		drive(s);
+		sock_drive(s);
 		bool unread = s->conn && s->conn->rx_bytes;
 		bool abortive = s->linger.l_onoff && s->linger.l_linger == 0;
 
@@ -1089,6 +1140,12 @@ int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 			ret = -ENOPROTOOPT;
 			break;
 		}
+	} else if (level == SOL_SDP && name == SDP_ZCOPY_THRESH) {
+		ret = opt_int_in(val, len, &v);
+		if (!ret && v < 0)
+			ret = -EINVAL;
+		if (!ret)
+			s->zcopy_thresh = zcopy_thresh_clamp(v);
 	} else {
 		ret = -ENOPROTOOPT;
 	}
@@ -1192,6 +1249,8 @@ int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len)
 			ret = -ENOPROTOOPT;
 			goto out;
 		}
+	} else if (level == SOL_SDP && name == SDP_ZCOPY_THRESH) {
+		v = s->zcopy_thresh;
 	} else {
 		ret = -ENOPROTOOPT;
 		goto out;
@@ -1235,7 +1294,7 @@ int sdp_nread(int sd)
 	if (s->state == SDP_S_LISTEN)
 		v = -EINVAL;
 	else if (s->conn) {
-		drive(s);
+		sock_drive(s);
 		if (s->conn)
 			v = s->conn->rx_bytes > INT_MAX ? INT_MAX : (int)s->conn->rx_bytes;
 	}

@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Read Zcopy (IBTA Annex A4, "source-advertised"): a large send is not
+ * copied into send buffers; the source advertises the application's own
+ * buffer with SrcAvail and the sink RDMA-reads it, straight into the
+ * buffer its application gave recv() when that one is large enough, into a
+ * private staging buffer otherwise.
+ *
+ *   source                                     sink
+ *   register buf (remote read, this op only)
+ *   SrcAvail{len, rkey, vaddr} + 32 bytes ───▶ inline bytes queue as data,
+ *                                              the rest as an SA segment
+ *                                              recv(): RDMA read → buffer
+ *                                   ◀─── RdmaRdCompl{n}   (once per read)
+ *   all read: deregister, send() returns
+ *
+ * The rules both sides keep (Combined mode, max_adverts 1 each way):
+ *
+ *  - One SrcAvail of ours at a time, with 1..32 bytes inline, and nothing
+ *    else of the stream after it until the sink is done: our Bcopy data
+ *    and DisConn wait (conn_flush()).  A send that is non-blocking, or
+ *    smaller than the socket's zcopy threshold, uses Bcopy.
+ *  - The sink reports every read with RdmaRdCompl.  SendSM ends the offer
+ *    early: the source takes back what was not read and sends it by Bcopy
+ *    in the same call.  A sink without RDMA read answers SendSM at once.
+ *  - The source cancels with SrcAvailCancel when the caller's SO_SNDTIMEO
+ *    passes or a signal interrupts the send, and when the sink makes no
+ *    progress for a while (it may be a program that sends before it reads,
+ *    like the source itself: then neither would ever read).  The sink
+ *    finishes its read in flight, reports it, and answers SendSM; the
+ *    source waits for that answer (the peer may be reading the buffer until
+ *    then), at most zcopy_cancel_timeout_ms, then resets the connection.
+ *    A cancelled send returns what the sink took, as a partial write.
+ *  - Crossing offers (both sides send large at once, neither reads): a
+ *    SrcAvail that arrives while ours is out makes us cancel ours and go on
+ *    by Bcopy; a send that finds the peer's offer unread uses Bcopy.
+ *  - An answer is matched to the current offer by the BSDH mseq_ack: only
+ *    one that acknowledges our SrcAvail can be about it.
+ *
+ * Security: the remote key of a SrcAvail names exactly the advertised
+ * bytes, with remote read access only, and is deregistered before send()
+ * returns, whatever the outcome: a sink can read nothing before or after,
+ * and nothing once the operation is over.  If it ends abnormally (the
+ * connection died with the key live) the endpoint is closed first, so that
+ * not even a transport's queued read response can touch the buffer once
+ * the application has it back.  The sink's side of a read is an
+ * application buffer registered for local write only (regcache.c), or the
+ * staging buffer; a recv() never returns while a read into its buffer is
+ * in flight.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+#include "regcache.h"
+#include "tunables.h"
+
+#define LOGSYS "zcopy"
+
+/* SendSMs in a row with nothing read before we stop offering: the peer
+ * cannot read (an older or Bcopy-only implementation). */
+#define ZC_MAX_REFUSALS 4
+/* How long an offer may go without any read before it is cancelled and
+ * the rest goes by Bcopy (see the header: a peer that never reads). */
+#define ZC_STALL_NS (1000ull * 1000000ull)
+
+static bool zc_transport_reads(const struct sdp_conn *c)
+{
+	struct oti_caps caps;
+
+	c->t->query_caps(&caps);
+	return caps.flags & OTI_CAP_RDMA_READ;
+}
+
+static uint64_t zc_piece_max(const struct sdp_conn *c)
+{
+	struct oti_caps caps;
+	uint64_t max = (uint64_t)tun_int(TUN_zcopy_max);
+
+	c->t->query_caps(&caps);
+	if (caps.max_msg_size && max > caps.max_msg_size)
+		max = caps.max_msg_size;
+	return max > UINT32_MAX ? UINT32_MAX : max;
+}
+
+/* --- source ------------------------------------------------------------------ */
+
+const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
+			      size_t skip, size_t *len)
+{
+	const struct sdp_conn *c = s->conn;
+	int i = 0;
+
+	if (!s->zcopy_thresh || !c || !c->ep || c->zc_refusals >= ZC_MAX_REFUSALS)
+		return NULL;
+	while (i < iovcnt && skip >= iov[i].iov_len) {
+		skip -= iov[i].iov_len;
+		i++;
+	}
+	if (i == iovcnt)
+		return NULL;
+	size_t n = iov[i].iov_len - skip;
+
+	if (n < (size_t)s->zcopy_thresh || !zc_transport_reads(c))
+		return NULL;
+	uint64_t max = zc_piece_max(c);
+
+	*len = n > max ? (size_t)max : n;
+	return (const uint8_t *)iov[i].iov_base + skip;
+}
+
+static bool conn_dead(const struct sdp_sock *s)
+{
+	return !s->conn || s->state != SDP_S_ESTABLISHED || s->conn->transport_down ||
+	       s->conn->post_failed;
+}
+
+/*
+ * Sleep until something changes on s, or until deadline (signals end the
+ * sleep early; *intr says so), then drive the transport.  Callers check
+ * their condition after each call: it may already hold.
+ */
+static void zc_wait(struct sdp_sock *s, uint64_t deadline, bool *intr)
+{
+	int ret = sdp_wait(s, deadline);
+
+	if (ret == -EINTR && intr)
+		*intr = true;
+	if (s->conn)
+		sock_drive(s);
+}
+
+static uint64_t earliest(uint64_t a, uint64_t b)
+{
+	if (!a)
+		return b;
+	if (!b)
+		return a;
+	return a < b ? a : b;
+}
+
+/* Our turn to offer: no offer of ours out, all Bcopy data of ours posted
+ * (it is older), credits for a message with payload and a control slot. */
+static bool zc_can_offer(struct sdp_conn *c)
+{
+	return !c->tx_sa.active && c->tx_posted == c->tx_filled &&
+	       sdp_can_send_data(&c->cr) && ctrl_slot_free(c);
+}
+
+static void zc_release_tx(struct sdp_sock *s, struct sdp_conn *c, bool orderly)
+{
+	if (!orderly)
+		conn_kill_ep(s);
+	if (c->tx_sa.mr)
+		c->t->mr_dereg(c->tx_sa.mr);
+	c->tx_sa = (struct sdp_tx_sa){ 0 };
+	/* Bcopy data and a DisConn may have waited for this. */
+	if (!conn_dead(s))
+		conn_push(s);
+}
+
+ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadline,
+		enum zc_outcome *outcome)
+{
+	struct sdp_conn *c = s->conn;
+	bool intr = false;
+	int ret;
+
+	*outcome = ZC_BCOPY;
+	/* Wait for our turn; a deadline or signal here costs nothing yet. */
+	for (;;) {
+		if (conn_dead(s) || s->conn != c)
+			return 0;
+		if (c->rx_sa.active)
+			return 0;	/* the peer's offer is unread: no crossing */
+		if (zc_can_offer(c))
+			break;
+		if (c->tx_posted != c->tx_filled)
+			conn_push(s);
+		if (zc_can_offer(c))
+			break;
+		sock_drive(s);
+		if (s->conn != c || zc_can_offer(c))
+			continue;
+		ret = sdp_wait(s, deadline);
+		if (ret)
+			return ret;
+	}
+
+	struct oti_mr *mr;
+
+	ret = c->t->mr_reg(c->ep, (void *)buf, len, OTI_ACCESS_REMOTE_READ, &mr);
+	if (ret) {
+		/* RLIMIT_MEMLOCK, or memory a device cannot map: copy it. */
+		sdp_dbg(LOGSYS, "sd %d: cannot register %zu bytes for SrcAvail (%d): Bcopy",
+			s->sd, len, ret);
+		return 0;
+	}
+	uint8_t ext[SDP_SRCAH_LEN + SDP_SA_INLINE];
+	uint32_t inline_len = len < SDP_SA_INLINE ? (uint32_t)len : SDP_SA_INLINE;
+	struct sdp_srcah sa = {
+		.len = (uint32_t)len,
+		.rkey = mr->rkey,
+		.vaddr = mr->raddr_base + (uint64_t)((const uint8_t *)buf - (const uint8_t *)mr->addr),
+	};
+
+	sdp_srcah_encode(ext, &sa);
+	memcpy(ext + SDP_SRCAH_LEN, buf, inline_len);
+	c->tx_sa = (struct sdp_tx_sa){
+		.active = true,
+		.mseq = c->cr.next_mseq,
+		.len = (uint32_t)len,
+		.inline_len = inline_len,
+		.mr = mr,
+	};
+	if (conn_post_ctrl(s, SDP_MID_SRC_AVAIL, ext, SDP_SRCAH_LEN + inline_len)) {
+		zc_release_tx(s, c, false);
+		return 0;
+	}
+	SDP_STAT_INC(zcopy_offers, 1);
+	SDP_STAT_INC(bytes_sent, inline_len);
+	progress_posted(s);
+
+	uint32_t want = (uint32_t)len - inline_len;
+	uint32_t seen = 0;
+
+	sock_drive(s);
+	uint64_t stall_at = sdp_now_ns() + ZC_STALL_NS;
+	uint64_t cancel_by = 0;
+	bool user_cancel = false, orderly = true;
+
+	while (c->tx_sa.read < want && !c->tx_sa.ended) {
+		if (s->conn != c)
+			return -ECONNRESET;	/* freed under us: cannot happen while we hold a ref */
+		if (conn_dead(s)) {
+			orderly = false;
+			break;
+		}
+		uint64_t now = sdp_now_ns();
+
+		if (c->tx_sa.read != seen) {
+			seen = c->tx_sa.read;
+			stall_at = now + ZC_STALL_NS;
+		}
+		if (!c->tx_sa.cancel_sent && !(c->ctrl_pending & SDP_CTRL_SRC_AVAIL_CANCEL)) {
+			bool timed_out = deadline && now >= deadline;
+
+			if (intr || timed_out)
+				user_cancel = true;
+			if (user_cancel || c->tx_sa.want_cancel || now >= stall_at) {
+				sdp_dbg(LOGSYS, "sd %d: cancelling SrcAvail (%s), %u of %u read",
+					s->sd, intr ? "signal" : timed_out ? "send timeout" :
+					c->tx_sa.want_cancel ? "crossing SrcAvail" : "no reads",
+					c->tx_sa.read, want);
+				c->ctrl_pending |= SDP_CTRL_SRC_AVAIL_CANCEL;
+				conn_push(s);
+				cancel_by = now + (uint64_t)tun_int(TUN_zcopy_cancel_timeout_ms) * 1000000ull;
+			}
+		}
+		if (cancel_by && now >= cancel_by) {
+			sdp_warn(LOGSYS, "sd %d: peer did not answer SrcAvailCancel; resetting", s->sd);
+			conn_abort(s, ECONNRESET);
+			orderly = false;
+			break;
+		}
+		/* Before the cancel: the caller's deadline and the stall
+		 * check; after it: only the cancel's own limit.  Signals
+		 * after the cancel change nothing. */
+		zc_wait(s, cancel_by ? cancel_by : earliest(deadline, stall_at),
+			cancel_by ? NULL : &intr);
+	}
+
+	uint32_t taken = inline_len + c->tx_sa.read;
+	bool refused = c->tx_sa.ended && c->tx_sa.read < want;
+
+	if (refused && !c->tx_sa.cancel_sent && !(c->ctrl_pending & SDP_CTRL_SRC_AVAIL_CANCEL)) {
+		SDP_STAT_INC(zcopy_refused, 1);
+		if (c->tx_sa.read == 0)
+			c->zc_refusals++;
+	} else if (c->tx_sa.read) {
+		c->zc_refusals = 0;
+	}
+	/* A cancel we queued but never posted needs no answer any more. */
+	c->ctrl_pending &= ~SDP_CTRL_SRC_AVAIL_CANCEL;
+	zc_release_tx(s, c, orderly);
+	if (!orderly)
+		return taken;		/* the caller reports the error */
+	*outcome = user_cancel ? ZC_CANCELLED : refused ? ZC_BCOPY : ZC_DONE;
+	return taken;
+}
+
+void zc_rd_compl_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, uint32_t n)
+{
+	struct sdp_tx_sa *sa = &s->conn->tx_sa;
+
+	if (!sa->active || sdp_seq_before(h->mseq_ack, sa->mseq)) {
+		conn_protocol_error(s, "RdmaRdCompl without a SrcAvail");
+		return;
+	}
+	if (sa->ended || n > sa->len - sa->inline_len - sa->read) {
+		conn_protocol_error(s, "RdmaRdCompl for more than was advertised");
+		return;
+	}
+	sa->read += n;
+	SDP_STAT_INC(zcopy_bytes_sent, n);
+	SDP_STAT_INC(bytes_sent, n);
+	sock_changed(s, false);
+}
+
+void zc_send_sm_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h)
+{
+	struct sdp_tx_sa *sa = &s->conn->tx_sa;
+
+	/* One that does not acknowledge our SrcAvail was about an earlier,
+	 * finished one (a cancel that crossed the last RdmaRdCompl). */
+	if (!sa->active || sdp_seq_before(h->mseq_ack, sa->mseq))
+		return;
+	sa->ended = true;
+	sock_changed(s, false);
+}
+
+/* --- sink -------------------------------------------------------------------- */
+
+static struct sdp_rx_seg *rxq_at(struct sdp_conn *c, uint32_t i)
+{
+	return &c->rxq[(c->rxq_head + i) % c->rxq_cap];
+}
+
+void rxq_remove(struct sdp_conn *c, uint32_t i)
+{
+	for (; i + 1 < c->rxq_count; i++)
+		*rxq_at(c, i) = *rxq_at(c, i + 1);
+	c->rxq_count--;
+}
+
+/* Queue index of the SA segment; there is at most one. */
+static int rxq_find_sa(struct sdp_conn *c)
+{
+	for (uint32_t i = 0; i < c->rxq_count; i++)
+		if (rxq_at(c, i)->slot == SDP_SLOT_SA)
+			return (int)i;
+	return -1;
+}
+
+bool zc_rx_at_head(const struct sdp_conn *c)
+{
+	return c->rxq_count && c->rxq[c->rxq_head].slot == SDP_SLOT_SA;
+}
+
+/* The peer's offer is over: what was not read is not ours to deliver
+ * (the source's send returns without it), and SendSM tells it so. */
+static void zc_rx_finish(struct sdp_sock *s, bool send_sm)
+{
+	struct sdp_conn *c = s->conn;
+	int i = rxq_find_sa(c);
+
+	if (i >= 0) {
+		c->rx_bytes -= rxq_at(c, (uint32_t)i)->len;
+		rxq_remove(c, (uint32_t)i);
+	}
+	c->rx_sa.active = false;
+	c->rx_sa.cancelled = false;
+	if (send_sm)
+		c->ctrl_pending |= SDP_CTRL_SEND_SM;
+	sock_changed(s, false);
+}
+
+void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
+		       uint32_t inline_len)
+{
+	struct sdp_conn *c = s->conn;
+	struct sdp_srcah sa;
+
+	sdp_srcah_decode(ext, &sa);
+	if (c->rx_sa.active) {
+		conn_protocol_error(s, "a second SrcAvail (max_adverts is 1)");
+		return;
+	}
+	if (sa.len < inline_len) {
+		conn_protocol_error(s, "SrcAvail shorter than its inline data");
+		return;
+	}
+	(void)h;
+	uint32_t rest = sa.len - inline_len;
+
+	/* Ours crosses it: take ours back, so one side reads. */
+	if (c->tx_sa.active && !c->tx_sa.cancel_sent)
+		c->tx_sa.want_cancel = true;
+	if (rest == 0)
+		return;		/* all of it came inline: nothing to answer */
+	if (!zc_transport_reads(c)) {
+		c->ctrl_pending |= SDP_CTRL_SEND_SM;
+		return;
+	}
+	c->rx_sa = (struct sdp_rx_sa){
+		.active = true,
+		.rkey = sa.rkey,
+		.raddr = sa.vaddr + inline_len,
+		.left = rest,
+	};
+	sdp_dbg(LOGSYS, "sd %d: SrcAvail of %u bytes, %u inline", s->sd, sa.len, inline_len);
+	*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){ .slot = SDP_SLOT_SA, .len = rest };
+	c->rxq_count++;
+	c->rx_bytes += rest;
+}
+
+void zc_cancel_rcvd(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	/* No offer: we finished it before the cancel came; the source has
+	 * our RdmaRdCompl for all of it. */
+	if (!c->rx_sa.active)
+		return;
+	if (c->rx_sa.inflight) {
+		c->rx_sa.cancelled = true;	/* zc_read_done() finishes */
+		return;
+	}
+	zc_rx_finish(s, true);
+}
+
+static int zc_stage_setup(struct sdp_conn *c)
+{
+	if (c->stage_mem)
+		return 0;
+	uint32_t size = (uint32_t)tun_int(TUN_zcopy_stage);
+	struct oti_caps caps;
+	unsigned access = OTI_ACCESS_LOCAL_WRITE;
+
+	c->t->query_caps(&caps);
+	if (caps.flags & OTI_CAP_IWARP_RULES)
+		access |= OTI_ACCESS_REMOTE_WRITE;	/* iWARP: a read's sink */
+	c->stage_mem = aligned_alloc(4096, ((size_t)size + 4095) & ~(size_t)4095);
+	if (!c->stage_mem)
+		return -ENOMEM;
+	int ret = c->t->mr_reg(c->ep, c->stage_mem, size, access, &c->stage_mr);
+
+	if (ret) {
+		free(c->stage_mem);
+		c->stage_mem = NULL;
+		return ret;
+	}
+	c->stage_size = size;
+	return 0;
+}
+
+static int zc_regcache_setup(struct sdp_conn *c)
+{
+	if (c->regcache)
+		return 0;
+	struct oti_caps caps;
+	unsigned access = OTI_ACCESS_LOCAL_WRITE;
+
+	c->t->query_caps(&caps);
+	if (caps.flags & OTI_CAP_IWARP_RULES)
+		access |= OTI_ACCESS_REMOTE_WRITE;
+	c->regcache = regcache_new(c->t, c->ep, access);
+	return c->regcache ? 0 : -ENOMEM;
+}
+
+/* The smallest room in a recv() buffer that is worth a read of its own. */
+static size_t zc_direct_min(void)
+{
+	long t = tun_int(TUN_zcopy_thresh);
+
+	return t < 4096 ? 65536 : (size_t)t;
+}
+
+ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		size_t skip, bool *busy)
+{
+	struct sdp_conn *c = s->conn;
+	int i = 0, ret;
+
+	*busy = false;
+	if (!zc_rx_at_head(c))
+		return 0;
+	if (conn_dead(s) && !c->rx_sa.inflight) {
+		/* The source is gone with the rest of its offer. */
+		zc_rx_finish(s, false);
+		return s->so_error ? 0 : -ECONNRESET;
+	}
+	if (c->rx_sa.inflight) {
+		*busy = true;
+		return 0;
+	}
+	while (i < iovcnt && skip >= iov[i].iov_len) {
+		skip -= iov[i].iov_len;
+		i++;
+	}
+	if (i == iovcnt)
+		return 0;
+	size_t room = iov[i].iov_len - skip;
+	uint64_t n = c->rx_sa.left;
+	bool direct = !(flags & MSG_PEEK) && room >= zc_direct_min();
+	struct oti_sge sge;
+	struct oti_mr *mr;
+
+	if (direct) {
+		if (n > room)
+			n = room;
+		if (n > zc_piece_max(c))
+			n = zc_piece_max(c);
+		sge.addr = (uint8_t *)iov[i].iov_base + skip;
+		ret = zc_regcache_setup(c);
+		if (!ret)
+			ret = regcache_get(c->regcache, sge.addr, (size_t)n, &c->rx_sa.reg, &mr);
+		if (ret)
+			direct = false;		/* not registrable: stage it */
+		else
+			sge.mr = mr;
+	}
+	if (!direct) {
+		ret = zc_stage_setup(c);
+		if (ret) {
+			/* No memory to read into: let the source send it. */
+			zc_rx_finish(s, true);
+			conn_push(s);
+			return 0;
+		}
+		n = c->rx_sa.left;
+		if (n > c->stage_size)
+			n = c->stage_size;
+		sge.addr = c->stage_mem;
+		sge.mr = c->stage_mr;
+	}
+	sge.len = (uint32_t)n;
+	ret = c->t->rdma_read(c->ep, &sge, c->rx_sa.raddr, c->rx_sa.rkey, SDP_CTX_READ);
+	if (ret) {
+		if (c->rx_sa.reg) {
+			regcache_put(c->regcache, c->rx_sa.reg);
+			c->rx_sa.reg = NULL;
+		}
+		conn_abort(s, ECONNRESET);
+		return -ECONNRESET;
+	}
+	c->rx_sa.inflight = (uint32_t)n;
+	c->rx_sa.inflight_stage = !direct;
+	sdp_dbg(LOGSYS, "sd %d: reading %u bytes of SrcAvail %s", s->sd, (unsigned)n,
+		direct ? "into the application's buffer" : "into the staging buffer");
+	SDP_STAT_INC(zcopy_reads, 1);
+	progress_posted(s);
+
+	/*
+	 * The transport writes into the buffer until the read completes: the
+	 * buffer cannot go back to the application before, so neither a
+	 * deadline nor a signal ends this wait.  An RC read completes or
+	 * fails on its own; if the connection dies first, closing the
+	 * endpoint ends every access.
+	 */
+	sock_drive(s);
+	while (c->rx_sa.inflight && s->conn == c) {
+		if (s->state != SDP_S_ESTABLISHED || c->transport_down) {
+			conn_kill_ep(s);
+			c->rx_sa.inflight = 0;
+			c->rx_sa.status = -ECONNRESET;
+			break;
+		}
+		zc_wait(s, 0, NULL);
+	}
+	if (s->conn != c)
+		return -ECONNRESET;
+	if (c->rx_sa.reg) {
+		regcache_put(c->regcache, c->rx_sa.reg);
+		c->rx_sa.reg = NULL;
+	}
+	if (c->rx_sa.status)
+		return s->so_error ? 0 : -ECONNRESET;
+	if (!direct)
+		return 0;
+	SDP_STAT_INC(zcopy_direct_bytes, n);
+	SDP_STAT_INC(bytes_received, n);
+	return (ssize_t)n;
+}
+
+void zc_read_done(struct sdp_sock *s, const struct oti_wc *wc)
+{
+	struct sdp_conn *c = s->conn;
+	uint32_t n = c->rx_sa.inflight;
+	bool stage = c->rx_sa.inflight_stage;
+
+	if (!n)
+		return;		/* already given up (zc_recv killed the ep) */
+	c->rx_sa.inflight = 0;
+	c->rx_sa.status = wc->status;
+	if (wc->status) {
+		/* A key the source does not honour is its fault; a flush is
+		 * the connection going away, reported by its own event. */
+		if (wc->status != -ECANCELED && !c->transport_down)
+			conn_protocol_error(s, "RDMA read of the peer's SrcAvail failed");
+		sock_changed(s, false);
+		return;
+	}
+	int i = rxq_find_sa(c);
+
+	if (i < 0)
+		return;		/* cannot happen: the SA segment is only removed here */
+	struct sdp_rx_seg *sa = rxq_at(c, (uint32_t)i);
+
+	c->rx_sa.raddr += n;
+	c->rx_sa.left -= n;
+	sa->len -= n;
+	c->rdcompl_bytes += n;
+	c->ctrl_pending |= SDP_CTRL_RDMA_RD_COMPL;
+	SDP_STAT_INC(zcopy_bytes_received, n);
+	if (stage) {
+		/* The staged bytes come before the rest of the offer: the SA
+		 * segment was at the head, the staging one goes in front. */
+		c->rxq_head = (c->rxq_head + c->rxq_cap - 1) % c->rxq_cap;
+		c->rxq_count++;
+		c->rxq[c->rxq_head] = (struct sdp_rx_seg){ .slot = SDP_SLOT_STAGE, .len = n };
+		i++;
+	} else {
+		c->rx_bytes -= n;	/* delivered: zc_recv() counts them */
+	}
+	if (c->rx_sa.left == 0) {
+		rxq_remove(c, (uint32_t)i);
+		c->rx_sa.active = false;
+		c->rx_sa.cancelled = false;
+	} else if (c->rx_sa.cancelled) {
+		zc_rx_finish(s, true);
+	}
+	sock_changed(s, stage);
+}
+
+void zc_conn_free(struct sdp_conn *c)
+{
+	if (c->rx_sa.reg && c->regcache)
+		regcache_put(c->regcache, c->rx_sa.reg);
+	c->rx_sa.reg = NULL;
+	if (c->regcache)
+		regcache_free(c->regcache);
+	c->regcache = NULL;
+	if (c->tx_sa.mr)
+		c->t->mr_dereg(c->tx_sa.mr);
+	c->tx_sa.mr = NULL;
+	if (c->stage_mr)
+		c->t->mr_dereg(c->stage_mr);
+	c->stage_mr = NULL;
+	free(c->stage_mem);
+	c->stage_mem = NULL;
+}
