@@ -55,11 +55,10 @@
 #define IB_CQ_DEPTH (IB_SQ_DEPTH + IB_RQ_DEPTH)
 #define IB_WC_BATCH 32
 
-/* --- devices: one protection domain per device context ----------------------- */
+/* --- devices: the contexts in use (protection domains are per ep) ------------- */
 
 struct ib_dev {
 	struct ibv_context *ctx;
-	struct ibv_pd *pd;
 	struct ib_dev *next;
 };
 
@@ -80,20 +79,14 @@ static struct ib_dev *ib_dev_of(struct ibv_context *ctx)
 		d = calloc(1, sizeof(*d));
 		if (d) {
 			d->ctx = ctx;
-			d->pd = ibv_alloc_pd(ctx);
-			if (!d->pd) {
-				free(d);
-				d = NULL;
-			} else {
-				/* The async fd is polled, never waited on
-				 * directly: non-blocking. */
-				int fl = fcntl(ctx->async_fd, F_GETFL);
+			/* The async fd is polled, never waited on
+			 * directly: non-blocking. */
+			int fl = fcntl(ctx->async_fd, F_GETFL);
 
-				if (fl >= 0)
-					fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-				d->next = ib_devs;
-				ib_devs = d;
-			}
+			if (fl >= 0)
+				fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+			d->next = ib_devs;
+			ib_devs = d;
 		}
 	}
 	pthread_mutex_unlock(&ib_lock);
@@ -129,6 +122,7 @@ struct ib_ep {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct ib_dev *dev;
+	struct ib_pd *pd;	/* this connection's own (see struct ib_pd) */
 	struct ibv_comp_channel *cc;
 	struct ibv_cq *cq;
 	unsigned cq_events;	/* to acknowledge before destroying the cq */
@@ -159,9 +153,46 @@ struct ib_ep {
 	struct ib_ep *next_ep;	/* eps with a QP, for async events (ib_lock) */
 };
 
+/*
+ * Every connection has a protection domain of its own, so that a remote
+ * key is good on the one connection it was given to: a peer on another
+ * connection that guesses it (rxe keys carry 8 random bits) reaches
+ * nothing.  The engine deregisters memory after ep_close() (the contract
+ * in oti.h), so the domain is shared by the ep and its registrations and
+ * freed by the last of them.
+ */
+struct ib_pd {
+	struct ibv_pd *pd;
+	atomic_int refs;
+};
+
+static struct ib_pd *ib_pd_new(struct ibv_context *ctx)
+{
+	struct ib_pd *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->pd = ibv_alloc_pd(ctx);
+	if (!p->pd) {
+		free(p);
+		return NULL;
+	}
+	atomic_init(&p->refs, 1);
+	return p;
+}
+
+static void ib_pd_put(struct ib_pd *p)
+{
+	if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
+		ibv_dealloc_pd(p->pd);
+		free(p);
+	}
+}
+
 struct ib_mr {
 	struct oti_mr pub;	/* first: the engine's view */
 	struct ibv_mr *mr;
+	struct ib_pd *pd;	/* a reference */
 };
 
 static struct ib_ep *ib_eps;	/* ib_lock */
@@ -255,7 +286,6 @@ static void ib_fini(void)
 		struct ib_dev *d = ib_devs;
 
 		ib_devs = d->next;
-		ibv_dealloc_pd(d->pd);
 		free(d);
 	}
 	ib_up = false;
@@ -579,6 +609,9 @@ static int ep_make_qp(struct ib_ep *e)
 	e->dev = ib_dev_of(ctx);
 	if (!e->dev)
 		return -ENOMEM;
+	e->pd = ib_pd_new(ctx);
+	if (!e->pd)
+		return -ENOMEM;
 	e->cc = ibv_create_comp_channel(ctx);
 	if (!e->cc)
 		return -ENOMEM;
@@ -599,10 +632,10 @@ static int ep_make_qp(struct ib_ep *e)
 		.sq_sig_all = 1,
 	};
 
-	if (rdma_create_qp(e->id, e->dev->pd, &attr)) {
+	if (rdma_create_qp(e->id, e->pd->pd, &attr)) {
 		/* Some devices cannot inline: try without. */
 		attr.cap.max_inline_data = 0;
-		if (rdma_create_qp(e->id, e->dev->pd, &attr))
+		if (rdma_create_qp(e->id, e->pd->pd, &attr))
 			return neg_errno(ENOMEM);
 	}
 	e->max_inline = attr.cap.max_inline_data;
@@ -627,6 +660,7 @@ static void ep_destroy(struct ib_ep *e)
 	}
 	if (e->cc)
 		ibv_destroy_comp_channel(e->cc);
+	ib_pd_put(e->pd);
 	if (e->id)
 		rdma_destroy_id(e->id);
 	if (e->ch)
@@ -1041,7 +1075,7 @@ static int ib_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access
 	struct ib_mr *m;
 	int flags = 0;
 
-	if (!e->dev)
+	if (!e->pd)
 		return -EINVAL;	/* not bound to a device yet */
 	if (access & OTI_ACCESS_LOCAL_WRITE)
 		flags |= IBV_ACCESS_LOCAL_WRITE;
@@ -1053,13 +1087,15 @@ static int ib_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access
 	if (!m)
 		return -ENOMEM;
 	errno = 0;
-	m->mr = ibv_reg_mr(e->dev->pd, addr, len, flags);
+	m->mr = ibv_reg_mr(e->pd->pd, addr, len, flags);
 	if (!m->mr) {
 		int ret = neg_errno(ENOMEM);
 
 		free(m);
 		return ret;
 	}
+	m->pd = e->pd;
+	atomic_fetch_add(&m->pd->refs, 1);
 	m->pub = (struct oti_mr){ .addr = addr, .len = len, .rkey = m->mr->rkey,
 				  .raddr_base = (uint64_t)(uintptr_t)addr, .access = access };
 	*out = &m->pub;
@@ -1075,6 +1111,7 @@ static int ib_mr_dereg(struct oti_mr *omr)
 		return 0;
 	if (ibv_dereg_mr(m->mr))
 		ret = -EIO;
+	ib_pd_put(m->pd);
 	free(m);
 	return ret;
 }
