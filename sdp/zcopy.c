@@ -62,9 +62,6 @@
 /* SendSMs in a row with nothing read before we stop offering: the peer
  * cannot read (an older or Bcopy-only implementation). */
 #define ZC_MAX_REFUSALS 4
-/* How long an offer may go without any read before it is cancelled and
- * the rest goes by Bcopy (see the header: a peer that never reads). */
-#define ZC_STALL_NS (1000ull * 1000000ull)
 
 static bool zc_transport_reads(const struct sdp_conn *c)
 {
@@ -227,7 +224,10 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 	uint32_t seen = 0;
 
 	sock_drive(s);
-	uint64_t stall_at = sdp_now_ns() + ZC_STALL_NS;
+	/* An offer nobody reads from for zcopy_stall_ms is taken back (see
+	 * the header: a peer that sends before it reads). */
+	uint64_t stall_ns = (uint64_t)tun_int(TUN_zcopy_stall_ms) * 1000000ull;
+	uint64_t stall_at = sdp_now_ns() + stall_ns;
 	uint64_t cancel_by = 0;
 	bool user_cancel = false, orderly = true;
 
@@ -242,7 +242,7 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 
 		if (c->tx_sa.read != seen) {
 			seen = c->tx_sa.read;
-			stall_at = now + ZC_STALL_NS;
+			stall_at = now + stall_ns;
 		}
 		if (!c->tx_sa.cancel_sent && !(c->ctrl_pending & SDP_CTRL_SRC_AVAIL_CANCEL)) {
 			bool timed_out = deadline && now >= deadline;
