@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 # rdma_compare.sh BUILDDIR [--device rxe|siw] [--duration SECONDS] [--sizes "64 4096 ..."]
+#                  [--zcopy | --no-zcopy] [--zcopy-sizes "65536 ..."]
 #
 # One soft RDMA device, four ways to move bytes over it, side by side in
 # one run:
@@ -9,7 +10,8 @@
 #   verbs    perftest: ib_send_bw (throughput) and ib_send_lat (latency),
 #            raw RC sends on the device: the ceiling
 #   SDP      bench/sock_bench (plain sockets) under LD_PRELOAD=libsdp.so,
-#            policy "use sdp" for everything, transport ib
+#            policy "use sdp" for everything, transport ib, default
+#            tunables (Read Zcopy for writes of 64 KiB and more)
 #   rsocket  the same sock_bench under rdma-core's librspreload.so
 #   TCP      the same sock_bench on the kernel's TCP, same interface
 #
@@ -18,6 +20,29 @@
 # seconds) and one-way latency (microseconds, median; perftest's
 # ib_send_lat reports half the round trip, so the sockets' ping-pong round
 # trips are halved too), then ratios: SDP/verbs, SDP/rsocket, SDP/TCP.
+#
+# Then Read Zcopy against Bcopy, at 64 KiB to 16 MiB (--zcopy-sizes), with
+# the receiver reading with a buffer as large as the write (sock_bench
+# bulk), so that a zero-copy read can land straight in it:
+#
+#   verbs    perftest's ib_read_bw: RDMA reads, what a zero-copy receive
+#            does, on the device: the ceiling
+#   Bcopy    sock_bench under libsdp.so with SDP_ZCOPY_THRESH=0
+#   Zcopy    the same with SDP_ZCOPY_THRESH=65536
+#   rsocket  sock_bench under librspreload.so
+#   TCP      sock_bench on the kernel's TCP
+#
+# throughput (Gbit/s) and CPU time per GiB moved: user + sys of the sending
+# and the receiving process together, measured by sock_bench itself around
+# the transfer (getrusage, the preload's threads included), and in brackets
+# the whole guest's busy time over the same span (/proc/stat), which also
+# counts the soft device's kernel work that no process is charged for.
+# perftest reports no CPU time of its own: its figures are both processes
+# whole, as the shell that reaped them saw them, and the guest over the
+# run, each less what an almost empty ib_read_bw run took (start-up and
+# teardown).  Ratios: Zcopy/Bcopy, Zcopy/rsocket, Zcopy/verbs, of both.
+# --zcopy runs only this part (about 4 minutes), --no-zcopy only the two
+# above.
 #
 # Evidence of the path taken: each run's column shows the packets the
 # device sent (its hw_counters/sent_pkts) while it ran; the TCP column must
@@ -31,15 +56,21 @@ set -u
 
 die() { echo "rdma_compare: $*" >&2; exit 1; }
 
-[ $# -ge 1 ] || die "usage: $0 BUILDDIR [--device rxe|siw] [--duration SEC] [--sizes LIST]"
+[ $# -ge 1 ] || die "usage: $0 BUILDDIR [--device rxe|siw] [--duration SEC] [--sizes LIST] [--zcopy | --no-zcopy] [--zcopy-sizes LIST]"
 builddir=$(cd "$1" && pwd) || die "no build directory $1"
 shift
 device=rxe duration=2 sizes="64 4096 65536 1048576"
+zc_sizes="65536 262144 1048576 4194304 16777216"
+# parts: "base" (throughput and latency), "zcopy", or both.
+parts="base zcopy"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--device) device=$2; shift 2 ;;
 	--duration) duration=$2; shift 2 ;;
 	--sizes) sizes=$2; shift 2 ;;
+	--zcopy) parts=zcopy; shift ;;
+	--no-zcopy) parts=base; shift ;;
+	--zcopy-sizes) zc_sizes=$2; shift 2 ;;
 	*) die "unknown argument $1" ;;
 	esac
 done
@@ -50,9 +81,12 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 
 if [ -z "${VM_NAME:-}" ]; then
 	# On the host: into the guest, where the device exists.
+	part_arg=
+	[ "$parts" = zcopy ] && part_arg=--zcopy
+	[ "$parts" = base ] && part_arg=--no-zcopy
 	exec "$srcdir/test/vm/run-in-vm" --devices "$device" -- \
 		bash "$srcdir/bench/rdma_compare.sh" "$builddir" --device "$device" \
-		--duration "$duration" --sizes "$sizes"
+		--duration "$duration" --sizes "$sizes" --zcopy-sizes "$zc_sizes" $part_arg
 fi
 
 dev=${device}0
@@ -70,7 +104,9 @@ done
 [ -x "$bench" ] || die "$bench is missing: build $builddir first"
 [ -f "$libsdp" ] || die "$libsdp is missing: build $builddir first"
 [ -n "$rspreload" ] || die "librspreload.so not found (Debian package librdmacm1)"
-command -v ib_send_bw >/dev/null || die "ib_send_bw not found (Debian package perftest)"
+for p in ib_send_bw ib_send_lat ib_read_bw; do
+	command -v $p >/dev/null || die "$p not found (Debian package perftest)"
+done
 counter=/sys/class/infiniband/$dev/ports/1/hw_counters/sent_pkts
 [ -r "$counter" ] || die "$dev has no $counter"
 
@@ -92,13 +128,17 @@ EOF
 
 pkts() { cat "$counter"; }
 port=18000
-failures=0
+# The runs happen in command substitutions (subshells): a failure is a
+# line in this file, counted at the end.
+failed() { echo "$*" >>"$tmp/failures"; }
 
 # env_of COLUMN: the environment a sock_bench of that column runs with.
 env_of() {
 	case $1 in
 	TCP) echo "" ;;
 	SDP) echo "LD_PRELOAD=$libsdp LIBSDP_CONFIG_FILE=$tmp/sdp.conf SDP_TRANSPORTS=ib" ;;
+	Bcopy) echo "$(env_of SDP) SDP_ZCOPY_THRESH=0" ;;
+	Zcopy) echo "$(env_of SDP) SDP_ZCOPY_THRESH=65536" ;;
 	rsocket) echo "LD_PRELOAD=$rspreload" ;;
 	esac
 }
@@ -106,7 +146,7 @@ env_of() {
 # sock_run COLUMN MODE SIZE ARG: one sock_bench measurement, server and
 # client in this guest; prints sock_bench's result line, or nothing.
 sock_run() {
-	local col=$1 mode=$2 size=$3 arg=$4 out spid
+	local col=$1 mode=$2 size=$3 arg=$4 out spid sdp
 	port=$((port + 1))
 	: >"$tmp/sdp.log"
 	# shellcheck disable=SC2046
@@ -121,21 +161,35 @@ sock_run() {
 	wait "$spid" 2>/dev/null
 	if [ $rc -ne 0 ] || [ -z "$out" ]; then
 		echo "rdma_compare: $col $mode $size failed (exit $rc): $(cat "$tmp/client.err" "$tmp/serve.err")" >&2
-		failures=$((failures + 1))
+		failed "$col $mode $size"
 		return 1
 	fi
-	if [ "$col" = SDP ] && ! grep -q "over ib" "$tmp/sdp.log"; then
-		echo "rdma_compare: SDP $mode $size did not run over ib: $(cat "$tmp/sdp.log")" >&2
-		failures=$((failures + 1))
+	case $col in SDP | Bcopy | Zcopy) sdp=1 ;; *) sdp= ;; esac
+	if [ -n "$sdp" ] && ! grep -q "over ib" "$tmp/sdp.log"; then
+		echo "rdma_compare: $col $mode $size did not run over ib: $(cat "$tmp/sdp.log")" >&2
+		failed "$col $mode $size"
 		return 1
 	fi
 	echo "$out"
 }
 
-# perftest SIDE-ARGS...: server then client of one perftest program.
+# CPU ticks (user + sys) of the children this shell has reaped: fields 16
+# and 17 of its /proc stat, read without a fork.
+# Sets ticks (a command substitution would read its own subshell's).
+child_ticks() {
+	local st
+	read -r -a st <"/proc/$BASHPID/stat"
+	ticks=$((st[15] + st[16]))
+}
+
+# perf_run PROG ARGS...: server then client of one perftest program; prints
+# the client's result row, and leaves the CPU seconds both took (whole
+# processes, reaped by this subshell) in $tmp/perf.cpu.
 perf_run() {
-	local prog=$1
+	local prog=$1 t0 ticks
 	shift
+	child_ticks
+	t0=$ticks
 	port=$((port + 1))
 	timeout 300 "$prog" -d "$dev" -p "$port" -F "$@" >"$tmp/perf.s" 2>&1 &
 	local spid=$!
@@ -150,9 +204,12 @@ perf_run() {
 		grep -q "Couldn't connect\|Unable to open file descriptor" "$tmp/perf.c" || break
 	done
 	wait "$spid" 2>/dev/null
+	child_ticks
+	awk -v t="$((ticks - t0))" -v hz="$(getconf CLK_TCK)" \
+		'BEGIN { printf "%.3f\n", t / hz }' >"$tmp/perf.cpu"
 	if [ -z "$out" ]; then
 		echo "rdma_compare: $prog $* failed: $(tail -5 "$tmp/perf.c")" >&2
-		failures=$((failures + 1))
+		failed "$prog $*"
 		return 1
 	fi
 	# The result row starts with the message size.
@@ -162,62 +219,167 @@ perf_run() {
 fmt() { [ -n "$1" ] && printf '%s' "$1" || printf -- '-'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
 
+base_tables() {
+	echo
+	echo "Throughput, Gbit/s (device packets sent during the run in brackets)"
+	printf '%-9s %16s %16s %16s %16s   %9s %9s %9s\n' size verbs SDP rsocket TCP SDP/verbs SDP/rs SDP/TCP
+	local size line col p0 count
+	for size in $sizes; do
+		declare -A bw=() pk=()
+		p0=$(pkts)
+		# -D gives no average for big messages on a slow device: count them.
+		if [ "$size" -ge 262144 ]; then
+			line=$(perf_run ib_send_bw -s "$size" -n 100 --report_gbits)
+		else
+			line=$(perf_run ib_send_bw -s "$size" -D "$duration" --report_gbits)
+		fi
+		bw[verbs]=$(echo "$line" | awk '{ print $4 }')
+		pk[verbs]=$(($(pkts) - p0))
+		for col in SDP rsocket TCP; do
+			p0=$(pkts)
+			line=$(sock_run "$col" stream "$size" "$duration")
+			bw[$col]=$(echo "$line" | awk '{ print $5 }')
+			pk[$col]=$(($(pkts) - p0))
+		done
+		printf '%-9s %16s %16s %16s %16s   %9s %9s %9s\n' "$size" \
+			"$(fmt "${bw[verbs]}") [${pk[verbs]}]" "$(fmt "${bw[SDP]}") [${pk[SDP]}]" \
+			"$(fmt "${bw[rsocket]}") [${pk[rsocket]}]" "$(fmt "${bw[TCP]}") [${pk[TCP]}]" \
+			"$(ratio "${bw[SDP]}" "${bw[verbs]}")" "$(ratio "${bw[SDP]}" "${bw[rsocket]}")" \
+			"$(ratio "${bw[SDP]}" "${bw[TCP]}")"
+	done
+
+	echo
+	echo "Latency, one way (round trip / 2), microseconds, median (99th percentile)"
+	echo "(ratios: time divided by the other's time, lower is better for SDP)"
+	printf '%-9s %18s %18s %18s %18s   %9s %9s %9s\n' size verbs SDP rsocket TCP SDP/verbs SDP/rs SDP/TCP
+	for size in $sizes; do
+		declare -A lat=() p99=()
+		count=2000
+		[ "$size" -ge 65536 ] && count=300
+		[ "$size" -ge 1048576 ] && count=40
+		line=$(perf_run ib_send_lat -s "$size" -n "$count")
+		# ib_send_lat: bytes iters t_min t_max t_typical t_avg t_stdev 99% 99.9%
+		lat[verbs]=$(echo "$line" | awk '{ print $5 }')
+		p99[verbs]=$(echo "$line" | awk '{ print $8 }')
+		for col in SDP rsocket TCP; do
+			line=$(sock_run "$col" pingpong "$size" "$count")
+			lat[$col]=$(echo "$line" | awk '$4 != "" { printf "%.2f", $4 / 2 }')
+			p99[$col]=$(echo "$line" | awk '$5 != "" { printf "%.2f", $5 / 2 }')
+		done
+		printf '%-9s %18s %18s %18s %18s   %9s %9s %9s\n' "$size" \
+			"$(fmt "${lat[verbs]}") ($(fmt "${p99[verbs]}"))" "$(fmt "${lat[SDP]}") ($(fmt "${p99[SDP]}"))" \
+			"$(fmt "${lat[rsocket]}") ($(fmt "${p99[rsocket]}"))" "$(fmt "${lat[TCP]}") ($(fmt "${p99[TCP]}"))" \
+			"$(ratio "${lat[SDP]}" "${lat[verbs]}")" "$(ratio "${lat[SDP]}" "${lat[rsocket]}")" \
+			"$(ratio "${lat[SDP]}" "${lat[TCP]}")"
+	done
+}
+
+# Busy CPU ticks of the whole guest (every CPU, not idle, not iowait):
+# what the soft device's kernel work costs too, which no process is
+# charged for.  Sets busy.
+busy_ticks() {
+	local u n sy irq sirq st
+	# cpu user nice system idle iowait irq softirq steal ...
+	read -r _ u n sy _ _ irq sirq st _ </proc/stat
+	busy=$((u + n + sy + irq + sirq + st))
+}
+
+# cpu_per_gib SECONDS BYTES
+cpu_per_gib() {
+	awk -v c="$1" -v b="$2" 'BEGIN { if (c == "" || b + 0 <= 0) exit; printf "%.2f", c / (b / 1073741824) }'
+}
+
+# The zero-copy table.  perftest runs a counted number of reads (so that
+# the bytes its CPU time is divided by are known), as many as the rate of
+# the previous point says fill about --duration seconds, and at least
+# 32 MiB; its start-up and teardown, measured once with an almost empty
+# run, are taken off its CPU time.
+zcopy_table() {
+	local size=4096 line col p0 b0 busy iters rate='' hz base_cpu base_busy
+	declare -A bw=() cpu=() gcpu=() pk=()
+	hz=$(getconf CLK_TCK)
+	echo
+	echo "Read Zcopy vs Bcopy: streaming, the receiver reads with a buffer as large as the write"
+	echo "(verbs: ib_read_bw, RDMA reads, what a zero-copy receive does; Bcopy: libsdp with"
+	echo "SDP_ZCOPY_THRESH=0, Zcopy: SDP_ZCOPY_THRESH=65536; device packets sent during the"
+	echo "run in brackets)"
+	busy_ticks
+	b0=$busy
+	line=$(perf_run ib_read_bw -s "$size" -n 5)
+	busy_ticks
+	base_cpu=$(cat "$tmp/perf.cpu")
+	base_busy=$(awk -v t="$((busy - b0))" -v hz="$hz" 'BEGIN { printf "%.3f", t / hz }')
+	echo "(an almost empty ib_read_bw run: ${base_cpu}s CPU in its processes, ${base_busy}s in the guest)"
+	echo
+	echo "Throughput, Gbit/s"
+	printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s\n' size verbs Bcopy Zcopy rsocket TCP \
+		Z/B Z/rs Z/verbs
+	for size in $zc_sizes; do
+		# At least 32 MiB, so that start-up stays a small part of the run.
+		iters=$(awk -v r="${rate:-0}" -v d="$duration" -v s="$size" 'BEGIN {
+			b = r * 1e9 / 8 * d; if (b < 33554432) b = 33554432
+			n = int(b / s); print (n < 5 ? 5 : (n > 100000 ? 100000 : n)) }')
+		p0=$(pkts)
+		busy_ticks
+		b0=$busy
+		line=$(perf_run ib_read_bw -s "$size" -n "$iters" --report_gbits)
+		busy_ticks
+		bw[verbs]=$(echo "$line" | awk '{ print $4 }')
+		cpu[verbs:$size]=''
+		gcpu[verbs:$size]=''
+		if [ -n "${bw[verbs]}" ]; then
+			awk -v b="${bw[verbs]}" 'BEGIN { exit !(b > 0) }' && rate=${bw[verbs]}
+			cpu[verbs:$size]=$(cpu_per_gib "$(awk -v c="$(cat "$tmp/perf.cpu")" -v z="$base_cpu" \
+				'BEGIN { print c - z }')" "$((iters * size))")
+			gcpu[verbs:$size]=$(cpu_per_gib "$(awk -v t="$((busy - b0))" -v hz="$hz" \
+				-v z="$base_busy" 'BEGIN { print t / hz - z }')" "$((iters * size))")
+		fi
+		pk[verbs]=$(($(pkts) - p0))
+		for col in Bcopy Zcopy rsocket TCP; do
+			p0=$(pkts)
+			line=$(sock_run "$col" bulk "$size" "$duration")
+			# bulk SIZE BYTES SECONDS GBIT_S CLIENT_CPU_S SERVER_CPU_S BUSY_S
+			bw[$col]=$(echo "$line" | awk '{ print $5 }')
+			cpu[$col:$size]=$(cpu_per_gib "$(echo "$line" | awk '$7 != "" { print $6 + $7 }')" \
+				"$(echo "$line" | awk '{ print $3 }')")
+			gcpu[$col:$size]=$(cpu_per_gib "$(echo "$line" | awk '$8 >= 0 { print $8 }')" \
+				"$(echo "$line" | awk '{ print $3 }')")
+			pk[$col]=$(($(pkts) - p0))
+		done
+		printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s\n' "$size" \
+			"$(fmt "${bw[verbs]}") [${pk[verbs]}]" "$(fmt "${bw[Bcopy]}") [${pk[Bcopy]}]" \
+			"$(fmt "${bw[Zcopy]}") [${pk[Zcopy]}]" "$(fmt "${bw[rsocket]}") [${pk[rsocket]}]" \
+			"$(fmt "${bw[TCP]}") [${pk[TCP]}]" \
+			"$(ratio "${bw[Zcopy]}" "${bw[Bcopy]}")" "$(ratio "${bw[Zcopy]}" "${bw[rsocket]}")" \
+			"$(ratio "${bw[Zcopy]}" "${bw[verbs]}")"
+	done
+	echo
+	echo "CPU time per GiB moved, seconds: user + sys of sender and receiver together"
+	echo "(in brackets: the whole guest's busy time over the transfer, the soft device's kernel"
+	echo "work included; verbs: both perftest processes and the guest over the whole run, less"
+	echo "those of the empty run; ratios of the first figure, lower is better for Zcopy)"
+	printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s\n' size verbs Bcopy Zcopy rsocket TCP \
+		Z/B Z/rs Z/verbs
+	for size in $zc_sizes; do
+		printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s\n' "$size" \
+			"$(fmt "${cpu[verbs:$size]}") [$(fmt "${gcpu[verbs:$size]}")]" \
+			"$(fmt "${cpu[Bcopy:$size]}") [$(fmt "${gcpu[Bcopy:$size]}")]" \
+			"$(fmt "${cpu[Zcopy:$size]}") [$(fmt "${gcpu[Zcopy:$size]}")]" \
+			"$(fmt "${cpu[rsocket:$size]}") [$(fmt "${gcpu[rsocket:$size]}")]" \
+			"$(fmt "${cpu[TCP:$size]}") [$(fmt "${gcpu[TCP:$size]}")]" \
+			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[Bcopy:$size]}")" \
+			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[rsocket:$size]}")" \
+			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[verbs:$size]}")"
+	done
+}
+
 echo "rdma_compare: $dev on $addr ($(uname -r), $(nproc) vCPU, guest ${VM_NAME:-?}); ${duration}s per throughput point"
 echo "rdma_compare: rsocket: $rspreload; libsdp: $libsdp"
+case " $parts " in *" base "*) base_tables ;; esac
+case " $parts " in *" zcopy "*) zcopy_table ;; esac
 echo
-echo "Throughput, Gbit/s (device packets sent during the run in brackets)"
-printf '%-9s %16s %16s %16s %16s   %9s %9s %9s\n' size verbs SDP rsocket TCP SDP/verbs SDP/rs SDP/TCP
-for size in $sizes; do
-	declare -A bw=() pk=()
-	p0=$(pkts)
-	# -D gives no average for big messages on a slow device: count them.
-	if [ "$size" -ge 262144 ]; then
-		line=$(perf_run ib_send_bw -s "$size" -n 100 --report_gbits)
-	else
-		line=$(perf_run ib_send_bw -s "$size" -D "$duration" --report_gbits)
-	fi
-	bw[verbs]=$(echo "$line" | awk '{ print $4 }')
-	pk[verbs]=$(($(pkts) - p0))
-	for col in SDP rsocket TCP; do
-		p0=$(pkts)
-		line=$(sock_run "$col" stream "$size" "$duration")
-		bw[$col]=$(echo "$line" | awk '{ print $5 }')
-		pk[$col]=$(($(pkts) - p0))
-	done
-	printf '%-9s %16s %16s %16s %16s   %9s %9s %9s\n' "$size" \
-		"$(fmt "${bw[verbs]}") [${pk[verbs]}]" "$(fmt "${bw[SDP]}") [${pk[SDP]}]" \
-		"$(fmt "${bw[rsocket]}") [${pk[rsocket]}]" "$(fmt "${bw[TCP]}") [${pk[TCP]}]" \
-		"$(ratio "${bw[SDP]}" "${bw[verbs]}")" "$(ratio "${bw[SDP]}" "${bw[rsocket]}")" \
-		"$(ratio "${bw[SDP]}" "${bw[TCP]}")"
-done
-
-echo
-echo "Latency, one way (round trip / 2), microseconds, median (99th percentile)"
-echo "(ratios: time divided by the other's time, lower is better for SDP)"
-printf '%-9s %18s %18s %18s %18s   %9s %9s %9s\n' size verbs SDP rsocket TCP SDP/verbs SDP/rs SDP/TCP
-for size in $sizes; do
-	declare -A lat=() p99=()
-	count=2000
-	[ "$size" -ge 65536 ] && count=300
-	[ "$size" -ge 1048576 ] && count=40
-	line=$(perf_run ib_send_lat -s "$size" -n "$count")
-	# ib_send_lat: bytes iters t_min t_max t_typical t_avg t_stdev 99% 99.9%
-	lat[verbs]=$(echo "$line" | awk '{ print $5 }')
-	p99[verbs]=$(echo "$line" | awk '{ print $8 }')
-	for col in SDP rsocket TCP; do
-		line=$(sock_run "$col" pingpong "$size" "$count")
-		lat[$col]=$(echo "$line" | awk '$4 != "" { printf "%.2f", $4 / 2 }')
-		p99[$col]=$(echo "$line" | awk '$5 != "" { printf "%.2f", $5 / 2 }')
-	done
-	printf '%-9s %18s %18s %18s %18s   %9s %9s %9s\n' "$size" \
-		"$(fmt "${lat[verbs]}") ($(fmt "${p99[verbs]}"))" "$(fmt "${lat[SDP]}") ($(fmt "${p99[SDP]}"))" \
-		"$(fmt "${lat[rsocket]}") ($(fmt "${p99[rsocket]}"))" "$(fmt "${lat[TCP]}") ($(fmt "${p99[TCP]}"))" \
-		"$(ratio "${lat[SDP]}" "${lat[verbs]}")" "$(ratio "${lat[SDP]}" "${lat[rsocket]}")" \
-		"$(ratio "${lat[SDP]}" "${lat[TCP]}")"
-done
-echo
-if [ "$failures" -ne 0 ]; then
-	echo "rdma_compare: $failures measurement(s) failed"
+if [ -s "$tmp/failures" ]; then
+	echo "rdma_compare: $(wc -l <"$tmp/failures") measurement(s) failed: $(tr '\n' ';' <"$tmp/failures")"
 	exit 1
 fi
 exit 0

@@ -17,6 +17,17 @@
  *         stream SIZE BYTES SECONDS GBIT_S
  *       (the time runs until the count arrives, so it includes draining).
  *
+ *   sock_bench bulk HOST PORT SIZE SECONDS
+ *       As stream, but the server reads in calls of SIZE bytes (a buffer
+ *       as large as the write, what lets a zero-copy receive place data
+ *       straight in it), and both ends measure their process's CPU time
+ *       (user + sys, getrusage) over the transfer; the server's comes back
+ *       with the byte count.  Prints
+ *         bulk SIZE BYTES SECONDS GBIT_S CLIENT_CPU_S SERVER_CPU_S BUSY_S
+ *       BUSY_S is the whole machine's busy time over the same span (every
+ *       CPU, /proc/stat), which includes what no process is charged for,
+ *       such as a soft RDMA device's kernel work; -1 if unknown.
+ *
  *   sock_bench pingpong HOST PORT SIZE COUNT
  *       COUNT round trips of SIZE bytes (after COUNT/10 + 1 unmeasured
  *       ones); prints
@@ -37,11 +48,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-enum { MODE_STREAM = 1, MODE_PINGPONG = 2 };
+enum { MODE_STREAM = 1, MODE_PINGPONG = 2, MODE_BULK = 3 };
 
 #define REQ_LEN 16
 #define MAX_SIZE (64u << 20)
@@ -64,6 +76,34 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* User + sys seconds of this process, every thread (a preload's too). */
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru))
+		die("getrusage");
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Busy seconds of the whole machine, all CPUs: not idle, not iowait. */
+static double busy_s(void)
+{
+	unsigned long long u, n, sy, idle, io, irq, sirq, st;
+	FILE *f = fopen("/proc/stat", "r");
+	int got;
+
+	if (!f)
+		return -1;
+	got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &u, &n, &sy, &idle, &io,
+		     &irq, &sirq, &st);
+	fclose(f);
+	if (got != 8)
+		return -1;
+	return (double)(u + n + sy + irq + sirq + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Exactly len bytes, or 0 at EOF before the first byte; dies otherwise. */
@@ -158,11 +198,14 @@ static void serve_one(int fd, char *buf)
 	count = be64toh(count);
 	if (size == 0 || size > MAX_SIZE)
 		fail("bad request: size");
-	if (mode == MODE_STREAM) {
-		uint64_t total = 0;
+	if (mode == MODE_STREAM || mode == MODE_BULK) {
+		/* bulk: read as much as was written per call, and time it. */
+		size_t rlen = mode == MODE_BULK ? size : MAX_SIZE;
+		uint64_t total = 0, cpu_ns;
+		double c0 = cpu_s();
 
 		for (;;) {
-			ssize_t n = read(fd, buf, MAX_SIZE);
+			ssize_t n = read(fd, buf, rlen);
 
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -173,7 +216,16 @@ static void serve_one(int fd, char *buf)
 			total += (uint64_t)n;
 		}
 		total = htobe64(total);
-		write_full(fd, &total, sizeof(total));
+		if (mode == MODE_STREAM) {
+			write_full(fd, &total, sizeof(total));
+		} else {
+			uint8_t ans[16];
+
+			cpu_ns = htobe64((uint64_t)((cpu_s() - c0) * 1e9));
+			memcpy(ans, &total, 8);
+			memcpy(ans + 8, &cpu_ns, 8);
+			write_full(fd, ans, sizeof(ans));
+		}
 	} else if (mode == MODE_PINGPONG) {
 		for (uint64_t i = 0; i < count; i++) {
 			if (!read_full(fd, buf, size))
@@ -198,6 +250,8 @@ static void cmd_serve(const char *addr, const char *port)
 		die("socket");
 	if (!buf)
 		fail("out of memory");
+	/* Faulted in now, not during the first measurement. */
+	memset(buf, 0, MAX_SIZE);
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(lfd, (struct sockaddr *)&ss, len))
 		die("bind");
@@ -287,6 +341,44 @@ static int cmd_stream(const char *host, const char *port, size_t size, double se
 	return 0;
 }
 
+static int cmd_bulk(const char *host, const char *port, size_t size, double secs)
+{
+	char *buf = malloc(size);
+	uint64_t sent = 0, got, srv_ns;
+	uint8_t ans[16];
+
+	if (!buf)
+		fail("out of memory");
+	memset(buf, 0x5a, size);
+	int fd = dial(host, port, MODE_BULK, (uint32_t)size, 0);
+	double b0 = busy_s(), c0 = cpu_s(), t0 = now_s(), stop = t0 + secs;
+
+	do {
+		write_full(fd, buf, size);
+		sent += size;
+	} while (now_s() < stop);
+	if (shutdown(fd, SHUT_WR))
+		die("shutdown");
+	if (!read_full(fd, ans, sizeof(ans)))
+		fail("bulk: no byte count from the server");
+	double t = now_s() - t0, cpu = cpu_s() - c0, b1 = busy_s();
+
+	memcpy(&got, ans, 8);
+	memcpy(&srv_ns, ans + 8, 8);
+	got = be64toh(got);
+	if (got != sent) {
+		fprintf(stderr, "sock_bench: bulk: sent %llu bytes, server counted %llu\n",
+			(unsigned long long)sent, (unsigned long long)got);
+		return 1;
+	}
+	printf("bulk %zu %llu %.3f %.3f %.4f %.4f %.2f\n", size, (unsigned long long)sent, t,
+	       (double)sent * 8 / t / 1e9, cpu, (double)be64toh(srv_ns) / 1e9,
+	       b0 < 0 || b1 < 0 ? -1.0 : b1 - b0);
+	close(fd);
+	free(buf);
+	return 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -330,6 +422,7 @@ static void usage(void)
 {
 	fputs("usage: sock_bench serve ADDR PORT\n"
 	      "       sock_bench stream HOST PORT SIZE SECONDS\n"
+	      "       sock_bench bulk HOST PORT SIZE SECONDS\n"
 	      "       sock_bench pingpong HOST PORT SIZE COUNT\n",
 	      stderr);
 	exit(2);
@@ -346,6 +439,13 @@ int main(int argc, char **argv)
 		if (!(secs > 0))
 			fail("bad duration");
 		return cmd_stream(argv[2], argv[3], parse_size(argv[4]), secs);
+	}
+	if (argc == 6 && !strcmp(argv[1], "bulk")) {
+		double secs = strtod(argv[5], NULL);
+
+		if (!(secs > 0))
+			fail("bad duration");
+		return cmd_bulk(argv[2], argv[3], parse_size(argv[4]), secs);
 	}
 	if (argc == 6 && !strcmp(argv[1], "pingpong")) {
 		long count = strtol(argv[5], NULL, 10);
