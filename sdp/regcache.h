@@ -62,4 +62,16 @@ void sdp_regcache_invalidate(const void *addr, size_t len);
 /* The caller (the preload) reports every release from now on. */
 void sdp_regcache_tracking_on(void);
 
+/*
+ * Nonzero when a registration is cached somewhere in the process.  The
+ * preload's free() asks before it looks up the size of the block for
+ * sdp_regcache_invalidate(), so that a program with nothing cached pays
+ * one relaxed load per free().
+ */
+extern unsigned long sdp_regcache_live;
+static inline int sdp_regcache_active(void)
+{
+	return __atomic_load_n(&sdp_regcache_live, __ATOMIC_RELAXED) != 0;
+}
+
 #endif /* SDP_REGCACHE_H */
