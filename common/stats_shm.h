@@ -190,6 +190,17 @@ static inline const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_CONN_ERRORS: return "conn_errors";
 	case OPS_C_SDP_BYTES_TX: return "sdp_bytes_tx";
 	case OPS_C_SDP_BYTES_RX: return "sdp_bytes_rx";
+	case OPS_C_ZCOPY_OFFERS: return "zcopy_offers";
+	case OPS_C_ZCOPY_BYTES_SENT: return "zcopy_bytes_sent";
+	case OPS_C_ZCOPY_REFUSED: return "zcopy_refused";
+	case OPS_C_ZCOPY_CANCELS: return "zcopy_cancels";
+	case OPS_C_ZCOPY_READS: return "zcopy_reads";
+	case OPS_C_ZCOPY_BYTES_RECEIVED: return "zcopy_bytes_received";
+	case OPS_C_ZCOPY_DIRECT_BYTES: return "zcopy_direct_bytes";
+	case OPS_C_REGCACHE_HITS: return "regcache_hits";
+	case OPS_C_REGCACHE_MISSES: return "regcache_misses";
+	case OPS_C_REGCACHE_EVICTIONS: return "regcache_evictions";
+	case OPS_C_REGCACHE_INVALIDATIONS: return "regcache_invalidations";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

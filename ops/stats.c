@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sdp.h"
 #include "stats_read.h"
 #include "stats_shm.h"
 
@@ -282,6 +283,52 @@ void ops_stats_count(enum ops_counter c, uint64_t n)
 		__atomic_fetch_add(&h->counters[c], n, __ATOMIC_RELAXED);
 }
 
+/* The engine counters the file carries, and where each is in struct
+ * sdp_stats. */
+static const struct {
+	enum ops_counter c;
+	size_t off;
+} stats_engine_map[] = {
+#define STATS_ENGINE(c, field) { c, offsetof(struct sdp_stats, field) }
+	STATS_ENGINE(OPS_C_ZCOPY_OFFERS, zcopy_offers),
+	STATS_ENGINE(OPS_C_ZCOPY_BYTES_SENT, zcopy_bytes_sent),
+	STATS_ENGINE(OPS_C_ZCOPY_REFUSED, zcopy_refused),
+	STATS_ENGINE(OPS_C_ZCOPY_CANCELS, zcopy_cancels),
+	STATS_ENGINE(OPS_C_ZCOPY_READS, zcopy_reads),
+	STATS_ENGINE(OPS_C_ZCOPY_BYTES_RECEIVED, zcopy_bytes_received),
+	STATS_ENGINE(OPS_C_ZCOPY_DIRECT_BYTES, zcopy_direct_bytes),
+	STATS_ENGINE(OPS_C_REGCACHE_HITS, regcache_hits),
+	STATS_ENGINE(OPS_C_REGCACHE_MISSES, regcache_misses),
+	STATS_ENGINE(OPS_C_REGCACHE_EVICTIONS, regcache_evictions),
+	STATS_ENGINE(OPS_C_REGCACHE_INVALIDATIONS, regcache_invalidations),
+#undef STATS_ENGINE
+};
+#define STATS_N_ENGINE (sizeof(stats_engine_map) / sizeof(stats_engine_map[0]))
+/* The engine's value of each, as far as it is already in the file.  A
+ * fork child keeps its parent's: its file counts from the fork. */
+static uint64_t stats_engine_seen[STATS_N_ENGINE];
+
+void ops_stats_engine_sync(void)
+{
+	struct sdp_stats st;
+
+	sdp_get_stats(&st);
+	for (size_t i = 0; i < STATS_N_ENGINE; i++) {
+		uint64_t now, seen = __atomic_load_n(&stats_engine_seen[i], __ATOMIC_RELAXED);
+
+		memcpy(&now, (const char *)&st + stats_engine_map[i].off, sizeof(now));
+		/* Concurrent syncs: whoever moves seen forward adds that
+		 * step, so each increment reaches the file once. */
+		while (now > seen) {
+			if (__atomic_compare_exchange_n(&stats_engine_seen[i], &seen, now, 0,
+							__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+				ops_stats_count(stats_engine_map[i].c, now - seen);
+				break;
+			}
+		}
+	}
+}
+
 void ops_stats_fallback(enum ops_fallback r)
 {
 	struct sdp_stats_hdr *h;
@@ -455,6 +502,9 @@ void ops_stats_sock_free(struct ops_stats_sock *row)
 	struct sdp_stats_row *r = stats_row(row);
 	uint32_t idx;
 
+	/* What the connection counted at its end (a cancelled offer, the
+	 * cache's last invalidations) is in the file once it is closed. */
+	ops_stats_engine_sync();
 	if (!r)
 		return;
 	idx = (uint32_t)(row - stats_rows);
@@ -566,6 +616,7 @@ void ops_stats_sock_bytes(struct ops_stats_sock *row, uint64_t tx, uint64_t rx)
 	/* The process totals count even a socket that got no row. */
 	ops_stats_count(OPS_C_SDP_BYTES_TX, tx);
 	ops_stats_count(OPS_C_SDP_BYTES_RX, rx);
+	ops_stats_engine_sync();
 }
 
 void ops_stats_set_program(const char *name)

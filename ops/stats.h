@@ -65,6 +65,20 @@ enum ops_counter {
 	OPS_C_CONN_ERRORS,	/* SDP connections that failed or were reset */
 	OPS_C_SDP_BYTES_TX,
 	OPS_C_SDP_BYTES_RX,
+	/* The engine's zero-copy and registration cache counters (struct
+	 * sdp_stats in include/sdp.h says what each counts), copied into the
+	 * file by ops_stats_engine_sync(). */
+	OPS_C_ZCOPY_OFFERS,
+	OPS_C_ZCOPY_BYTES_SENT,
+	OPS_C_ZCOPY_REFUSED,
+	OPS_C_ZCOPY_CANCELS,
+	OPS_C_ZCOPY_READS,
+	OPS_C_ZCOPY_BYTES_RECEIVED,
+	OPS_C_ZCOPY_DIRECT_BYTES,
+	OPS_C_REGCACHE_HITS,
+	OPS_C_REGCACHE_MISSES,
+	OPS_C_REGCACHE_EVICTIONS,
+	OPS_C_REGCACHE_INVALIDATIONS,
 	OPS_C_MAX
 };
 
@@ -101,8 +115,15 @@ void ops_stats_sock_set_addrs(struct ops_stats_sock *row, const struct sockaddr 
 /* (In ops_stats_sock_set_addrs, a NULL address leaves that side as it
  * was; an address longer than a sockaddr_in6 is cut to that size.) */
 /* Bytes moved by the application on an SDP socket (also added to the
- * process counters). Lock-free. */
+ * process counters, and the engine's counters brought up to date with
+ * ops_stats_engine_sync()). Lock-free. */
 void ops_stats_sock_bytes(struct ops_stats_sock *row, uint64_t tx, uint64_t rx);
+/* Add to the file's OPS_C_ZCOPY_* and OPS_C_REGCACHE_* what the engine
+ * counted since the last call (sdp_get_stats()).  The engine counts them
+ * deep inside a transfer, or in the progress thread, or in free(); the
+ * switch brings them over after every SDP transfer and at every close.
+ * Lock-free; does nothing (and makes no file) when nothing changed. */
+void ops_stats_engine_sync(void);
 
 /* Program name recorded in the file (default: program_invocation_short_name). */
 void ops_stats_set_program(const char *name);

@@ -91,6 +91,21 @@ static void print_summary(const struct sdp_stats_snap *s)
 		putchar(')');
 	printf(", conn-errors %" PRIu64 ", sdp-bytes tx/rx %" PRIu64 "/%" PRIu64,
 	       ctr(s, OPS_C_CONN_ERRORS), ctr(s, OPS_C_SDP_BYTES_TX), ctr(s, OPS_C_SDP_BYTES_RX));
+	/* Zero copy and its registration cache, once a process used them
+	 * (--json always has every counter). */
+	if (ctr(s, OPS_C_ZCOPY_OFFERS) || ctr(s, OPS_C_ZCOPY_READS))
+		printf(", zcopy offers/refused/cancels %" PRIu64 "/%" PRIu64 "/%" PRIu64
+		       ", zcopy reads %" PRIu64 ", zcopy-bytes tx/rx/direct %" PRIu64 "/%" PRIu64
+		       "/%" PRIu64,
+		       ctr(s, OPS_C_ZCOPY_OFFERS), ctr(s, OPS_C_ZCOPY_REFUSED),
+		       ctr(s, OPS_C_ZCOPY_CANCELS), ctr(s, OPS_C_ZCOPY_READS),
+		       ctr(s, OPS_C_ZCOPY_BYTES_SENT), ctr(s, OPS_C_ZCOPY_BYTES_RECEIVED),
+		       ctr(s, OPS_C_ZCOPY_DIRECT_BYTES));
+	if (ctr(s, OPS_C_REGCACHE_HITS) || ctr(s, OPS_C_REGCACHE_MISSES))
+		printf(", regcache hits/misses/evictions/invalidations %" PRIu64 "/%" PRIu64
+		       "/%" PRIu64 "/%" PRIu64,
+		       ctr(s, OPS_C_REGCACHE_HITS), ctr(s, OPS_C_REGCACHE_MISSES),
+		       ctr(s, OPS_C_REGCACHE_EVICTIONS), ctr(s, OPS_C_REGCACHE_INVALIDATIONS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);

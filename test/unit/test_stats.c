@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "stats.h"
 #include "stats_read.h"
 #include "stats_shm.h"
@@ -196,6 +197,57 @@ Test(stats, lazy_creation)
 	cr_assert_str_eq(s.program, "lazy");
 	cr_assert_eq(s.counters[OPS_C_SOCKETS], 1);
 	cr_assert_eq(s.n_socks, 0);
+	sdp_stats_snap_free(&s);
+}
+
+/* The engine's zero-copy and cache counters reach the file when the switch
+ * syncs them: after a transfer (ops_stats_sock_bytes) and at a close. */
+Test(stats, engine_counters)
+{
+	static const struct {
+		enum ops_counter c;
+		uint64_t v;
+	} want[] = {
+		{ OPS_C_ZCOPY_OFFERS, 1 }, { OPS_C_ZCOPY_BYTES_SENT, 2 },
+		{ OPS_C_ZCOPY_REFUSED, 3 }, { OPS_C_ZCOPY_CANCELS, 4 },
+		{ OPS_C_ZCOPY_READS, 5 }, { OPS_C_ZCOPY_BYTES_RECEIVED, 6 },
+		{ OPS_C_ZCOPY_DIRECT_BYTES, 7 }, { OPS_C_REGCACHE_HITS, 8 },
+		{ OPS_C_REGCACHE_MISSES, 9 }, { OPS_C_REGCACHE_EVICTIONS, 10 },
+		{ OPS_C_REGCACHE_INVALIDATIONS, 11 },
+	};
+	struct sdp_stats_snap s;
+
+	/* Nothing changed: no file is made for it. */
+	ops_stats_engine_sync();
+	cr_assert_not(ts_exists(getpid()));
+
+	SDP_STAT_INC(zcopy_offers, 1);
+	SDP_STAT_INC(zcopy_bytes_sent, 2);
+	SDP_STAT_INC(zcopy_refused, 3);
+	SDP_STAT_INC(zcopy_cancels, 4);
+	SDP_STAT_INC(zcopy_reads, 5);
+	SDP_STAT_INC(zcopy_bytes_received, 6);
+	SDP_STAT_INC(zcopy_direct_bytes, 7);
+	SDP_STAT_INC(regcache_hits, 8);
+	SDP_STAT_INC(regcache_misses, 9);
+	SDP_STAT_INC(regcache_evictions, 10);
+	SDP_STAT_INC(regcache_invalidations, 11);
+	ops_stats_sock_bytes(NULL, 100, 0);
+	ts_read(getpid(), &s);
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cr_assert_eq(s.counters[want[i].c], want[i].v, "%s",
+			     sdp_stats_counter_name(want[i].c));
+	sdp_stats_snap_free(&s);
+
+	/* Each increment once: syncing again adds nothing, a later count
+	 * adds itself, at a close too. */
+	ops_stats_engine_sync();
+	SDP_STAT_INC(regcache_hits, 5);
+	ops_stats_sock_free(NULL);
+	ts_read(getpid(), &s);
+	cr_assert_eq(s.counters[OPS_C_REGCACHE_HITS], 13);
+	cr_assert_eq(s.counters[OPS_C_REGCACHE_MISSES], 9);
+	cr_assert_eq(s.counters[OPS_C_SDP_BYTES_TX], 100);
 	sdp_stats_snap_free(&s);
 }
 
@@ -1073,6 +1125,9 @@ Test(stats, sdpstat_output)
 	ops_stats_sock_bytes(a, 4096, 512);
 	ops_stats_count(OPS_C_LISTEN_SDP, 1);
 	ops_stats_fallback(OPS_FB_REFUSED);
+	SDP_STAT_INC(zcopy_reads, 3);
+	SDP_STAT_INC(regcache_hits, 2);
+	ops_stats_engine_sync();
 
 	snprintf(args, sizeof(args), "-p %ld", (long)getpid());
 	out = ts_sdpstat(args, &status);
@@ -1084,6 +1139,9 @@ Test(stats, sdpstat_output)
 	cr_assert_not_null(strstr(out, "[::1]:40001"), "%s", out);
 	cr_assert_not_null(strstr(out, "tcp-fallback"), "%s", out);
 	cr_assert_not_null(strstr(out, "4096"), "%s", out);
+	cr_assert_not_null(strstr(out, ", zcopy reads 3,"), "%s", out);
+	cr_assert_not_null(strstr(out, "regcache hits/misses/evictions/invalidations 2/0/0/0"),
+			   "%s", out);
 	free(out);
 
 	snprintf(args, sizeof(args), "--json -p %ld", (long)getpid());
@@ -1093,6 +1151,8 @@ Test(stats, sdpstat_output)
 	cr_assert_not_null(strstr(out, "\"program\":\"we\\\"ird\\\\\\u0001\\ufffd\""), "%s", out);
 	cr_assert_not_null(strstr(out, "\"refused\":1"), "%s", out);
 	cr_assert_not_null(strstr(out, "\"listen_sdp\":1"), "%s", out);
+	cr_assert_not_null(strstr(out, "\"zcopy_offers\":0,"), "%s", out);
+	cr_assert_not_null(strstr(out, "\"regcache_hits\":2,"), "%s", out);
 	cr_assert_not_null(strstr(out, "\"local\":{\"family\":\"inet\",\"address\":\"0.0.0.0\","
 				       "\"port\":5201}"), "%s", out);
 	cr_assert_not_null(strstr(out, "\"peer\":null"), "%s", out);
