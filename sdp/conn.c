@@ -694,8 +694,9 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		int send_half;
 		enum sdp_mode mode;
 
-		/* Legal values are accepted: in any mode we answer zero copy
-		 * by SendSM, which every mode allows. */
+		/* Legal values are accepted and change nothing: we read a
+		 * SrcAvail in any mode (zcopy.c), and never send SinkAvail,
+		 * the one thing Pipelined mode would add on our side. */
 		if (sdp_mch_decode(buf + SDP_BSDH_LEN, &send_half, &mode)) {
 			conn_protocol_error(s, "bad ModeChange");
 			return;
