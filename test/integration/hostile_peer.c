@@ -20,11 +20,24 @@
  * running.  A few attacks are on the Hello itself; those must not
  * establish.
  *
+ * The zero-copy attacks turn it round: the attacker's header asks the
+ * victim to *send* (HOSTILE_MAGIC_SEND), one blocking send of a
+ * zero-copy-sized buffer, which the victim's engine offers with SrcAvail
+ * (Read Zcopy).  The attacker plays a sink that misuses the offer: it reads
+ * the advertised range (which must work and give the right bytes), then
+ * reads with the key again after completing the offer, reads before and
+ * past the advertised range, or with another key, each of which must give
+ * it an error and never data; or it sends RdmaRdCompl for more than was
+ * advertised, or with no offer outstanding, which the victim must abort as
+ * a protocol error.  On verbs a failed RDMA read moves the attacker's QP to
+ * error, so every attack has a connection of its own.
+ *
  * Meanwhile a well-behaved SDP connection (public API, in a thread of the
  * attacker) streams seeded data into the same victim process for the whole
- * run; at the end its verdict must match, and a fresh connection made after
- * all the attacks must work too.  The victim finally reports how each of
- * its connections ended and its engine counters.
+ * run; at the end its verdict must match, and fresh connections made after
+ * all the attacks must work too, one of them receiving a zero-copy send from
+ * the victim.  The victim finally reports how each of its connections ended
+ * and its engine counters.
  *
  * Exit 0 pass, 1 fail.
  */
@@ -54,6 +67,14 @@
 #include "wire.h"
 
 #define HOSTILE_SEED_TAG 0xBAD00000u	/* header seeds of attack connections */
+/* Header magic: the victim sends `bytes` bytes of xgen(seed) in one
+ * blocking send, then a 16-byte trailer (an sdpcat verdict: the count its
+ * send returned, 0), and waits for the end of the connection. */
+#define HOSTILE_MAGIC_SEND 0x53445053u	/* "SDPS" */
+#define HOSTILE_SEND_MAX (64u << 20)
+/* Where the attacker's RDMA reads land in its send area. */
+#define RD_AREA_OFF (1u << 20)
+#define RD_AREA_LEN (3u << 20)
 #define NRECV 16
 #define RECV_SIZE 65552u
 #define SEND_AREA (4u << 20)
@@ -95,6 +116,54 @@ struct vconn {
 	struct vconn *next;
 };
 
+/*
+ * The victim sends: one blocking send of h->bytes (a zero-copy offer on a
+ * transport with RDMA read), the trailer, then it waits for the peer to
+ * end the connection.  Only a well-behaved peer can make this "ok"; for an
+ * attack the result says how the send ended.
+ */
+static void victim_send(struct vconn *v, const struct xfer_hdr *h)
+{
+	uint8_t trailer[XFER_VERDICT_LEN], b[64];
+	uint8_t *buf;
+	struct xgen g;
+	ssize_t n, m;
+
+	if (h->bytes == 0 || h->bytes > HOSTILE_SEND_MAX) {
+		snprintf(v->result, sizeof(v->result), "send of %" PRIu64 " bytes refused", h->bytes);
+		return;
+	}
+	buf = malloc(h->bytes);
+	if (!buf) {
+		snprintf(v->result, sizeof(v->result), "out of memory");
+		return;
+	}
+	xgen_init(&g, h->seed);
+	xgen_fill(&g, buf, h->bytes);
+	n = sdp_send(v->sd, buf, h->bytes, MSG_NOSIGNAL);
+	/* The engine is done with the buffer once send() returned: make
+	 * sure nobody can read it from now on. */
+	memset(buf, 0xA5, h->bytes);
+	free(buf);
+	if (n != (ssize_t)h->bytes) {
+		snprintf(v->result, sizeof(v->result), "send of %" PRIu64 " bytes: %s", h->bytes,
+			 n < 0 ? strerror((int)-n) : "short");
+		return;
+	}
+	xfer_verdict_encode(trailer, (uint64_t)n, 0);
+	m = xfer_send_all(&xsock_sdp, v->sd, trailer, sizeof(trailer), -1);
+	if (m < 0) {
+		snprintf(v->result, sizeof(v->result), "sent %zd bytes, trailer: %s", n,
+			 strerror((int)-m));
+		return;
+	}
+	xsock_sdp.shutdown(v->sd, SHUT_WR);
+	m = xfer_recv_all(&xsock_sdp, v->sd, b, sizeof(b), -1);
+	snprintf(v->result, sizeof(v->result), "sent %zd bytes, then %s", n,
+		 m == 0 ? "end of stream" : m < 0 ? strerror((int)-m) : "unexpected data");
+	v->ok = m == 0;
+}
+
 static void *victim_conn(void *arg)
 {
 	struct vconn *v = arg;
@@ -113,6 +182,10 @@ static void *victim_conn(void *arg)
 	}
 	xfer_hdr_decode(hb, &h);
 	v->kind = (h.seed & 0xFFF00000u) == HOSTILE_SEED_TAG ? 2 : 1;
+	if (h.magic == HOSTILE_MAGIC_SEND) {
+		victim_send(v, &h);
+		goto out;
+	}
 	if (h.magic != XFER_MAGIC_ONEWAY) {
 		snprintf(v->result, sizeof(v->result), "bad magic");
 		goto out;
@@ -245,8 +318,11 @@ static int victim_main(int ctl_fd, int port_fd)
 	sdp_get_stats(&st);
 	say("victim: %d good connection(s), %d attack connection(s) accepted, %d without a "
 	    "header; engine: %" PRIu64 " protocol errors, %" PRIu64 " resets, %" PRIu64
-	    " passive connections",
-	    good, hostile, headerless, st.protocol_errors, st.resets, st.connections_passive);
+	    " passive connections; zero copy: %" PRIu64 " offers, %" PRIu64 " bytes read by "
+	    "peers, %" PRIu64 " refused, %" PRIu64 " reads, %" PRIu64 " bytes read",
+	    good, hostile, headerless, st.protocol_errors, st.resets, st.connections_passive,
+	    st.zcopy_offers, st.zcopy_bytes_sent, st.zcopy_refused, st.zcopy_reads,
+	    st.zcopy_bytes_received);
 	return bad ? 1 : 0;
 }
 
@@ -271,11 +347,54 @@ struct hconn {
 	unsigned rx_msgs;
 	bool saw_abort;
 	uint64_t send_ctx;
+	/* What the victim sent (the zero-copy attacks). */
+	unsigned n_srcavail;
+	struct sdp_srcah sa;	/* the last SrcAvail */
+	uint32_t sa_mseq;
+	uint32_t sa_inline;	/* its payload bytes */
+	uint8_t sa_data[64];
+	uint64_t data_bytes;	/* payload of Data messages */
+	uint8_t data_head[64];	/* the first bytes of it */
+	unsigned n_send_sm;
+	/* The attacker's RDMA reads: one at a time. */
+	uint64_t rd_ctx;
+	bool rd_done;
+	int rd_status;
 };
 
 static uint64_t deadline_after(unsigned ms)
 {
 	return xfer_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+/* What the zero-copy attacks look at in a received message. */
+static void note_msg(struct hconn *h, const uint8_t *buf, const struct sdp_bsdh *b)
+{
+	uint32_t off = SDP_BSDH_LEN + (uint32_t)sdp_ext_len(b->mid);
+	uint32_t plen = b->len - off;
+
+	switch (b->mid) {
+	case SDP_MID_SRC_AVAIL:
+		h->n_srcavail++;
+		sdp_srcah_decode(buf + SDP_BSDH_LEN, &h->sa);
+		h->sa_mseq = b->mseq;
+		h->sa_inline = plen;
+		memcpy(h->sa_data, buf + off, plen < sizeof(h->sa_data) ? plen : sizeof(h->sa_data));
+		break;
+	case SDP_MID_DATA:
+		if (h->data_bytes < sizeof(h->data_head)) {
+			size_t k = sizeof(h->data_head) - h->data_bytes;
+
+			memcpy(h->data_head + h->data_bytes, buf + off, plen < k ? plen : k);
+		}
+		h->data_bytes += plen;
+		break;
+	case SDP_MID_SEND_SM:
+		h->n_send_sm++;
+		break;
+	default:
+		break;
+	}
 }
 
 /* Take completions (the provider moves data inside poll_cq). */
@@ -286,6 +405,11 @@ static void drain_cq(struct hconn *h)
 
 	while ((n = T->poll_cq(h->ep, wc, 16)) > 0) {
 		for (int i = 0; i < n; i++) {
+			if (wc[i].op == OTI_WC_RDMA_READ && wc[i].ctx == h->rd_ctx) {
+				h->rd_done = true;
+				h->rd_status = wc[i].status;
+				continue;
+			}
 			if (wc[i].op != OTI_WC_RECV || wc[i].status)
 				continue;
 			uint8_t *buf = h->mem + wc[i].ctx * RECV_SIZE;
@@ -296,7 +420,14 @@ static void drain_cq(struct hconn *h)
 				h->last_rx_mseq = b.mseq;
 				if (b.mid == SDP_MID_ABORT_CONN)
 					h->saw_abort = true;
+				note_msg(h, buf, &b);
 			}
+			/* Give the buffer back: the zero-copy attacks receive
+			 * more than NRECV messages on a long connection. */
+			struct oti_sge sge = { buf, RECV_SIZE, h->mr };
+
+			if (!h->disconnected)
+				(void)T->post_recv(h->ep, &sge, wc[i].ctx);
 		}
 	}
 }
@@ -412,7 +543,12 @@ static int hconn_open(struct hconn *h, enum hello_variant hv, char *why, size_t 
 		snprintf(why, whycap, "no RESOLVED event (%s, type %d)", strerror(-r), ev.type);
 		return r ? r : -EPROTO;
 	}
-	r = T->mr_reg(h->ep, h->mem, MEM_SIZE, OTI_ACCESS_LOCAL_WRITE, &h->mr);
+	/* The zero-copy attacks RDMA-read into this memory; on iWARP the sink
+	 * of a read must allow remote write. */
+	r = T->mr_reg(h->ep, h->mem, MEM_SIZE,
+		      OTI_ACCESS_LOCAL_WRITE |
+			      ((caps.flags & OTI_CAP_IWARP_RULES) ? OTI_ACCESS_REMOTE_WRITE : 0),
+		      &h->mr);
 	if (r) {
 		snprintf(why, whycap, "mr_reg: %s", strerror(-r));
 		return r;
@@ -818,6 +954,390 @@ out:
 	return r;
 }
 
+/* --- the zero-copy attacks: the attacker is the sink of the victim's send --- */
+
+/* How much the victim is asked to send: above the default zcopy_thresh,
+ * below zcopy_max (one SrcAvail), odd so the end is not page-aligned. */
+#define ZC_BYTES ((256u << 10) + 13)
+
+/* Serve the connection until pred(h) holds: 0; -ECONNRESET once the
+ * transport is down first; -ETIMEDOUT. */
+static int pump_until(struct hconn *h, bool (*pred)(const struct hconn *), uint64_t deadline)
+{
+	struct oti_event ev;
+
+	for (;;) {
+		while (T->get_event(h->ep, &ev) == 0)
+			note_event(h, &ev);
+		drain_cq(h);
+		if (pred(h))
+			return 0;
+		if (h->disconnected)
+			return -ECONNRESET;
+		if (T->ep_arm(h->ep) == -EAGAIN)
+			continue;
+		uint64_t now = xfer_now_ns();
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		struct pollfd pf = { .fd = T->ep_fd(h->ep), .events = POLLIN };
+		int ms = (int)((deadline - now) / 1000000ull) + 1;
+
+		if (poll(&pf, 1, ms > 200 ? 200 : ms) < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+static bool got_offer_or_data(const struct hconn *h)
+{
+	return h->n_srcavail > 0 || h->data_bytes > 0;
+}
+
+static bool got_trailer(const struct hconn *h)
+{
+	return h->data_bytes >= XFER_VERDICT_LEN;
+}
+
+static bool read_done(const struct hconn *h)
+{
+	return h->rd_done;
+}
+
+/* The attack's header: the victim is to send `bytes`. */
+static int send_send_request(struct hconn *h, uint32_t tag, uint64_t bytes)
+{
+	uint8_t *p = send_area(h);
+	struct xfer_hdr hdr = { .magic = HOSTILE_MAGIC_SEND, .seed = HOSTILE_SEED_TAG | tag,
+				.bytes = bytes };
+
+	put_bsdh(h, p, SDP_MID_DATA, 0, SDP_BSDH_LEN + XFER_HDR_LEN);
+	xfer_hdr_encode(p + SDP_BSDH_LEN, &hdr);
+	return hconn_send_raw(h, 0, SDP_BSDH_LEN + XFER_HDR_LEN);
+}
+
+/* RdmaRdCompl{len}, from the send area at off (each message its own
+ * place: an earlier one may still be in flight). */
+static int send_rd_compl(struct hconn *h, size_t off, uint32_t len)
+{
+	uint8_t *p = send_area(h) + off;
+
+	put_bsdh(h, p, SDP_MID_RDMA_RD_COMPL, 0, SDP_BSDH_LEN + SDP_U32H_LEN);
+	sdp_u32h_encode(p + SDP_BSDH_LEN, len);
+	return hconn_send_raw(h, off, SDP_BSDH_LEN + SDP_U32H_LEN);
+}
+
+/*
+ * Open a connection, ask for ZC_BYTES and wait for the SrcAvail; check
+ * that it advertises the whole buffer and that its inline bytes are the
+ * start of the stream.  0, or -errno with why filled in.
+ */
+static int zc_open_offer(struct hconn *h, uint32_t tag, char *why, size_t cap)
+{
+	int r = hconn_open(h, HELLO_OK, why, cap);
+
+	if (r)
+		return r;
+	r = send_send_request(h, tag, ZC_BYTES);
+	if (r) {
+		snprintf(why, cap, "posting the request: %s", strerror(-r));
+		return r;
+	}
+	r = pump_until(h, got_offer_or_data, deadline_after(case_timeout_ms));
+	if (r) {
+		snprintf(why, cap, "no SrcAvail from the victim: %s",
+			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+		return r;
+	}
+	if (!h->n_srcavail) {
+		snprintf(why, cap, "the victim sent its %u bytes by Bcopy, not with SrcAvail",
+			 ZC_BYTES);
+		return -EPROTO;
+	}
+	struct xgen g;
+	uint8_t want[64];
+
+	xgen_init(&g, HOSTILE_SEED_TAG | tag);
+	xgen_fill(&g, want, sizeof(want));
+	if (h->sa.len != ZC_BYTES || h->sa_inline == 0 || h->sa_inline > 32 ||
+	    memcmp(h->sa_data, want, h->sa_inline)) {
+		snprintf(why, cap, "bad SrcAvail: len %u for %u bytes, %u inline byte(s)%s",
+			 h->sa.len, ZC_BYTES, h->sa_inline,
+			 h->sa_inline <= 32 && memcmp(h->sa_data, want, h->sa_inline)
+				 ? ", not the stream's"
+				 : "");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * One RDMA read of len bytes at raddr with rkey into the read area.
+ * 0: it completed successfully; 1: it failed (error completion, or the
+ * connection went down first: *how says which); -errno: could not post.
+ */
+static int zc_read(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len, char *how,
+		   size_t cap)
+{
+	static uint64_t ctx_seq = 1u << 20;
+	struct oti_sge sge = { send_area(h) + RD_AREA_OFF, len, h->mr };
+	int r;
+
+	memset(sge.addr, 0xEE, len);
+	h->rd_ctx = ctx_seq++;
+	h->rd_done = false;
+	h->rd_status = 0;
+	r = T->rdma_read(h->ep, &sge, raddr, rkey, h->rd_ctx);
+	if (r) {
+		snprintf(how, cap, "rdma_read: %s", strerror(-r));
+		return r;
+	}
+	r = pump_until(h, read_done, deadline_after(case_timeout_ms));
+	if (r == -ETIMEDOUT) {
+		snprintf(how, cap, "the read neither completed nor failed within %u ms",
+			 case_timeout_ms);
+		return -ETIMEDOUT;
+	}
+	if (r == 0 && h->rd_status == 0)
+		return 0;
+	if (r == 0)
+		snprintf(how, cap, "error completion (%s)", strerror(-h->rd_status));
+	else
+		snprintf(how, cap, "connection dropped");
+	return 1;
+}
+
+/* The read area holds the stream's bytes [from, from + len)? */
+static bool zc_read_matches(struct hconn *h, uint32_t tag, uint64_t from, uint32_t len)
+{
+	struct xgen g;
+	uint8_t skip[4096];
+
+	xgen_init(&g, HOSTILE_SEED_TAG | tag);
+	for (uint64_t s = from; s;) {
+		size_t k = s < sizeof(skip) ? (size_t)s : sizeof(skip);
+
+		xgen_fill(&g, skip, k);
+		s -= k;
+	}
+	return xgen_check(&g, send_area(h) + RD_AREA_OFF, len) == len;
+}
+
+/* The legitimate read of everything not inline: must work. */
+static int zc_read_all(struct hconn *h, uint32_t tag, char *why, size_t cap)
+{
+	char how[160];
+	uint32_t len = h->sa.len - h->sa_inline;
+	int r = zc_read(h, h->sa.vaddr + h->sa_inline, h->sa.rkey, len, how, sizeof(how));
+
+	if (r) {
+		snprintf(why, cap, "the LEGITIMATE read of the offer failed: %s",
+			 r > 0 ? how : strerror(-r));
+		return -EIO;
+	}
+	if (!zc_read_matches(h, tag, h->sa_inline, len)) {
+		snprintf(why, cap, "the legitimate read gave the wrong bytes");
+		return -EIO;
+	}
+	return 0;
+}
+
+/* A read that must fail: "ok" text in why, or a failure. */
+static int zc_bad_read(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len,
+		       const char *what, char *why, size_t cap)
+{
+	char how[160];
+	int r = zc_read(h, raddr, rkey, len, how, sizeof(how));
+
+	if (r == 0) {
+		snprintf(why, cap, "%s SUCCEEDED: the victim's memory was readable", what);
+		return -EIO;
+	}
+	if (r < 0) {
+		snprintf(why, cap, "%s: %s", what, how);
+		return r;
+	}
+	/* An error completion may still have moved bytes on some device;
+	 * the victim's stream must not be among them. */
+	uint8_t *p = send_area(h) + RD_AREA_OFF;
+
+	for (uint32_t i = 0; i < len; i++) {
+		if (p[i] != 0xEE) {
+			snprintf(why, cap, "%s failed (%s) but wrote into the local buffer", what,
+				 how);
+			return -EIO;
+		}
+	}
+	snprintf(why, cap, "%s refused: %s", what, how);
+	return 0;
+}
+
+enum zc_attack {
+	ZC_STALE_KEY,		/* read again after the offer completed */
+	ZC_BEFORE,		/* 16 bytes ending at vaddr */
+	ZC_STRADDLE_END,	/* 16 bytes across vaddr + len */
+	ZC_PAST_END,		/* 16 bytes from vaddr + len */
+	ZC_WRONG_KEY,		/* the right range, rkey + 1 */
+	ZC_COMPL_TOO_MUCH,	/* RdmaRdCompl for one byte more than readable */
+	ZC_COMPL_NO_OFFER,	/* RdmaRdCompl after the offer completed */
+	ZC_COMPL_NEVER_OFFERED,	/* RdmaRdCompl while the victim only receives */
+};
+
+static const struct {
+	const char *name;
+	enum zc_attack a;
+} zc_attacks[] = {
+	{ "zcopy: reread with a completed offer's key", ZC_STALE_KEY },
+	{ "zcopy: read before vaddr of a live offer", ZC_BEFORE },
+	{ "zcopy: read across vaddr+len of a live offer", ZC_STRADDLE_END },
+	{ "zcopy: read past vaddr+len of a live offer", ZC_PAST_END },
+	{ "zcopy: read a live offer with rkey+1", ZC_WRONG_KEY },
+	{ "zcopy: RdmaRdCompl for more than advertised", ZC_COMPL_TOO_MUCH },
+	{ "zcopy: RdmaRdCompl after the offer completed", ZC_COMPL_NO_OFFER },
+	{ "zcopy: RdmaRdCompl, no offer ever made", ZC_COMPL_NEVER_OFFERED },
+};
+
+/* After a bad RdmaRdCompl: the victim must abort the connection. */
+static int zc_expect_abort(struct hconn *h, char *why, size_t cap)
+{
+	struct oti_event ev;
+	uint64_t t0 = xfer_now_ns(), deadline = deadline_after(case_timeout_ms);
+
+	while (!h->disconnected) {
+		int r = wait_event(h, &ev, deadline);
+
+		if (r == -ETIMEDOUT) {
+			snprintf(why, cap, "victim did not abort the connection within %u ms",
+				 case_timeout_ms);
+			return r;
+		}
+		if (r) {
+			snprintf(why, cap, "waiting for the abort: %s", strerror(-r));
+			return r;
+		}
+	}
+	snprintf(why, cap, "aborted by the victim in %.1f ms%s", (xfer_now_ns() - t0) / 1e6,
+		 h->saw_abort ? " (AbortConn received)" : "");
+	return 0;
+}
+
+/* Complete the offer and wait for the victim's trailer: its send has
+ * returned, so the key must be dead. */
+static int zc_complete(struct hconn *h, char *why, size_t cap)
+{
+	int r = send_rd_compl(h, 4096, h->sa.len - h->sa_inline);
+
+	if (r) {
+		snprintf(why, cap, "posting RdmaRdCompl: %s", strerror(-r));
+		return r;
+	}
+	r = pump_until(h, got_trailer, deadline_after(case_timeout_ms));
+	if (r) {
+		snprintf(why, cap, "after a full RdmaRdCompl the victim's send did not complete (%s)",
+			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+		return r;
+	}
+	uint64_t bytes, hash;
+
+	xfer_verdict_decode(h->data_head, &bytes, &hash);
+	if (bytes != ZC_BYTES) {
+		snprintf(why, cap, "the victim's send returned %" PRIu64 " of %u bytes", bytes,
+			 ZC_BYTES);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int run_zc_attack(int i, char *why, size_t cap)
+{
+	struct hconn h;
+	uint32_t tag = 0x800u + (uint32_t)i;
+	enum zc_attack a = zc_attacks[i].a;
+	char how[200] = "";
+	int r;
+
+	why[0] = '\0';
+
+	if (a == ZC_COMPL_NEVER_OFFERED) {
+		r = hconn_open(&h, HELLO_OK, why, cap);
+		if (!r)
+			r = send_valid_header(&h, tag);
+		if (r) {
+			if (!why[0])
+				snprintf(why, cap, "posting the header: %s", strerror(-r));
+			goto out;
+		}
+		poll(NULL, 0, 20);
+		r = send_rd_compl(&h, 4096, 100);
+		if (r) {
+			snprintf(why, cap, "posting RdmaRdCompl: %s", strerror(-r));
+			goto out;
+		}
+		r = zc_expect_abort(&h, why, cap);
+		goto out;
+	}
+	r = zc_open_offer(&h, tag, why, cap);
+	if (r)
+		goto out;
+	uint64_t va = h.sa.vaddr;
+	uint32_t len = h.sa.len, rkey = h.sa.rkey;
+
+	switch (a) {
+	case ZC_STALE_KEY:
+		r = zc_read_all(&h, tag, why, cap);
+		if (!r)
+			r = zc_complete(&h, why, cap);
+		if (!r)
+			r = zc_bad_read(&h, va + h.sa_inline, rkey, 4096,
+					"reading with the key after the send returned", why, cap);
+		break;
+	case ZC_BEFORE:
+	case ZC_STRADDLE_END:
+	case ZC_PAST_END:
+	case ZC_WRONG_KEY:
+		/* The key works while the offer is live ... */
+		r = zc_read(&h, va + h.sa_inline, rkey, 16, how, sizeof(how));
+		if (r || !zc_read_matches(&h, tag, h.sa_inline, 16)) {
+			snprintf(why, cap, "a LEGITIMATE 16-byte read of the live offer %s",
+				 r ? how : "gave the wrong bytes");
+			r = -EIO;
+			break;
+		}
+		/* ... and nowhere else. */
+		if (a == ZC_BEFORE)
+			r = zc_bad_read(&h, va - 16, rkey, 16, "16 bytes before vaddr", why, cap);
+		else if (a == ZC_STRADDLE_END)
+			r = zc_bad_read(&h, va + len - 8, rkey, 16, "16 bytes across the end", why,
+					cap);
+		else if (a == ZC_PAST_END)
+			r = zc_bad_read(&h, va + len, rkey, 16, "16 bytes past the end", why, cap);
+		else
+			r = zc_bad_read(&h, va + h.sa_inline, rkey + 1, 16, "rkey+1", why, cap);
+		break;
+	case ZC_COMPL_TOO_MUCH:
+		r = zc_read_all(&h, tag, why, cap);
+		if (!r)
+			r = send_rd_compl(&h, 4096, len - h.sa_inline + 1);
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	case ZC_COMPL_NO_OFFER:
+		r = zc_read_all(&h, tag, why, cap);
+		if (!r)
+			r = zc_complete(&h, why, cap);
+		if (!r)
+			r = send_rd_compl(&h, 8192, 16);
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	default:
+		r = -EINVAL;
+		break;
+	}
+out:
+	hconn_close(&h);
+	return r;
+}
+
 /* --- the well-behaved connections ----------------------------------------- */
 
 /*
@@ -916,6 +1436,87 @@ static void *good_main(void *arg)
 		goto out;
 	}
 	snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes, checksum ok", gx->bytes);
+	gx->ok = 1;
+out:
+	free(buf);
+	if (sd >= 0)
+		sdp_close(sd);
+	return NULL;
+}
+
+/*
+ * A well-behaved sink of the victim's zero-copy send (public API): asks for
+ * `bytes`, checks them and the trailer.  This process's engine must have
+ * RDMA-read them (zcopy_bytes_received moved), so the victim still offers
+ * zero copy after the attacks.
+ */
+static void *good_zc_main(void *arg)
+{
+	struct good_xfer *gx = arg;
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_addr = host_addr,
+				   .sin_port = htons((uint16_t)victim_port) };
+	uint8_t hb[XFER_HDR_LEN], tr[XFER_VERDICT_LEN + 1];
+	size_t cap = 1u << 20;
+	uint8_t *buf = malloc(cap);
+	struct xgen g;
+	struct sdp_stats st0, st1;
+	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
+	ssize_t n;
+
+	sdp_get_stats(&st0);
+	xgen_init(&g, gx->seed);
+	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
+	if (r || !buf) {
+		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
+		goto out;
+	}
+	struct xfer_hdr h = { .magic = HOSTILE_MAGIC_SEND, .seed = gx->seed, .bytes = gx->bytes };
+
+	xfer_hdr_encode(hb, &h);
+	n = xfer_send_all(&xsock_sdp, sd, hb, sizeof(hb), -1);
+	if (n < 0) {
+		snprintf(gx->result, sizeof(gx->result), "send header: %s", strerror((int)-n));
+		goto out;
+	}
+	uint64_t got = 0;
+
+	while (got < gx->bytes) {
+		size_t want = gx->bytes - got < cap ? (size_t)(gx->bytes - got) : cap;
+
+		n = sdp_recv(sd, buf, want, 0);
+		if (n <= 0) {
+			snprintf(gx->result, sizeof(gx->result), "recv after %" PRIu64 " bytes: %s",
+				 got, n ? strerror((int)-n) : "EOF");
+			goto out;
+		}
+		if (xgen_check(&g, buf, (size_t)n) != (size_t)n) {
+			snprintf(gx->result, sizeof(gx->result), "DATA MISMATCH near offset %" PRIu64,
+				 got);
+			goto out;
+		}
+		got += (uint64_t)n;
+	}
+	n = xfer_recv_all(&xsock_sdp, sd, tr, sizeof(tr), -1);
+	uint64_t vb, vh;
+
+	xfer_verdict_decode(tr, &vb, &vh);
+	if (n != XFER_VERDICT_LEN || vb != gx->bytes) {
+		snprintf(gx->result, sizeof(gx->result), "trailer: %s",
+			 n < 0 ? strerror((int)-n) : n != XFER_VERDICT_LEN ? "short or extra" :
+			 "victim's send came short");
+		goto out;
+	}
+	sdp_shutdown(sd, SHUT_WR);
+	sdp_get_stats(&st1);
+	if (st1.zcopy_bytes_received == st0.zcopy_bytes_received) {
+		snprintf(gx->result, sizeof(gx->result),
+			 "%" PRIu64 " bytes ok, but none RDMA-read: the victim did not offer them",
+			 gx->bytes);
+		goto out;
+	}
+	snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes ok, %" PRIu64 " of them RDMA-read",
+		 gx->bytes, st1.zcopy_bytes_received - st0.zcopy_bytes_received);
 	gx->ok = 1;
 out:
 	free(buf);
@@ -1073,6 +1674,18 @@ int main(int argc, char **argv)
 		if (r)
 			failures++;
 	}
+	for (size_t i = 0; victim_pid && i < sizeof(zc_attacks) / sizeof(zc_attacks[0]); i++) {
+		if (only && !strstr(zc_attacks[i].name, only))
+			continue;
+		ran++;
+		int r = run_zc_attack((int)i, why, sizeof(why));
+
+		if (r == 0 && !victim_alive(why, sizeof(why)))
+			r = -1;
+		say("%s %-40s %s", r ? "FAIL" : "ok  ", zc_attacks[i].name, why);
+		if (r)
+			failures++;
+	}
 	uint64_t good_after = atomic_load(&gx.sent);
 
 	/* The good connection: it must have moved during the attacks and
@@ -1099,6 +1712,16 @@ int main(int argc, char **argv)
 		say("%s %-40s %s", after.ok ? "ok  " : "FAIL", "new connection after the attacks",
 		    after.result);
 		if (!after.ok)
+			failures++;
+	}
+	if (victim_pid) {
+		struct good_xfer zc = { .seed = 779, .bytes = (4u << 20) + 5 };
+
+		pthread_create(&zc.thread, NULL, good_zc_main, &zc);
+		pthread_join(zc.thread, NULL);
+		say("%s %-40s %s", zc.ok ? "ok  " : "FAIL", "zero-copy send from the victim after",
+		    zc.result);
+		if (!zc.ok)
 			failures++;
 	}
 

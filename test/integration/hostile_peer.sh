@@ -9,6 +9,12 @@
 # connection (the attacker sees the transport go down) and keep running,
 # while a well-behaved connection into the same process keeps streaming and
 # ends with a matching checksum, and a new connection afterwards works.
+# Then the attacker asks the victim to send and plays a dishonest sink of
+# its zero-copy offer (SrcAvail): reading with the key after the offer
+# completed, before or past the advertised bytes, or with another key, must
+# give the attacker an error, never data; an RdmaRdCompl for more than was
+# offered, or for no offer, must be aborted.  A zero-copy send from the
+# victim to a well-behaved reader must work afterwards.
 . "$(dirname "$0")/lib.sh"
 
 HOSTILE=$(prog hostile_peer)
