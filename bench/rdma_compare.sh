@@ -47,7 +47,9 @@
 # Evidence of the path taken: each run's column shows the packets the
 # device sent (its hw_counters/sent_pkts) while it ran; the TCP column must
 # show ~0 and the others not.  The SDP runs also check libsdp's log for
-# "over ib".
+# "over ib".  The zero-copy table ends with the share of the bytes that the
+# receiver RDMA-read, from its libsdp counters (tools/sdpstat): ~0 under
+# Bcopy, ~100 % under Zcopy if zero copy was really used.
 #
 # On a machine without an RDMA device the script re-runs itself inside the
 # testbed guest (test/vm/run-in-vm --devices DEVICE).  Figures are printed,
@@ -96,6 +98,7 @@ siw) addr=${VM_ADDR_SIW:-$VM_ADDR} ;;
 *) die "unknown device $device" ;;
 esac
 bench=$builddir/bench/sock_bench
+sdpstat=$builddir/tools/sdpstat
 libsdp=$builddir/.libs/libsdp.so
 rspreload=
 for f in /usr/lib/*/rsocket/librspreload.so /usr/lib/rsocket/librspreload.so; do
@@ -103,6 +106,7 @@ for f in /usr/lib/*/rsocket/librspreload.so /usr/lib/rsocket/librspreload.so; do
 done
 [ -x "$bench" ] || die "$bench is missing: build $builddir first"
 [ -f "$libsdp" ] || die "$libsdp is missing: build $builddir first"
+[ -x "$sdpstat" ] || die "$sdpstat is missing: build $builddir first"
 [ -n "$rspreload" ] || die "librspreload.so not found (Debian package librdmacm1)"
 for p in ib_send_bw ib_send_lat ib_read_bw; do
 	command -v $p >/dev/null || die "$p not found (Debian package perftest)"
@@ -125,6 +129,7 @@ use sdp server * *:*
 use sdp client * *:*
 log min-level 7 destination file $tmp/sdp.log
 EOF
+mkdir "$tmp/stats"
 
 pkts() { cat "$counter"; }
 port=18000
@@ -136,7 +141,7 @@ failed() { echo "$*" >>"$tmp/failures"; }
 env_of() {
 	case $1 in
 	TCP) echo "" ;;
-	SDP) echo "LD_PRELOAD=$libsdp LIBSDP_CONFIG_FILE=$tmp/sdp.conf SDP_TRANSPORTS=ib" ;;
+	SDP) echo "LD_PRELOAD=$libsdp LIBSDP_CONFIG_FILE=$tmp/sdp.conf SDP_TRANSPORTS=ib SDP_STATS_DIR=$tmp/stats" ;;
 	Bcopy) echo "$(env_of SDP) SDP_ZCOPY_THRESH=0" ;;
 	Zcopy) echo "$(env_of SDP) SDP_ZCOPY_THRESH=65536" ;;
 	rsocket) echo "LD_PRELOAD=$rspreload" ;;
@@ -144,9 +149,12 @@ env_of() {
 }
 
 # sock_run COLUMN MODE SIZE ARG: one sock_bench measurement, server and
-# client in this guest; prints sock_bench's result line, or nothing.
+# client in this guest; prints sock_bench's result line, or nothing.  An
+# SDP bulk run's line gets two more fields: the bytes the server (the
+# receiver) RDMA-read and, of those, the bytes read straight into its
+# buffer, from its libsdp counters (sdpstat), or "- -".
 sock_run() {
-	local col=$1 mode=$2 size=$3 arg=$4 out spid sdp
+	local col=$1 mode=$2 size=$3 arg=$4 out spid sdp zc
 	port=$((port + 1))
 	: >"$tmp/sdp.log"
 	# shellcheck disable=SC2046
@@ -157,6 +165,14 @@ sock_run() {
 	out=$(timeout 300 env $(env_of "$col") "$bench" "$mode" "$addr" "$port" "$size" "$arg" \
 		2>"$tmp/client.err")
 	local rc=$?
+	case $col in SDP | Bcopy | Zcopy) sdp=1 ;; *) sdp= ;; esac
+	if [ -n "$sdp" ] && [ "$mode" = bulk ] && [ $rc -eq 0 ]; then
+		# The server is still alive, its counters brought up to date
+		# after its last read.
+		zc=$(SDP_STATS_DIR=$tmp/stats "$sdpstat" -p "$spid" -c -a --json 2>/dev/null |
+			sed -n 's/.*"zcopy_bytes_received":\([0-9]*\).*"zcopy_direct_bytes":\([0-9]*\).*/\1 \2/p')
+		out="$out ${zc:-- -}"
+	fi
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
 	if [ $rc -ne 0 ] || [ -z "$out" ]; then
@@ -164,7 +180,6 @@ sock_run() {
 		failed "$col $mode $size"
 		return 1
 	fi
-	case $col in SDP | Bcopy | Zcopy) sdp=1 ;; *) sdp= ;; esac
 	if [ -n "$sdp" ] && ! grep -q "over ib" "$tmp/sdp.log"; then
 		echo "rdma_compare: $col $mode $size did not run over ib: $(cat "$tmp/sdp.log")" >&2
 		failed "$col $mode $size"
@@ -296,7 +311,7 @@ cpu_per_gib() {
 # run, are taken off its CPU time.
 zcopy_table() {
 	local size=4096 line col p0 b0 busy iters rate='' hz base_cpu base_busy
-	declare -A bw=() cpu=() gcpu=() pk=()
+	declare -A bw=() cpu=() gcpu=() pk=() zread=() zdirect=()
 	hz=$(getconf CLK_TCK)
 	echo
 	echo "Read Zcopy vs Bcopy: streaming, the receiver reads with a buffer as large as the write"
@@ -339,7 +354,10 @@ zcopy_table() {
 			p0=$(pkts)
 			line=$(sock_run "$col" bulk "$size" "$duration")
 			# bulk SIZE BYTES SECONDS GBIT_S CLIENT_CPU_S SERVER_CPU_S BUSY_S
+			# [ZC_READ_BYTES ZC_DIRECT_BYTES]
 			bw[$col]=$(echo "$line" | awk '{ print $5 }')
+			zread[$col:$size]=$(echo "$line" | awk '$9 ~ /^[0-9]+$/ { printf "%.1f %%", 100 * $9 / $3 }')
+			zdirect[$col:$size]=$(echo "$line" | awk '$9 > 0 && $10 ~ /^[0-9]+$/ { printf "%.1f %%", 100 * $10 / $9 }')
 			cpu[$col:$size]=$(cpu_per_gib "$(echo "$line" | awk '$7 != "" { print $6 + $7 }')" \
 				"$(echo "$line" | awk '{ print $3 }')")
 			gcpu[$col:$size]=$(cpu_per_gib "$(echo "$line" | awk '$8 >= 0 { print $8 }')" \
@@ -370,6 +388,14 @@ zcopy_table() {
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[Bcopy:$size]}")" \
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[rsocket:$size]}")" \
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[verbs:$size]}")"
+	done
+	echo
+	echo "Zero copy used: of the bytes the receiver got, those it RDMA-read, and of those the"
+	echo "part read straight into the application's buffer (its libsdp counters, via sdpstat)"
+	printf '%-9s %12s %12s %14s\n' size "Bcopy read" "Zcopy read" "Zcopy direct"
+	for size in $zc_sizes; do
+		printf '%-9s %12s %12s %14s\n' "$size" "$(fmt "${zread[Bcopy:$size]}")" \
+			"$(fmt "${zread[Zcopy:$size]}")" "$(fmt "${zdirect[Zcopy:$size]}")"
 	done
 }
 
