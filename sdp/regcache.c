@@ -49,7 +49,8 @@
  */
 struct sdp_reg {
 	/* Owner side: under the owning socket's lock. */
-	struct sdp_reg *prev, *next;	/* the cache's list, most recent first */
+	struct sdp_reg *prev, *next;	/* the cache's list, most recent first;
+					 * or its list of uncached ones */
 	struct oti_mr *mr;
 	uintptr_t lo, hi;		/* registered: whole pages */
 	unsigned refs;			/* gets not yet put */
@@ -75,6 +76,9 @@ struct sdp_regcache {
 	size_t max_entries, max_bytes;
 	struct sdp_reg *head, *tail;	/* most and least recently used */
 	size_t n, bytes;		/* of every entry on the list, dead ones too */
+	/* Uncached registrations not yet put: regcache_free() takes them
+	 * too, so that a caller that lost one leaks no registration. */
+	struct sdp_reg *uncached;
 };
 
 /* --- the registry ------------------------------------------------------------ */
@@ -388,6 +392,10 @@ static int rc_get_uncached(struct sdp_regcache *rc, void *addr, size_t len,
 		free(r);
 		return ret;
 	}
+	r->next = rc->uncached;
+	if (r->next)
+		r->next->prev = r;
+	rc->uncached = r;
 	*reg = r;
 	*mr = r->mr;
 	return 0;
@@ -460,6 +468,12 @@ int regcache_get(struct sdp_regcache *rc, void *addr, size_t len, struct sdp_reg
 void regcache_put(struct sdp_regcache *rc, struct sdp_reg *reg)
 {
 	if (!reg->cached) {
+		if (reg->prev)
+			reg->prev->next = reg->next;
+		else
+			rc->uncached = reg->next;
+		if (reg->next)
+			reg->next->prev = reg->prev;
 		rc->t->mr_dereg(reg->mr);
 		free(reg);
 		return;
@@ -478,5 +492,7 @@ void regcache_free(struct sdp_regcache *rc)
 		return;
 	while (rc->head)
 		rc_drop(rc, rc->head);
+	while (rc->uncached)
+		regcache_put(rc, rc->uncached);
 	free(rc);
 }
