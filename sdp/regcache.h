@@ -69,7 +69,9 @@ void sdp_regcache_tracking_on(void);
  * one relaxed load per free().
  */
 extern unsigned long sdp_regcache_live;
-static inline int sdp_regcache_active(void)
+/* Always inlined: the preload's wrappers are not instrumented by a
+ * sanitizer, and neither must this be. */
+static inline __attribute__((always_inline)) int sdp_regcache_active(void)
 {
 	return __atomic_load_n(&sdp_regcache_live, __ATOMIC_RELAXED) != 0;
 }
