@@ -476,7 +476,7 @@ bool conn_writable(const struct sdp_sock *s)
  * take, then flush.  Returns bytes taken (possibly 0) or a negative errno.
  */
 ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
-		  size_t skip)
+		  size_t skip, size_t limit)
 {
 	struct sdp_conn *c = s->conn;
 	size_t taken = 0;
@@ -487,7 +487,7 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		off -= iov[i].iov_len;
 		i++;
 	}
-	while (i < iovcnt) {
+	while (i < iovcnt && taken < limit) {
 		uint32_t slot;
 
 		if (c->tx_filled != c->tx_posted &&
@@ -505,6 +505,8 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 
 		if (n > room)
 			n = room;
+		if (n > limit - taken)
+			n = limit - taken;
 		memcpy(tx_buf(c, slot) + SDP_BSDH_LEN + c->tx_len[slot],
 		       (const uint8_t *)iov[i].iov_base + off, n);
 		c->tx_len[slot] += (uint32_t)n;

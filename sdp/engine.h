@@ -268,9 +268,10 @@ void conn_progress(struct sdp_sock *s);
 void listener_progress(struct sdp_sock *s);
 /* Active open after the caller validated everything. */
 int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len);
-/* Copy user data into send buffers and post what credits allow. */
+/* Copy user data (at most limit bytes after skip) into send buffers and
+ * post what credits allow. */
 ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
-		  size_t skip);
+		  size_t skip, size_t limit);
 ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
 		  size_t skip);
 /* Free send space (bytes that a send would accept now). */
@@ -308,6 +309,10 @@ void sock_drive(struct sdp_sock *s);
  */
 const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
 			      size_t skip, size_t *len);
+/* Bytes after skip that go by Bcopy before a piece zc_send_candidate()
+ * would take (SIZE_MAX: none). */
+size_t zc_bcopy_limit(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
+		      size_t skip);
 /* How a zc_send() ended, besides the bytes it returns. */
 enum zc_outcome {
 	ZC_DONE,	/* the sink read it all (or some, then refused) */
@@ -323,10 +328,12 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		enum zc_outcome *outcome);
 /* The head of the receive queue is the unread rest of a SrcAvail. */
 bool zc_rx_at_head(const struct sdp_conn *c);
+/* A MSG_PEEK of want bytes would stop at a SrcAvail that could be staged. */
+bool zc_peek_wants_stage(struct sdp_conn *c, size_t want);
 /*
  * Read the SrcAvail at the head of the receive queue: straight into iov
  * (after skip bytes) when it has room, else into the staging buffer (then
- * conn_recv() serves it).  Returns the bytes placed in iov, 0, or -errno;
+ * conn_recv() serves it); with MSG_PEEK, stage it wherever it is queued.  Returns the bytes placed in iov, 0, or -errno;
  * *busy when another thread's read is in flight (wait for it).
  */
 ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,

@@ -714,7 +714,9 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				zc_off = true;
 			continue;
 		}
-		ret = conn_send(s, iov, iovcnt, flags, done);
+		ret = conn_send(s, iov, iovcnt, flags, done,
+				dontwait || zc_off ? SIZE_MAX
+						   : zc_bcopy_limit(s, iov, iovcnt, done));
 		if (ret < 0)
 			goto out;
 		done += (size_t)ret;
@@ -797,6 +799,16 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		bool zc_busy = false;
 
 		if (s->conn && s->conn->rx_bytes) {
+			/* A peek must see past a SrcAvail's inline bytes. */
+			if ((flags & MSG_PEEK) && zc_peek_wants_stage(s->conn, total)) {
+				bool other_reads;	/* then peek what there is */
+
+				ret = zc_recv(s, iov, iovcnt, flags, 0, &other_reads);
+				if (ret < 0)
+					goto out;
+				if (!s->conn)
+					continue;
+			}
 			ret = conn_recv(s, iov, iovcnt, flags, done);
 			if (ret < 0)
 				goto out;

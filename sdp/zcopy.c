@@ -108,6 +108,27 @@ const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov,
 	return (const uint8_t *)iov[i].iov_base + skip;
 }
 
+size_t zc_bcopy_limit(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
+		      size_t skip)
+{
+	size_t before = 0, len;
+	int i = 0;
+
+	while (i < iovcnt && skip >= iov[i].iov_len) {
+		skip -= iov[i].iov_len;
+		i++;
+	}
+	for (; i < iovcnt; i++, skip = 0) {
+		struct iovec one = { .iov_base = (uint8_t *)iov[i].iov_base + skip,
+				     .iov_len = iov[i].iov_len - skip };
+
+		if (zc_send_candidate(s, &one, 1, 0, &len))
+			return before;
+		before += one.iov_len;
+	}
+	return SIZE_MAX;
+}
+
 static bool conn_dead(const struct sdp_sock *s)
 {
 	return !s->conn || s->state != SDP_S_ESTABLISHED || s->conn->transport_down ||
@@ -349,6 +370,26 @@ bool zc_rx_at_head(const struct sdp_conn *c)
 	return c->rxq_count && c->rxq[c->rxq_head].slot == SDP_SLOT_SA;
 }
 
+static bool rxq_has_stage(struct sdp_conn *c)
+{
+	for (uint32_t i = 0; i < c->rxq_count; i++)
+		if (rxq_at(c, i)->slot == SDP_SLOT_STAGE)
+			return true;
+	return false;
+}
+
+bool zc_peek_wants_stage(struct sdp_conn *c, size_t want)
+{
+	int sa = rxq_find_sa(c);
+	size_t before = 0;
+
+	if (sa < 0 || c->rx_sa.inflight || rxq_has_stage(c))
+		return false;
+	for (int i = 0; i < sa; i++)
+		before += rxq_at(c, (uint32_t)i)->len;
+	return before < want;
+}
+
 /* The peer's offer is over: what was not read is not ours to deliver
  * (the source's send returns without it), and SendSM tells it so. */
 static void zc_rx_finish(struct sdp_sock *s, bool send_sm)
@@ -460,12 +501,11 @@ static int zc_regcache_setup(struct sdp_conn *c)
 	return c->regcache ? 0 : -ENOMEM;
 }
 
-/* The smallest room in a recv() buffer that is worth a read of its own. */
-static size_t zc_direct_min(void)
+/* The smallest room in a recv() buffer worth a read of its own: the
+ * socket's threshold (a socket with zero copy off always stages). */
+static size_t zc_direct_min(const struct sdp_sock *s)
 {
-	long t = tun_int(TUN_zcopy_thresh);
-
-	return t < 4096 ? 65536 : (size_t)t;
+	return s->zcopy_thresh ? (size_t)s->zcopy_thresh : SIZE_MAX;
 }
 
 ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
@@ -475,7 +515,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 	int i = 0, ret;
 
 	*busy = false;
-	if (!zc_rx_at_head(c))
+	if (!(flags & MSG_PEEK) ? !zc_rx_at_head(c) : rxq_find_sa(c) < 0)
 		return 0;
 	if (conn_dead(s) && !c->rx_sa.inflight) {
 		/* The source is gone with the rest of its offer. */
@@ -494,7 +534,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 		return 0;
 	size_t room = iov[i].iov_len - skip;
 	uint64_t n = c->rx_sa.left;
-	bool direct = !(flags & MSG_PEEK) && room >= zc_direct_min();
+	bool direct = !(flags & MSG_PEEK) && room >= zc_direct_min(s);
 	struct oti_sge sge;
 	struct oti_mr *mr;
 
@@ -513,6 +553,8 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 			sge.mr = mr;
 	}
 	if (!direct) {
+		if (rxq_has_stage(c))
+			return 0;	/* conn_recv() serves that first */
 		ret = zc_stage_setup(c);
 		if (ret) {
 			/* No memory to read into: let the source send it. */
@@ -606,11 +648,11 @@ void zc_read_done(struct sdp_sock *s, const struct oti_wc *wc)
 	c->ctrl_pending |= SDP_CTRL_RDMA_RD_COMPL;
 	SDP_STAT_INC(zcopy_bytes_received, n);
 	if (stage) {
-		/* The staged bytes come before the rest of the offer: the SA
-		 * segment was at the head, the staging one goes in front. */
-		c->rxq_head = (c->rxq_head + c->rxq_cap - 1) % c->rxq_cap;
+		/* The staged bytes come before the rest of the offer. */
+		for (uint32_t j = c->rxq_count; j > (uint32_t)i; j--)
+			*rxq_at(c, j) = *rxq_at(c, j - 1);
+		*rxq_at(c, (uint32_t)i) = (struct sdp_rx_seg){ .slot = SDP_SLOT_STAGE, .len = n };
 		c->rxq_count++;
-		c->rxq[c->rxq_head] = (struct sdp_rx_seg){ .slot = SDP_SLOT_STAGE, .len = n };
 		i++;
 	} else {
 		c->rx_bytes -= n;	/* delivered: zc_recv() counts them */
