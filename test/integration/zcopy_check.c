@@ -386,6 +386,7 @@ struct rxmode {
 	size_t min, max;	/* recv sizes, uniform in [min, max] */
 	uint64_t rng;
 	int flags;		/* MSG_WAITALL... */
+	bool part;		/* the stream goes on after total bytes */
 	int iovcnt;		/* > 1: recvv over the buffer cut in pieces */
 	const size_t *iovlens;	/* the pieces (iovcnt of them) */
 	atomic_uint_fast64_t *progress;	/* bytes received so far, if wanted */
@@ -405,8 +406,11 @@ static int recv_stream(struct cctx *c, struct xgen *g, uint64_t total, struct rx
 		size_t want = m->min == m->max ? m->min : xrand_range(&m->rng, m->min, m->max);
 		ssize_t n;
 
-		/* MSG_WAITALL must not ask past the end of the stream. */
-		if ((m->flags & MSG_WAITALL) && want > total - got)
+		/* MSG_WAITALL must not ask past the end of the stream, nor
+		 * a read of one part of it (more may follow).  Otherwise
+		 * the buffer keeps its size: its room decides whether the
+		 * engine reads into it directly. */
+		if ((m->flags & MSG_WAITALL || m->part) && want > total - got)
 			want = (size_t)(total - got);
 		if (m->iovcnt > 1) {
 			want = 0;
@@ -919,7 +923,8 @@ static void srv_sink_thresh(struct cctx *c)
 	uint8_t *buf = xalloc(200000);
 	struct xgen g;
 	struct sdp_stats d1, d2;
-	struct rxmode m1 = { .min = 200000, .max = 200000 }, m2 = { .min = 16 * KiB, .max = 16 * KiB };
+	struct rxmode m1 = { .min = 200000, .max = 200000, .part = true },
+		      m2 = { .min = 16 * KiB, .max = 16 * KiB };
 
 	if (!buf)
 		return;
