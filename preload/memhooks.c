@@ -43,10 +43,11 @@
  * in the search order defines free() (a statically linked allocator; an
  * AddressSanitizer build, whose runtime comes first and whose free() never
  * reaches ours), or the allocator that owns free() has no
- * malloc_usable_size().  Under valgrind our free() is the one called and
- * valgrind's replacement is behind it, answering malloc_usable_size() for
- * its own blocks: caching works there as without it.  Under
- * ThreadSanitizer, preloaded after libsdp.so as the tests do, the same.
+ * malloc_usable_size(), or valgrind runs the program (memcheck redirects
+ * free() and realloc() wherever they are defined, ours included; mh_init()
+ * sees its probe block never reach them).  Under ThreadSanitizer, preloaded
+ * after libsdp.so as the tests do, ours come first and its allocator is
+ * behind them: caching works there as without it.
  *
  * The real functions are found with dlsym(RTLD_NEXT) on first use (the
  * constructor does it early; a free() can come before it, from the dynamic
@@ -94,6 +95,10 @@ static struct {
 } real;
 
 static int mh_resolved;
+/* The block mh_init() passes through the program's reallocarray(),
+ * realloc() and free(), and which of ours it reached (bits 4, 2, 1). */
+static void *mh_probe;
+static int mh_probe_seen;
 /* This thread is inside mh_resolve(): dlsym() came back here. */
 static __thread bool mh_resolving __attribute__((tls_model("initial-exec")));
 
@@ -153,8 +158,46 @@ MH_NOSAN static bool mh_hooks_in_charge(void)
 			return false;
 	size_t (*usable)(void *) = MH_LOAD(real.usable);
 
-	return usable && mh_same_object((void *)MH_LOAD(real.free), (void *)usable);
+	if (!usable || !mh_same_object((void *)MH_LOAD(real.free), (void *)usable))
+		return false;
+
+	/* Being found is not enough: valgrind redirects free() and realloc()
+	 * wherever they are defined, ours too.  Call them as the program
+	 * does and see them arrive. */
+	void *(*m)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "malloc");
+	void *(*ra)(void *, size_t, size_t) =
+		(void *(*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "reallocarray");
+	void *(*r)(void *, size_t) = (void *(*)(void *, size_t))dlsym(RTLD_DEFAULT, "realloc");
+	void (*f)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "free");
+	void *p, *q;
+	int seen = 0;
+
+	if (!m || !ra || !r || !f || !(p = m(64)))
+		return false;
+	/* One call at a time: glibc's reallocarray() calls realloc(). */
+	__atomic_store_n(&mh_probe, p, __ATOMIC_RELAXED);
+	q = ra(p, 2, 64);
+	seen |= __atomic_exchange_n(&mh_probe_seen, 0, __ATOMIC_RELAXED) & 4;
+	if (q)
+		p = q;
+	__atomic_store_n(&mh_probe, p, __ATOMIC_RELAXED);
+	q = r(p, 256);
+	seen |= __atomic_exchange_n(&mh_probe_seen, 0, __ATOMIC_RELAXED) & 2;
+	if (q)
+		p = q;
+	__atomic_store_n(&mh_probe, p, __ATOMIC_RELAXED);
+	f(p);
+	seen |= __atomic_exchange_n(&mh_probe_seen, 0, __ATOMIC_RELAXED) & 1;
+	__atomic_store_n(&mh_probe, NULL, __ATOMIC_RELAXED);
+	return seen == 7;
 }
+
+/* Is p mh_init()'s probe block?  Then say that this wrapper saw it. */
+#define MH_PROBE(p, bit)                                                          \
+	do {                                                                      \
+		if (__builtin_expect((p) == MH_LOAD(mh_probe), 0) && (p))         \
+			__atomic_fetch_or(&mh_probe_seen, (bit), __ATOMIC_RELAXED); \
+	} while (0)
 
 MH_NOSAN __attribute__((constructor)) static void mh_init(void)
 {
@@ -188,6 +231,7 @@ EXPORT MH_NOSAN void free(void *p)
 			return;		/* dlsym()'s own, before we know free: leaked */
 		f = MH_LOAD(real.free);
 	}
+	MH_PROBE(p, 1);
 	mh_block_goes(p);
 	f(p);
 }
@@ -203,6 +247,7 @@ EXPORT MH_NOSAN void *realloc(void *p, size_t n)
 		}
 		f = MH_LOAD(real.realloc);
 	}
+	MH_PROBE(p, 2);
 	mh_block_goes(p);
 	return f(p, n);
 }
@@ -216,6 +261,7 @@ EXPORT MH_NOSAN void *reallocarray(void *p, size_t nmemb, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
+	MH_PROBE(p, 4);
 	f = MH_LOAD(real.reallocarray);
 	if (f) {
 		mh_block_goes(p);

@@ -189,7 +189,8 @@ static int run(int expect_tracking)
 
 	registers(probe, MIB);
 	if (registers(probe, MIB)) {
-		printf("%s: the wrappers are not in charge (free() is in %s): no caching\n",
+		printf("%s: no caching: the wrappers are not in charge (free() is found in %s;"
+		       " under valgrind calls never reach it)\n",
 		       expect_tracking ? "FAILED" : "skip", object_of(dlsym(RTLD_DEFAULT, "free")));
 		free(probe);
 		rc_api.free(rc);
