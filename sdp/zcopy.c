@@ -435,11 +435,14 @@ void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8
 		c->ctrl_pending |= SDP_CTRL_SEND_SM;
 		return;
 	}
+	/* The last read's registration may not be put yet: its recv() is
+	 * still on its way out (zc_recv() puts it). */
 	c->rx_sa = (struct sdp_rx_sa){
 		.active = true,
 		.rkey = sa.rkey,
 		.raddr = sa.vaddr + inline_len,
 		.left = rest,
+		.reg = c->rx_sa.reg,
 	};
 	sdp_dbg(LOGSYS, "sd %d: SrcAvail of %u bytes, %u inline", s->sd, sa.len, inline_len);
 	*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){ .slot = SDP_SLOT_SA, .len = rest };
@@ -499,6 +502,15 @@ static int zc_regcache_setup(struct sdp_conn *c)
 		access |= OTI_ACCESS_REMOTE_WRITE;
 	c->regcache = regcache_new(c->t, c->ep, access);
 	return c->regcache ? 0 : -ENOMEM;
+}
+
+/* The registration of a direct read's buffer lives as long as the read. */
+static void zc_put_reg(struct sdp_conn *c)
+{
+	if (c->rx_sa.reg) {
+		regcache_put(c->regcache, c->rx_sa.reg);
+		c->rx_sa.reg = NULL;
+	}
 }
 
 /* The smallest room in a recv() buffer worth a read of its own: the
@@ -571,10 +583,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 	sge.len = (uint32_t)n;
 	ret = c->t->rdma_read(c->ep, &sge, c->rx_sa.raddr, c->rx_sa.rkey, SDP_CTX_READ);
 	if (ret) {
-		if (c->rx_sa.reg) {
-			regcache_put(c->regcache, c->rx_sa.reg);
-			c->rx_sa.reg = NULL;
-		}
+		zc_put_reg(c);
 		conn_abort(s, ECONNRESET);
 		return -ECONNRESET;
 	}
@@ -604,10 +613,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 	}
 	if (s->conn != c)
 		return -ECONNRESET;
-	if (c->rx_sa.reg) {
-		regcache_put(c->regcache, c->rx_sa.reg);
-		c->rx_sa.reg = NULL;
-	}
+	zc_put_reg(c);		/* the read was given up: the ep is closed */
 	if (c->rx_sa.status)
 		return s->so_error ? 0 : -ECONNRESET;
 	if (!direct)
@@ -626,6 +632,9 @@ void zc_read_done(struct sdp_sock *s, const struct oti_wc *wc)
 	if (!n)
 		return;		/* already given up (zc_recv killed the ep) */
 	c->rx_sa.inflight = 0;
+	/* The device is done with the application's buffer: its
+	 * registration goes back to the cache now, whoever reaped this. */
+	zc_put_reg(c);
 	c->rx_sa.status = wc->status;
 	if (wc->status) {
 		/* A key the source does not honour is its fault; a flush is
