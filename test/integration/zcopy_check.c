@@ -1289,6 +1289,88 @@ static void check_b2a(struct cctx *c)
 		      b->zcopy_cancels);
 }
 
+/*
+ * Pinned memory must not grow with the number of zero-copy messages on a
+ * connection: every registration of a receive buffer made for a read is
+ * given back after it.  RDMA devices pin registered pages (VmPin in
+ * /proc/self/status; tcp-fallback pins nothing, so there it stays put).
+ * The client receives PIN_MSGS messages of 1 MiB from the server, all read
+ * directly into the same buffer, and compares VmPin before and after,
+ * with the connection still open.
+ */
+#define PIN_MSGS 64
+static long vm_pin_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+static void srv_send_many(struct cctx *c)
+{
+	uint8_t *buf = xalloc(1 * MiB);
+	struct xgen g;
+	int i;
+
+	xgen_init(&g, seed_b2a(c));
+	for (i = 0; buf && i < PIN_MSGS; i++)
+		if (send_one(c, &g, buf, 1 * MiB, 0, "send"))
+			break;
+	if (i == PIN_MSGS)
+		finish(c);
+	free(buf);
+}
+
+static void cli_pinned(struct cctx *c)
+{
+	size_t cap = direct_buf_len();
+	uint8_t *buf = xalloc(cap);
+	struct xgen g;
+	struct rxmode m = { .min = cap, .max = cap, .part = true };
+	long before, after;
+
+	if (!buf)
+		return;
+	xgen_init(&g, seed_b2a(c));
+	/* The first message sets up what stays (the staging buffer, if
+	 * any); the count starts after it. */
+	if (recv_stream(c, &g, 1 * MiB, &m, buf, "recv"))
+		goto out;
+	before = vm_pin_kb();
+	if (recv_stream(c, &g, (uint64_t)(PIN_MSGS - 1) * MiB, &m, buf, "recv"))
+		goto out;
+	after = vm_pin_kb();
+	infof(c, "%d x 1 MiB; VmPin %ld kB, then %ld kB", PIN_MSGS, before, after);
+	if (before >= 0 && after > before + (long)(zstage / KiB) + 256)
+		failf(c, "pinned memory grew by %ld kB over %d messages: registrations of receive "
+		      "buffers were not all given back", after - before, PIN_MSGS - 1);
+	finish(c);
+out:
+	free(buf);
+}
+
+static void check_pinned(struct cctx *c)
+{
+	const struct sdp_stats *a = &c->mine, *b = &c->peer;
+
+	if (b->zcopy_offers != (thresh ? PIN_MSGS : 0))
+		failf(c, "server made %" PRIu64 " SrcAvail(s) for %d sends", b->zcopy_offers, PIN_MSGS);
+	if (b->zcopy_bytes_sent != a->zcopy_bytes_received)
+		failf(c, "server counts %" PRIu64 " bytes read by the peer, the client read %" PRIu64,
+		      b->zcopy_bytes_sent, a->zcopy_bytes_received);
+	if (a->zcopy_direct_bytes != a->zcopy_bytes_received)
+		failf(c, "only %" PRIu64 " of %" PRIu64 " bytes read directly", a->zcopy_direct_bytes,
+		      a->zcopy_bytes_received);
+}
+
 /* --- both directions at once ------------------------------------------------------ */
 
 #define BIDIR_MSGS 16
@@ -1839,6 +1921,7 @@ static const struct zcase cases[] = {
 	{ "sendv", "sendv: an element >= threshold is offered, smaller ones are not", cli_sendv, srv_sendv, check_a2b, false, false },
 	{ "mixed", "small and large sends interleaved, random receive sizes", cli_mixed, srv_mixed, check_a2b, false, false },
 	{ "server-sends", "the server sends 16 MiB: the client's engine reads", cli_recv_big, srv_send_big, check_b2a, false, false },
+	{ "pinned", "64 zero-copy messages on one connection: VmPin does not grow", cli_pinned, srv_send_many, check_pinned, false, false },
 	{ "bidir", "both sides send zero-copy-sized messages while receiving", cli_bidir, srv_bidir, check_bidir, false, false },
 	{ "cancel-sndtimeo", "SO_SNDTIMEO expires on a pending offer: partial count, rest re-sent", cli_cancel_timeo, srv_cancel, check_cancel, false, false },
 	{ "cancel-signal", "SIGALRM (no SA_RESTART) on a pending offer: partial count, rest "
