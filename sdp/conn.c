@@ -480,13 +480,8 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 {
 	struct sdp_conn *c = s->conn;
 	size_t taken = 0;
-	int i = 0;
 	size_t off = skip;
-
-	while (i < iovcnt && off >= iov[i].iov_len) {
-		off -= iov[i].iov_len;
-		i++;
-	}
+	int i = iov_seek(iov, iovcnt, &off);
 	while (i < iovcnt && taken < limit) {
 		uint32_t slot;
 
@@ -553,16 +548,11 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 	size_t copied = 0;
 	uint32_t q = 0;		/* segments looked at (peek) */
 	uint32_t qoff = 0;	/* bytes already taken from segment q (peek) */
-	int i = 0;
 	size_t off = skip;
+	int i = iov_seek(iov, iovcnt, &off);
 	bool reposted = false;
-
-	while (i < iovcnt && off >= iov[i].iov_len) {
-		off -= iov[i].iov_len;
-		i++;
-	}
 	while (i < iovcnt && q < c->rxq_count) {
-		struct sdp_rx_seg *seg = &c->rxq[(c->rxq_head + q) % c->rxq_cap];
+		struct sdp_rx_seg *seg = rxq_at(c, q);
 
 		/* A SrcAvail's bytes are still with the peer: zc_recv(). */
 		if (seg->slot == SDP_SLOT_SA)
@@ -664,7 +654,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 				data_len--;
 		}
 		if (data_len) {
-			c->rxq[(c->rxq_head + c->rxq_count) % c->rxq_cap] = (struct sdp_rx_seg){
+			*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){
 				.slot = slot, .off = data_off, .len = data_len,
 			};
 			c->rxq_count++;

@@ -235,6 +235,22 @@ static inline void addr_set_port(struct sockaddr_storage *ss, uint16_t port)
 		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
 }
 
+/* The iovec element holding byte *off of iov, and *off made an offset in
+ * it; iovcnt if the bytes before it are all of iov. */
+static inline int iov_seek(const struct iovec *iov, int iovcnt, size_t *off)
+{
+	int i = 0;
+
+	while (i < iovcnt && *off >= iov[i].iov_len) {
+		*off -= iov[i].iov_len;
+		i++;
+	}
+	return i;
+}
+
+/* Entry i (0 = head) of c's receive queue. */
+#define rxq_at(c, i) (&(c)->rxq[((c)->rxq_head + (i)) % (c)->rxq_cap])
+
 /* --- sock.c ----------------------------------------------------------------- */
 
 /* Lookup by sd, with a reference; NULL if not ours (nor for a socket

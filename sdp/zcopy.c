@@ -88,14 +88,11 @@ const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov,
 			      size_t skip, size_t *len)
 {
 	const struct sdp_conn *c = s->conn;
-	int i = 0;
 
 	if (!s->zcopy_thresh || !c || !c->ep || c->zc_refusals >= ZC_MAX_REFUSALS)
 		return NULL;
-	while (i < iovcnt && skip >= iov[i].iov_len) {
-		skip -= iov[i].iov_len;
-		i++;
-	}
+	int i = iov_seek(iov, iovcnt, &skip);
+
 	if (i == iovcnt)
 		return NULL;
 	size_t n = iov[i].iov_len - skip;
@@ -112,13 +109,8 @@ size_t zc_bcopy_limit(const struct sdp_sock *s, const struct iovec *iov, int iov
 		      size_t skip)
 {
 	size_t before = 0, len;
-	int i = 0;
 
-	while (i < iovcnt && skip >= iov[i].iov_len) {
-		skip -= iov[i].iov_len;
-		i++;
-	}
-	for (; i < iovcnt; i++, skip = 0) {
+	for (int i = iov_seek(iov, iovcnt, &skip); i < iovcnt; i++, skip = 0) {
 		struct iovec one = { .iov_base = (uint8_t *)iov[i].iov_base + skip,
 				     .iov_len = iov[i].iov_len - skip };
 
@@ -344,11 +336,6 @@ void zc_send_sm_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h)
 
 /* --- sink -------------------------------------------------------------------- */
 
-static struct sdp_rx_seg *rxq_at(struct sdp_conn *c, uint32_t i)
-{
-	return &c->rxq[(c->rxq_head + i) % c->rxq_cap];
-}
-
 void rxq_remove(struct sdp_conn *c, uint32_t i)
 {
 	for (; i + 1 < c->rxq_count; i++)
@@ -465,21 +452,28 @@ void zc_cancel_rcvd(struct sdp_sock *s)
 	zc_rx_finish(s, true);
 }
 
+/* Access for the local side of a read: iWARP also wants remote write on
+ * a read's sink. */
+static unsigned zc_sink_access(const struct sdp_conn *c)
+{
+	struct oti_caps caps;
+
+	c->t->query_caps(&caps);
+	if (caps.flags & OTI_CAP_IWARP_RULES)
+		return OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE;
+	return OTI_ACCESS_LOCAL_WRITE;
+}
+
 static int zc_stage_setup(struct sdp_conn *c)
 {
 	if (c->stage_mem)
 		return 0;
 	uint32_t size = (uint32_t)tun_int(TUN_zcopy_stage);
-	struct oti_caps caps;
-	unsigned access = OTI_ACCESS_LOCAL_WRITE;
 
-	c->t->query_caps(&caps);
-	if (caps.flags & OTI_CAP_IWARP_RULES)
-		access |= OTI_ACCESS_REMOTE_WRITE;	/* iWARP: a read's sink */
 	c->stage_mem = aligned_alloc(4096, ((size_t)size + 4095) & ~(size_t)4095);
 	if (!c->stage_mem)
 		return -ENOMEM;
-	int ret = c->t->mr_reg(c->ep, c->stage_mem, size, access, &c->stage_mr);
+	int ret = c->t->mr_reg(c->ep, c->stage_mem, size, zc_sink_access(c), &c->stage_mr);
 
 	if (ret) {
 		free(c->stage_mem);
@@ -492,15 +486,8 @@ static int zc_stage_setup(struct sdp_conn *c)
 
 static int zc_regcache_setup(struct sdp_conn *c)
 {
-	if (c->regcache)
-		return 0;
-	struct oti_caps caps;
-	unsigned access = OTI_ACCESS_LOCAL_WRITE;
-
-	c->t->query_caps(&caps);
-	if (caps.flags & OTI_CAP_IWARP_RULES)
-		access |= OTI_ACCESS_REMOTE_WRITE;
-	c->regcache = regcache_new(c->t, c->ep, access);
+	if (!c->regcache)
+		c->regcache = regcache_new(c->t, c->ep, zc_sink_access(c));
 	return c->regcache ? 0 : -ENOMEM;
 }
 
@@ -524,7 +511,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 		size_t skip, bool *busy)
 {
 	struct sdp_conn *c = s->conn;
-	int i = 0, ret;
+	int i, ret;
 
 	*busy = false;
 	if (!(flags & MSG_PEEK) ? !zc_rx_at_head(c) : rxq_find_sa(c) < 0)
@@ -538,10 +525,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 		*busy = true;
 		return 0;
 	}
-	while (i < iovcnt && skip >= iov[i].iov_len) {
-		skip -= iov[i].iov_len;
-		i++;
-	}
+	i = iov_seek(iov, iovcnt, &skip);
 	if (i == iovcnt)
 		return 0;
 	size_t room = iov[i].iov_len - skip;
