@@ -639,9 +639,10 @@ static void srv_big_recv(struct cctx *c, uint64_t total)
 	free(buf);
 }
 
-static void cli_size(struct cctx *c)
+/* The client's side of most cases: one blocking send of len seeded bytes,
+ * offered by zero copy if len reaches the threshold. */
+static void cli_send_seeded(struct cctx *c, size_t len)
 {
-	size_t len = size_case_len(c->zc->name);
 	uint8_t *buf = xalloc(len);
 	struct xgen g;
 
@@ -654,6 +655,13 @@ static void cli_size(struct cctx *c)
 		finish(c);
 	free(buf);
 	expect_send(c, len, thresh);
+}
+
+static void cli_size(struct cctx *c)
+{
+	size_t len = size_case_len(c->zc->name);
+
+	cli_send_seeded(c, len);
 	c->exp_direct = true;
 	infof(c, "%zu B", len);
 }
@@ -676,14 +684,8 @@ static void srv_size(struct cctx *c)
 static void cli_staged_1k(struct cctx *c)
 {
 	size_t len = 1 * MiB + 7;
-	uint8_t *buf = xalloc(len);
-	struct xgen g;
 
-	xgen_init(&g, seed_a2b(c));
-	if (buf && !send_one(c, &g, buf, len, 0, "send"))
-		finish(c);
-	free(buf);
-	expect_send(c, len, thresh);
+	cli_send_seeded(c, len);
 	c->exp_staged = true;
 	infof(c, "%zu B into 1 KiB receives", len);
 }
@@ -759,15 +761,7 @@ static void srv_staged_random(struct cctx *c)
 
 static void cli_1m(struct cctx *c)
 {
-	size_t len = 1 * MiB + 7;
-	uint8_t *buf = xalloc(len);
-	struct xgen g;
-
-	xgen_init(&g, seed_a2b(c));
-	if (buf && !send_one(c, &g, buf, len, 0, "send"))
-		finish(c);
-	free(buf);
-	expect_send(c, len, thresh);
+	cli_send_seeded(c, 1 * MiB + 7);
 }
 
 static void srv_peek(struct cctx *c)
