@@ -38,7 +38,7 @@
 #include "stats.h"
 
 #define SDP_STATS_MAGIC UINT64_C(0x5354415453504453) /* "SDPSTATS", little-endian */
-#define SDP_STATS_VERSION 1
+#define SDP_STATS_VERSION 2	/* 2: room for 64 counters */
 
 #define SDP_STATS_DIR_ENV "SDP_STATS_DIR"
 #define SDP_STATS_DEFAULT_DIR "/dev/shm"
@@ -46,7 +46,7 @@
 
 #define SDP_STATS_CAPACITY 4096		/* rows in a file */
 #define SDP_STATS_PROG_LEN 64
-#define SDP_STATS_MAX_COUNTERS 32	/* room for enum ops_counter to grow */
+#define SDP_STATS_MAX_COUNTERS 64	/* room for enum ops_counter to grow */
 #define SDP_STATS_MAX_FALLBACKS 16	/* room for enum ops_fallback to grow */
 #define SDP_STATS_TRANSPORT_LEN 16
 #define SDP_STATS_MODE_LEN 8
@@ -110,11 +110,11 @@ struct sdp_stats_row {
 
 static_assert(sizeof(struct sdp_stats_addr) == 32, "sdp_stats_addr layout");
 static_assert(offsetof(struct sdp_stats_addr, family) == 28, "sdp_stats_addr layout");
-static_assert(sizeof(struct sdp_stats_hdr) == 512, "sdp_stats_hdr layout");
+static_assert(sizeof(struct sdp_stats_hdr) == 768, "sdp_stats_hdr layout");
 static_assert(offsetof(struct sdp_stats_hdr, start_time) == 32, "sdp_stats_hdr layout");
 static_assert(offsetof(struct sdp_stats_hdr, program) == 56, "sdp_stats_hdr layout");
 static_assert(offsetof(struct sdp_stats_hdr, counters) == 120, "sdp_stats_hdr layout");
-static_assert(offsetof(struct sdp_stats_hdr, fallbacks) == 376, "sdp_stats_hdr layout");
+static_assert(offsetof(struct sdp_stats_hdr, fallbacks) == 632, "sdp_stats_hdr layout");
 static_assert(sizeof(struct sdp_stats_row) == 128, "sdp_stats_row layout");
 static_assert(offsetof(struct sdp_stats_row, fd) == 8, "sdp_stats_row layout");
 static_assert(offsetof(struct sdp_stats_row, transport) == 16, "sdp_stats_row layout");
@@ -201,6 +201,17 @@ static inline const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_REGCACHE_MISSES: return "regcache_misses";
 	case OPS_C_REGCACHE_EVICTIONS: return "regcache_evictions";
 	case OPS_C_REGCACHE_INVALIDATIONS: return "regcache_invalidations";
+	case OPS_C_ZCOPY_PULLED: return "zcopy_pulled";
+	case OPS_C_ZCOPY_WRITES: return "zcopy_writes";
+	case OPS_C_ZCOPY_BYTES_WRITTEN: return "zcopy_bytes_written";
+	case OPS_C_ZCOPY_SINK_ADVERTS: return "zcopy_sink_adverts";
+	case OPS_C_ZCOPY_SINK_BYTES: return "zcopy_sink_bytes";
+	case OPS_C_ZCOPY_SINK_STALE: return "zcopy_sink_stale";
+	case OPS_C_ZCOPY_SINK_CANCELS: return "zcopy_sink_cancels";
+	case OPS_C_MODE_CHANGES_SENT: return "mode_changes_sent";
+	case OPS_C_MODE_CHANGES_RECEIVED: return "mode_changes_received";
+	case OPS_C_TRANS_PIGGYBACKS: return "trans_piggybacks";
+	case OPS_C_TRANS_MISSES: return "trans_misses";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

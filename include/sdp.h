@@ -177,6 +177,18 @@ struct sdp_stats {
 	uint64_t zcopy_reads;		/* RDMA reads we posted */
 	uint64_t zcopy_bytes_received;	/* bytes we RDMA-read */
 	uint64_t zcopy_direct_bytes;	/* of those, straight into the application's buffer */
+	/* Write Zcopy (SinkAvail / RDMA write / RdmaWrCompl), modes, Transaction. */
+	uint64_t zcopy_pulled;		/* SrcAvails taken back for the peer's SinkAvail */
+	uint64_t zcopy_writes;		/* RDMA writes into the peer's SinkAvails */
+	uint64_t zcopy_bytes_written;		/* our bytes written that way */
+	uint64_t zcopy_sink_adverts;		/* SinkAvails we sent */
+	uint64_t zcopy_sink_bytes;		/* bytes the peer wrote into them */
+	uint64_t zcopy_sink_stale;		/* of ours, dead before use (data crossed) */
+	uint64_t zcopy_sink_cancels;		/* SinkAvailCancels we sent */
+	uint64_t mode_changes_sent;		/* ModeChanges we sent */
+	uint64_t mode_changes_received;
+	uint64_t trans_piggybacks;		/* Transaction requests carried on a SinkAvail */
+	uint64_t trans_misses;		/* held requests that had to go alone */
 	/* Registration cache (application buffers of zero-copy reads). */
 	uint64_t regcache_hits;
 	uint64_t regcache_misses;

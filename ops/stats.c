@@ -301,6 +301,17 @@ static const struct {
 	STATS_ENGINE(OPS_C_REGCACHE_MISSES, regcache_misses),
 	STATS_ENGINE(OPS_C_REGCACHE_EVICTIONS, regcache_evictions),
 	STATS_ENGINE(OPS_C_REGCACHE_INVALIDATIONS, regcache_invalidations),
+	STATS_ENGINE(OPS_C_ZCOPY_PULLED, zcopy_pulled),
+	STATS_ENGINE(OPS_C_ZCOPY_WRITES, zcopy_writes),
+	STATS_ENGINE(OPS_C_ZCOPY_BYTES_WRITTEN, zcopy_bytes_written),
+	STATS_ENGINE(OPS_C_ZCOPY_SINK_ADVERTS, zcopy_sink_adverts),
+	STATS_ENGINE(OPS_C_ZCOPY_SINK_BYTES, zcopy_sink_bytes),
+	STATS_ENGINE(OPS_C_ZCOPY_SINK_STALE, zcopy_sink_stale),
+	STATS_ENGINE(OPS_C_ZCOPY_SINK_CANCELS, zcopy_sink_cancels),
+	STATS_ENGINE(OPS_C_MODE_CHANGES_SENT, mode_changes_sent),
+	STATS_ENGINE(OPS_C_MODE_CHANGES_RECEIVED, mode_changes_received),
+	STATS_ENGINE(OPS_C_TRANS_PIGGYBACKS, trans_piggybacks),
+	STATS_ENGINE(OPS_C_TRANS_MISSES, trans_misses),
 #undef STATS_ENGINE
 };
 #define STATS_N_ENGINE (sizeof(stats_engine_map) / sizeof(stats_engine_map[0]))

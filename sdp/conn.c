@@ -4,12 +4,14 @@
  * private data, credit flow control, segmentation into the peer's buffers
  * (Bcopy), reassembly into the user's buffer, DisConn half-close and
  * abortive close.  Read Zcopy (SrcAvail, RDMA read, RdmaRdCompl, SendSM,
- * SrcAvailCancel) is in zcopy.c; this file hands it its messages and
- * completions.  Every function here runs with the socket's lock held.
+ * SrcAvailCancel) is in zcopy.c, Write Zcopy and Transaction mode
+ * (SinkAvail, RDMA write, RdmaWrCompl, SinkAvailCancel, SinkCancelAck) in
+ * write_zcopy.c, the modes and ModeChange in mode.c; this file hands them
+ * their messages and completions.  Every function here runs with the
+ * socket's lock held.
  *
- * Both sides advertise max_adverts = 1: one SrcAvail at a time per
- * direction, Combined mode for good (no ModeChange is ever sent), so a
- * SinkAvail is the protocol error it is outside Pipelined mode.
+ * Both sides advertise max_adverts = 1: one SrcAvail and one SinkAvail at
+ * a time per direction.
  */
 #include <errno.h>
 #include <signal.h>
@@ -24,6 +26,7 @@
 #define LOGSYS "conn"
 
 static void conn_post_failed(struct sdp_sock *s, int ret, bool data);
+static void conn_flush(struct sdp_sock *s);
 
 static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
 {
@@ -54,8 +57,10 @@ static struct sdp_conn *conn_new(void)
 {
 	struct sdp_conn *c = calloc(1, sizeof(*c));
 
-	if (c)
+	if (c) {
 		c->ep_fd = -1;
+		mode_init(c);
+	}
 	return c;
 }
 
@@ -162,6 +167,7 @@ void conn_free(struct sdp_sock *s)
 	if (c->ep)
 		c->t->ep_close(c->ep);
 	zc_conn_free(c);
+	wz_conn_free(c);
 	if (c->rx_mr)
 		c->t->mr_dereg(c->rx_mr);
 	if (c->tx_mr)
@@ -297,7 +303,8 @@ static void conn_fill_bsdh(struct sdp_conn *c, void *buf, uint8_t mid, uint8_t f
 	sdp_bsdh_encode(buf, &h);
 }
 
-int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
+static int conn_post_ctrl_flags(struct sdp_sock *s, uint8_t mid, uint8_t flags, const void *ext,
+				size_t extlen)
 {
 	struct sdp_conn *c = s->conn;
 	uint32_t slot = c->ctrl_posted % SDP_CTRL_SLOTS;
@@ -307,16 +314,75 @@ int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extl
 
 	if (ext)
 		memcpy(buf + SDP_BSDH_LEN, ext, extlen);
-	conn_fill_bsdh(c, buf, mid, 0, sge.len);
+	conn_fill_bsdh(c, buf, mid, flags, sge.len);
 	ret = c->t->post_send(c->ep, &sge, SDP_CTX_CTRL | slot, OTI_SEND_INLINE);
 	if (ret) {
-		/* A SrcAvail carries stream bytes: losing it is a reset. */
-		conn_post_failed(s, ret, mid == SDP_MID_SRC_AVAIL);
+		/* A SrcAvail and an RdmaWrCompl carry stream bytes: losing
+		 * one is a reset. */
+		conn_post_failed(s, ret, mid == SDP_MID_SRC_AVAIL || mid == SDP_MID_RDMA_WR_COMPL);
 		return ret;
 	}
 	c->ctrl_posted++;
 	SDP_STAT_INC(msgs_sent, 1);
 	return 0;
+}
+
+int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
+{
+	return conn_post_ctrl_flags(s, mid, 0, ext, extlen);
+}
+
+uint32_t conn_piggyback_max(const struct sdp_conn *c)
+{
+	return c->tx_size - SDP_BSDH_LEN - SDP_SINKAH_LEN;
+}
+
+int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a)
+{
+	struct sdp_conn *c = s->conn;
+	uint8_t ext[SDP_SINKAH_LEN];
+
+	sdp_sinkah_encode(ext, a);
+	if (c->trans_held) {
+		uint32_t slot = (c->tx_filled - 1) % c->ntx;
+
+		c->trans_held = false;
+		if (c->tx_posted + 1 == c->tx_filled && c->tx_len[slot] <= conn_piggyback_max(c) &&
+		    sdp_can_send_data(&c->cr)) {
+			/* The held request becomes the SinkAvail's payload, in
+			 * place: BSDH, SinkAH, request. */
+			uint8_t *buf = tx_buf(c, slot);
+			struct oti_sge sge = {
+				.addr = buf,
+				.len = SDP_BSDH_LEN + SDP_SINKAH_LEN + c->tx_len[slot],
+				.mr = c->tx_mr,
+			};
+			int ret;
+
+			memmove(buf + SDP_BSDH_LEN + SDP_SINKAH_LEN, buf + SDP_BSDH_LEN,
+				c->tx_len[slot]);
+			memcpy(buf + SDP_BSDH_LEN, ext, sizeof(ext));
+			conn_fill_bsdh(c, buf, SDP_MID_SINK_AVAIL, 0, sge.len);
+			ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot, 0);
+			if (ret) {
+				conn_post_failed(s, ret, true);
+				return ret;
+			}
+			c->tx_posted++;
+			c->nond_sent++;
+			c->psnk.active = false;	/* stream bytes: see write_zcopy.c */
+			SDP_STAT_INC(msgs_sent, 1);
+			SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
+			SDP_STAT_INC(trans_piggybacks, 1);
+			return 0;
+		}
+		/* It does not fit: it goes first, on its own. */
+		mode_note_trans_miss(s);
+		conn_flush(s);
+		if (c->post_failed || !ctrl_slot_free(c) || !sdp_can_send_ctrl(&c->cr))
+			return -ENOBUFS;
+	}
+	return conn_post_ctrl(s, SDP_MID_SINK_AVAIL, ext, sizeof(ext));
 }
 
 bool ctrl_slot_free(const struct sdp_conn *c)
@@ -335,6 +401,9 @@ static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
 {
 	uint32_t slot = (c->tx_filled - 1) % c->ntx;
 
+	/* A Transaction request waits for our recv()'s SinkAvail. */
+	if (c->trans_held)
+		return true;
 	if (c->tx_len[slot] >= tx_payload_max(c))
 		return false;
 	return s->cork || c->tx_posted != c->tx_done;
@@ -378,6 +447,10 @@ static void conn_flush(struct sdp_sock *s)
 			return;
 		}
 		c->tx_posted++;
+		c->nond_sent++;
+		/* Stream bytes by Data: the peer's advert is dropped unused
+		 * (write_zcopy.c). */
+		c->psnk.active = false;
 		SDP_STAT_INC(msgs_sent, 1);
 		SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
 		sent = true;
@@ -390,8 +463,10 @@ static void conn_flush(struct sdp_sock *s)
 		uint8_t ext[SDP_U32H_LEN];
 
 		sdp_u32h_encode(ext, c->rdcompl_bytes);
-		if (conn_post_ctrl(s, SDP_MID_RDMA_RD_COMPL, ext, sizeof(ext)))
+		if (conn_post_ctrl_flags(s, SDP_MID_RDMA_RD_COMPL, c->req_pipe ? SDP_FLAG_REQ_PIPE : 0,
+					 ext, sizeof(ext)))
 			return;
+		c->req_pipe = false;
 		c->rdcompl_bytes = 0;
 		c->ctrl_pending &= ~SDP_CTRL_RDMA_RD_COMPL;
 		sent = true;
@@ -412,6 +487,35 @@ static void conn_flush(struct sdp_sock *s)
 		SDP_STAT_INC(zcopy_cancels, 1);
 		sent = true;
 	}
+	while (c->psnk_cancels && ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
+		if (conn_post_ctrl(s, SDP_MID_SINK_CANCEL_ACK, NULL, 0))
+			return;
+		c->psnk_cancels--;
+		sent = true;
+	}
+	if ((c->ctrl_pending & SDP_CTRL_SINK_AVAIL_CANCEL) && ctrl_slot_free(c) &&
+	    sdp_can_send_ctrl(&c->cr)) {
+		if (conn_post_ctrl(s, SDP_MID_SINK_AVAIL_CANCEL, NULL, 0))
+			return;
+		c->ctrl_pending &= ~SDP_CTRL_SINK_AVAIL_CANCEL;
+		c->snk.cancel_sent = true;
+		c->snk_acks_due++;
+		SDP_STAT_INC(zcopy_sink_cancels, 1);
+		sent = true;
+	}
+	if ((c->ctrl_pending & SDP_CTRL_MODE_CHANGE) && mode_change_may_go(c) &&
+	    ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
+		uint8_t ext[SDP_MCH_LEN];
+		uint32_t mseq = c->cr.next_mseq;
+
+		sdp_mch_encode(ext, 0, (enum sdp_mode)c->mch_next);
+		if (conn_post_ctrl(s, SDP_MID_MODE_CHANGE, ext, sizeof(ext)))
+			return;
+		c->ctrl_pending &= ~SDP_CTRL_MODE_CHANGE;
+		mode_change_sent(s, mseq);
+		SDP_STAT_INC(mode_changes_sent, 1);
+		sent = true;
+	}
 	if ((c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK) && ctrl_slot_free(c) &&
 	    sdp_can_send_ctrl(&c->cr)) {
 		uint8_t ext[SDP_U32H_LEN];
@@ -429,6 +533,7 @@ static void conn_flush(struct sdp_sock *s)
 			return;
 		c->ctrl_pending &= ~SDP_CTRL_DISCONN;
 		c->disconn_sent = true;
+		c->psnk.active = false;	/* the sink knows: no bytes after DisConn */
 		c->disconn_last = c->disconn_rcvd;
 		sent = true;
 		sdp_dbg(LOGSYS, "sd %d: DisConn sent", s->sd);
@@ -453,9 +558,21 @@ void conn_push(struct sdp_sock *s)
 {
 	int saved_cork = s->cork;
 
+	if (s->conn && s->conn->trans_held) {
+		/* The request goes alone: the program is not waiting for
+		 * the reply in recv() (write_zcopy.c). */
+		s->conn->trans_held = false;
+		mode_note_trans_miss(s);
+	}
 	s->cork = 0;
 	conn_flush(s);
 	s->cork = saved_cork;
+}
+
+void conn_end_hold(struct sdp_sock *s)
+{
+	if (s->conn && s->conn->trans_held)
+		conn_push(s);
 }
 
 bool conn_writable(const struct sdp_sock *s)
@@ -634,18 +751,23 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 	switch (h.mid) {
 	case SDP_MID_SRC_AVAIL:
 	case SDP_MID_DATA:
+	case SDP_MID_SINK_AVAIL:
 		if (data_len == 0 && h.mid == SDP_MID_DATA)
 			break;
-		if (c->disconn_rcvd) {
+		if (data_len && c->disconn_rcvd) {
 			conn_protocol_error(s, "data after DisConn");
 			return;
 		}
-		if (s->app_closed) {
+		if (data_len && s->app_closed) {
 			/* Nobody will read it: a closed TCP socket answers
 			 * with a reset. */
 			conn_abort(s, ECONNRESET);
 			return;
 		}
+		/* Stream bytes by any message: counted for the non_discards
+		 * rule, and our SinkAvail is dead (write_zcopy.c). */
+		if (data_len)
+			wz_stream_msg_rcvd(s);
 		if (h.flags & SDP_FLAG_OOB_PRES) {
 			/* Urgent data is not offered yet: without
 			 * SO_OOBINLINE Linux takes the urgent byte out of the
@@ -664,6 +786,8 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		/* The advertised rest queues behind the inline bytes. */
 		if (h.mid == SDP_MID_SRC_AVAIL)
 			zc_src_avail_rcvd(s, &h, buf + SDP_BSDH_LEN, data_len);
+		else if (h.mid == SDP_MID_SINK_AVAIL)
+			wz_sink_avail_rcvd(s, &h, buf + SDP_BSDH_LEN, data_len);
 		if (s->state == SDP_S_ESTABLISHED && (data_len || h.mid == SDP_MID_SRC_AVAIL))
 			sock_changed(s, true);
 		break;
@@ -673,6 +797,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 			return;
 		}
 		c->disconn_rcvd = true;
+		wz_advert_dead(s);	/* no bytes come after it */
 		sdp_dbg(LOGSYS, "sd %d: DisConn received", s->sd);
 		sock_changed(s, true);
 		break;
@@ -686,13 +811,11 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		int send_half;
 		enum sdp_mode mode;
 
-		/* Legal values are accepted and change nothing: we read a
-		 * SrcAvail in any mode (zcopy.c), and never send SinkAvail,
-		 * the one thing Pipelined mode would add on our side. */
 		if (sdp_mch_decode(buf + SDP_BSDH_LEN, &send_half, &mode)) {
 			conn_protocol_error(s, "bad ModeChange");
 			return;
 		}
+		mode_change_rcvd(s, send_half, mode);
 		break;
 	}
 	case SDP_MID_SRC_AVAIL_CANCEL:
@@ -700,16 +823,26 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		break;
 	case SDP_MID_RDMA_RD_COMPL:
 		zc_rd_compl_rcvd(s, &h, sdp_u32h_decode(buf + SDP_BSDH_LEN));
+		if ((h.flags & SDP_FLAG_REQ_PIPE) && s->conn)
+			mode_req_pipe_rcvd(s);
 		break;
 	case SDP_MID_SEND_SM:
 		zc_send_sm_rcvd(s, &h);
+		break;
+	case SDP_MID_RDMA_WR_COMPL:
+		wz_wr_compl_rcvd(s, &h, sdp_u32h_decode(buf + SDP_BSDH_LEN));
+		break;
+	case SDP_MID_SINK_AVAIL_CANCEL:
+		wz_sink_cancel_rcvd(s);
+		break;
+	case SDP_MID_SINK_CANCEL_ACK:
+		wz_cancel_ack_rcvd(s);
 		break;
 	case SDP_MID_CH_RCV_BUF_ACK:
 		/* We never ask; an unsolicited answer changes nothing. */
 		break;
 	default:
-		/* SinkAvail outside Pipelined mode, completions and cancels of
-		 * adverts we never made, SuspComm we cannot honour. */
+		/* SuspComm we cannot honour, AbortConn's kin. */
 		conn_protocol_error(s, sdp_mid_name(h.mid));
 		return;
 	}
@@ -725,6 +858,10 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 
 	if (kind == SDP_CTX_READ) {
 		zc_read_done(s, wc);
+		return;
+	}
+	if (kind == SDP_CTX_WRITE) {
+		wz_write_done(s, wc);
 		return;
 	}
 	if (wc->status) {

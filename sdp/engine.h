@@ -50,6 +50,9 @@ enum {
 	SDP_CTRL_DISCONN = 1u << 2,
 	SDP_CTRL_RDMA_RD_COMPL = 1u << 3,	/* conn.rdcompl_bytes read */
 	SDP_CTRL_SRC_AVAIL_CANCEL = 1u << 4,
+	SDP_CTRL_MODE_CHANGE = 1u << 5,		/* conn.mch_next */
+	SDP_CTRL_SINK_AVAIL_CANCEL = 1u << 6,
+	SDP_CTRL_SINK_CANCEL_ACK = 1u << 7,
 };
 
 /* Segments of the receive queue that are not in a receive buffer. */
@@ -69,6 +72,7 @@ enum {
 #define SDP_CTX_TX (2ull << 32)
 #define SDP_CTX_CTRL (3ull << 32)
 #define SDP_CTX_READ (4ull << 32)	/* an RDMA read of the peer's SrcAvail */
+#define SDP_CTX_WRITE (5ull << 32)	/* an RDMA write into the peer's SinkAvail */
 #define SDP_CTX_KIND(ctx) ((ctx) & ~0xffffffffull)
 #define SDP_CTX_SLOT(ctx) ((uint32_t)(ctx))
 
@@ -123,6 +127,7 @@ struct sdp_conn {
 		bool want_cancel;	/* the peer's SrcAvail crossed ours */
 		bool cancel_sent;
 		bool ended;		/* the sink's SendSM: it reads no more */
+		bool pulled;		/* taken back for the sink's SinkAvail */
 		uint32_t mseq;		/* of the SrcAvail */
 		uint32_t len;		/* advertised, inline bytes included */
 		uint32_t inline_len;
@@ -147,6 +152,52 @@ struct sdp_conn {
 	struct oti_mr *stage_mr;
 	uint32_t stage_size;
 	struct sdp_regcache *regcache;	/* application buffers of direct reads */
+
+	/* Modes of the two half-connections (mode.c): each is chosen by its
+	 * data source and announced with ModeChange. */
+	uint8_t tx_mode;	/* our send half (enum sdp_mode) */
+	uint8_t rx_mode;	/* the peer's send half */
+	uint8_t mch_next;	/* the mode a pending ModeChange announces */
+	bool req_pipe;		/* ask for Pipelined on the next RdmaRdCompl */
+	bool was_pipelined;	/* our send half has been Pipelined */
+	uint32_t mch_mseq;	/* mseq of our ModeChange that left Pipelined */
+	unsigned small_sends;	/* Pipelined: sends below the threshold in a row */
+	unsigned stale_adverts;	/* Pipelined: SinkAvails discarded in a row */
+	unsigned trans_streak;	/* small send then advertised recv, in a row */
+	bool trans_last_send;	/* the last call on the socket was a small send */
+	bool trans_held;	/* Transaction: the tail waits for our SinkAvail */
+	uint64_t trans_hold_until;	/* ns; the hold ends then whatever happens */
+
+	/* Write Zcopy (write_zcopy.c).  Data messages counted for the
+	 * non_discards rule: ones with stream bytes, sent and received. */
+	uint32_t nond_sent, nond_rcvd;
+	/* Sink: our one SinkAvail, naming the buffer of a recv() in progress. */
+	struct sdp_snk {
+		bool active;		/* advertised, not yet over */
+		bool cancel_sent;	/* SinkAvailCancel posted */
+		uint32_t len;		/* advertised bytes */
+		uint32_t written;	/* RdmaWrCompl: bytes placed, the advert is over */
+		bool done;		/* RdmaWrCompl came */
+		bool acked;		/* SinkCancelAck came: the source is done */
+		uint32_t mseq;		/* of the SinkAvail */
+		bool dead;		/* the source cannot use it any more (Data,
+					 * ModeChange or DisConn came after it) */
+		struct oti_mr *mr;	/* exactly the buffer, remote write */
+	} snk;
+	unsigned snk_acks_due;	/* SinkCancelAcks still to come */
+	/* Source: the peer's one SinkAvail that we accepted. */
+	struct sdp_psnk {
+		bool active;
+		uint32_t rkey;
+		uint64_t raddr;
+		uint32_t len;
+	} psnk;
+	unsigned psnk_cancels;	/* SinkAvailCancels to answer (SinkCancelAck) */
+	uint32_t wr_inflight;	/* RDMA writes posted, not completed */
+	int wr_status;		/* of the last failed write */
+	uint8_t *bounce_mem;	/* small writes are copied here first */
+	struct oti_mr *bounce_mr;
+	uint32_t bounce_size;
 };
 
 /* Someone to tell about every change of a socket: a thread blocked in
@@ -216,7 +267,7 @@ struct sdp_sock {
 	/* Connection (state >= RESOLVING). */
 	struct sdp_conn *conn;
 
-	int zcopy_thresh;	/* SDP_ZCOPY_THRESH: Read Zcopy from this size, 0 = off */
+	int zcopy_thresh;	/* SDP_ZCOPY_THRESH: zero copy from this size, 0 = off */
 };
 
 /* Port of an AF_INET or AF_INET6 address, host order. */
@@ -314,6 +365,9 @@ bool ctrl_slot_free(const struct sdp_conn *c);
  * RDMA read in flight, a buffer the peer may still read) and the
  * connection is dead anyway: close the endpoint now, so it cannot. */
 void conn_kill_ep(struct sdp_sock *s);
+/* A held Transaction request goes now (the program polls instead of
+ * waiting in recv()). */
+void conn_end_hold(struct sdp_sock *s);
 /* Drive s once: a listener's requests or a connection's events. */
 void sock_drive(struct sdp_sock *s);
 
@@ -364,6 +418,75 @@ void zc_cancel_rcvd(struct sdp_sock *s);
 void zc_read_done(struct sdp_sock *s, const struct oti_wc *wc);
 /* Free the zero-copy state; after ep_close(). */
 void zc_conn_free(struct sdp_conn *c);
+/* Shared with write_zcopy.c: the connection cannot carry on; sleep until
+ * something changes (or deadline) and drive; the largest one RDMA
+ * operation; the registration cache of application buffers. */
+bool zc_conn_dead(const struct sdp_sock *s);
+void zc_wait(struct sdp_sock *s, uint64_t deadline, bool *intr);
+uint64_t zc_op_max(const struct sdp_conn *c);
+int zc_regcache_setup(struct sdp_conn *c);
+
+/* --- mode.c: the modes of the two half-connections ---------------------------- */
+
+void mode_init(struct sdp_conn *c);
+/* Queue a ModeChange of our send half to m (sent by conn_flush()). */
+void mode_want(struct sdp_sock *s, enum sdp_mode m);
+/* A ModeChange may be posted now. */
+bool mode_change_may_go(const struct sdp_conn *c);
+/* Our ModeChange (with this mseq) was posted: it is in force. */
+void mode_change_sent(struct sdp_sock *s, uint32_t mseq);
+void mode_change_rcvd(struct sdp_sock *s, int send_half, enum sdp_mode m);
+/* The sink set REQ_PIPE on an RdmaRdCompl. */
+void mode_req_pipe_rcvd(struct sdp_sock *s);
+/* Policy input: a send of ours went out (big: by zero copy, or large). */
+void mode_note_send(struct sdp_sock *s, bool big);
+/* A SinkAvail arrived stale. */
+void mode_note_stale(struct sdp_sock *s);
+/* One of our recv()s advertised its buffer. */
+void mode_note_advert(struct sdp_sock *s);
+/* A held Transaction request had to go out alone. */
+void mode_note_trans_miss(struct sdp_sock *s);
+
+/* --- write_zcopy.c: Write Zcopy and Transaction mode --------------------------- */
+
+bool wz_transport_writes(const struct sdp_conn *c);
+/* Our SinkAvail is out and the source may still use it. */
+bool wz_advert_live(const struct sdp_conn *c);
+/* A recv() of iov (after skip) with these flags may advertise now. */
+bool wz_may_advertise(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
+		      size_t skip, int flags);
+/*
+ * Advertise iov's buffer (after skip), with a held Transaction request
+ * aboard, and wait until the advert is over.  Returns the bytes the
+ * source wrote there, 0 if the advert died (what killed it is queued), or
+ * -errno (-EAGAIN deadline, -EINTR, -ENOBUFS: could not register).
+ */
+ssize_t wz_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, size_t skip,
+		uint64_t deadline);
+/* Sink: a message with stream bytes arrived (counts, kills our advert). */
+void wz_stream_msg_rcvd(struct sdp_sock *s);
+/* Sink: our advert cannot be used any more. */
+void wz_advert_dead(struct sdp_sock *s);
+void wz_wr_compl_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, uint32_t n);
+void wz_cancel_ack_rcvd(struct sdp_sock *s);
+/* Source: the peer's SinkAvail (payload: Transaction bytes it carried). */
+void wz_sink_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
+			uint32_t payload);
+void wz_sink_cancel_rcvd(struct sdp_sock *s);
+/* Source: the peer's advert may take our next bytes now. */
+bool wz_send_ready(const struct sdp_sock *s);
+/* Write iov (after skip) into the peer's advert: returns bytes taken, 0
+ * (use Bcopy), or -errno. */
+ssize_t wz_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, size_t skip,
+		bool dontwait);
+/* Completion of an RDMA write (SDP_CTX_WRITE). */
+void wz_write_done(struct sdp_sock *s, const struct oti_wc *wc);
+/* Free the Write Zcopy state; after ep_close(). */
+void wz_conn_free(struct sdp_conn *c);
+/* conn.c: post our SinkAvail; a held Transaction request goes with it. */
+int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a);
+/* The largest Transaction request that rides on a SinkAvail. */
+uint32_t conn_piggyback_max(const struct sdp_conn *c);
 /* Remove queue entry i (0 = head) of c's receive queue. */
 void rxq_remove(struct sdp_conn *c, uint32_t i);
 
@@ -381,6 +504,8 @@ void progress_adopt_orphan(struct sdp_sock *s);
  * push queued data when armed or polled).  Caller holds s->lock.
  */
 void progress_posted(struct sdp_sock *s);
+/* Tick s, fast, while it holds a Transaction request (conn.trans_held). */
+void progress_hold(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)
  * is over, so timeouts fire without any fd activity. */
 void progress_watch(struct sdp_sock *s);

@@ -91,6 +91,7 @@ int sdp_events(int sd)
 		listener_progress(s);
 	else if (s->conn)
 		conn_progress(s);
+	conn_end_hold(s);	/* a poller is not waiting in recv() */
 	ev = sock_events_locked(s);
 	sock_unlock_put(s);
 	return ev;
@@ -105,6 +106,7 @@ int sdp_set_interest(int sd, int events)
 	/* POLLOUT would keep the fd readable while merely writable, which
 	 * a level-triggered waiter could never sleep through. */
 	s->interest = events & ~(POLLOUT | POLLWRNORM);
+	conn_end_hold(s);
 	sock_changed(s, false);
 	sock_unlock_put(s);
 	return 0;
@@ -138,6 +140,7 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks, b
 			listener_progress(s);
 		else if (s->conn)
 			conn_progress(s);
+		conn_end_hold(s);	/* a poller is not waiting in recv() */
 		int ev = sock_events_locked(s) & (fds[i].events | POLLHUP | POLLERR);
 
 		pthread_mutex_unlock(&s->lock);

@@ -33,6 +33,9 @@
 
 #define LOGSYS "progress"
 #define SDP_TICK_MS 100
+/* While a Transaction request is held (write_zcopy.c), ticks are this
+ * often, so the hold ends on time even if the program never comes back. */
+#define SDP_HOLD_TICK_MS 1
 
 /* A socket with a reference held on behalf of the progress thread. */
 struct sock_ref {
@@ -50,6 +53,9 @@ static pthread_t prog_thread;
 static struct sock_ref *prog_releases;	/* refs to drop after the batch */
 static struct sock_ref *prog_watch;	/* sockets with deadlines */
 static bool prog_watch_out;		/* prog_tick() has the watch list */
+static bool prog_fast;			/* a watched socket holds a request */
+static bool prog_hold_seen;		/* prog_tick(): one still does */
+static bool prog_hold_new;		/* progress_hold() since the last tick */
 static struct sock_ref *prog_pokes;	/* sockets to drive once, soon */
 static pid_t prog_pid;
 static __thread bool on_progress_thread;
@@ -126,7 +132,12 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 		} else if (s->nlsn) {
 			keep = s->pending_children > 0;
 		} else if (s->conn) {
-			keep = s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
+			if (s->conn->trans_held && sdp_now_ns() >= s->conn->trans_hold_until)
+				conn_push(s);	/* nobody came for it */
+			if (s->conn && s->conn->trans_held)
+				prog_hold_seen = true;
+			keep = (s->conn && s->conn->trans_held) ||
+			       s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
 			       (s->conn->post_failed && !s->conn->transport_down &&
 				s->state == SDP_S_ESTABLISHED);
 		}
@@ -144,6 +155,7 @@ static void prog_tick(void)
 	prog_watch = NULL;
 	prog_watch_out = true;
 	pthread_mutex_unlock(&prog_lock);
+	prog_hold_seen = false;
 
 	while (list) {
 		struct sock_ref *r = list;
@@ -166,6 +178,9 @@ static void prog_tick(void)
 		prog_watch = r;
 	}
 	prog_watch_out = false;
+	/* Fast while a hold goes on, or began during this tick. */
+	prog_fast = prog_hold_seen || prog_hold_new;
+	prog_hold_new = false;
 	pthread_mutex_unlock(&prog_lock);
 }
 
@@ -214,7 +229,7 @@ static void *prog_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&prog_lock);
-		int timeout = prog_watch ? SDP_TICK_MS : -1;
+		int timeout = prog_fast ? SDP_HOLD_TICK_MS : prog_watch ? SDP_TICK_MS : -1;
 		pthread_mutex_unlock(&prog_lock);
 
 		int n = epoll_wait(epfd, ev, 64, timeout);
@@ -344,6 +359,19 @@ void progress_posted(struct sdp_sock *s)
 	prog_push(&prog_pokes, s);
 	pthread_mutex_unlock(&prog_lock);
 	prog_kick();
+}
+
+void progress_hold(struct sdp_sock *s)
+{
+	bool kick;
+
+	pthread_mutex_lock(&prog_lock);
+	progress_watch_locked(s);
+	kick = !prog_fast;
+	prog_fast = prog_hold_new = true;
+	pthread_mutex_unlock(&prog_lock);
+	if (kick)
+		prog_kick();
 }
 
 void progress_watch(struct sdp_sock *s)

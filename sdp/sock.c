@@ -646,6 +646,37 @@ static int step_wait(struct sdp_sock *s, bool dontwait, uint64_t deadline, bool 
 	return ret;
 }
 
+/*
+ * Transaction mode (write_zcopy.c): a small request is held back for the
+ * recv() that will advertise the reply's buffer, and rides on its
+ * SinkAvail.  More bytes join it while the whole still fits one message;
+ * otherwise what is held goes now.
+ */
+static void trans_hold(struct sdp_sock *s, size_t more)
+{
+	struct sdp_conn *c = s->conn;
+	long hold_us = tun_int(TUN_trans_hold_us);
+
+	if (c->tx_mode != SDP_MODE_TRANSACTION || !hold_us || c->rx_mode != SDP_MODE_PIPELINED) {
+		if (c->trans_held)
+			conn_push(s);
+		return;
+	}
+	uint32_t held = c->trans_held ? c->tx_len[(c->tx_filled - 1) % c->ntx] : 0;
+	bool alone = c->trans_held ? c->tx_posted + 1 == c->tx_filled : c->tx_posted == c->tx_filled;
+
+	if (!alone || held + more > conn_piggyback_max(c)) {
+		if (c->trans_held)
+			conn_push(s);
+		return;
+	}
+	if (!c->trans_held) {
+		c->trans_held = true;
+		c->trans_hold_until = sdp_now_ns() + (uint64_t)hold_us * 1000ull;
+		progress_hold(s);
+	}
+}
+
 ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct sdp_sock *s;
@@ -669,6 +700,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	 * drive costs system calls. */
 	bool driven = false;
 	bool zc_off = false;	/* this call sends by Bcopy only */
+	bool zc_used = false;	/* some of it went by zero copy */
 
 	for (;;) {
 		if (s->so_error) {
@@ -689,6 +721,20 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 		if (done == total)
 			break;
+		/* The peer's recv() advertised its buffer: write into it
+		 * (write_zcopy.c). */
+		if (wz_send_ready(s)) {
+			ret = wz_send(s, iov, iovcnt, done, dontwait);
+			if (ret < 0) {
+				ret = done ? (ssize_t)done : ret;
+				goto out;
+			}
+			if (ret > 0) {
+				done += (size_t)ret;
+				zc_used = true;
+				continue;
+			}
+		}
 		/* A large piece of a blocking send goes by Read Zcopy: the
 		 * peer reads it from iov itself (zcopy.c). */
 		size_t zlen;
@@ -704,6 +750,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				goto out;
 			}
 			done += (size_t)ret;
+			zc_used |= ret > 0;
 			if (how == ZC_CANCELLED && done) {
 				ret = (ssize_t)done;
 				goto out;
@@ -714,6 +761,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				zc_off = true;
 			continue;
 		}
+		trans_hold(s, total - done);
 		ret = conn_send(s, iov, iovcnt, flags, done,
 				dontwait || zc_off ? SIZE_MAX
 						   : zc_bcopy_limit(s, iov, iovcnt, done));
@@ -734,6 +782,10 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 	}
 	ret = (ssize_t)done;
+	if (s->conn) {
+		mode_note_send(s, zc_used || (s->zcopy_thresh && total >= (size_t)s->zcopy_thresh));
+		s->conn->trans_last_send = !zc_used && total <= conn_piggyback_max(s->conn);
+	}
 out:
 	sock_unlock_put(s);
 	return ret;
@@ -774,6 +826,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	bool driven = false;	/* see sdp_sendv() */
 	uint64_t spin_until = 0;
+	bool wz_off = false;	/* this call's buffer could not be advertised */
 
 	for (;;) {
 		if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING) {
@@ -853,6 +906,27 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			ret = done ? (ssize_t)done : -EAGAIN;
 			goto out;
 		}
+		/* The peer may write straight into this buffer: tell it where
+		 * (write_zcopy.c); a held Transaction request goes along. */
+		if (!wz_off && wz_may_advertise(s, iov, iovcnt, done, flags)) {
+			ret = wz_recv(s, iov, iovcnt, done, deadline);
+			if (ret == -ENOBUFS) {
+				wz_off = true;
+				continue;
+			}
+			if (ret < 0) {
+				ret = done ? (ssize_t)done : ret;
+				goto out;
+			}
+			done += (size_t)ret;
+			if (done >= want)
+				break;
+			driven = false;
+			continue;
+		}
+		/* Nobody will carry a held request: it goes now. */
+		if (s->conn && s->conn->trans_held)
+			conn_push(s);
 		if (spin_wait(s, &spin_until)) {
 			driven = false;
 			continue;
@@ -866,6 +940,16 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	ret = (ssize_t)done;
 out:
+	if (s->conn) {
+		/* A request still held was not followed by its reply's
+		 * recv(): it goes alone; and the next advert is no reply. */
+		if (s->conn->trans_held && !(flags & MSG_PEEK))
+			conn_push(s);
+		if (s->conn->trans_last_send) {
+			s->conn->trans_last_send = false;
+			s->conn->trans_streak = 0;
+		}
+	}
 	sock_unlock_put(s);
 	return ret;
 }

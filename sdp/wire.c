@@ -451,8 +451,7 @@ int sdp_mch_decode(const void *in, int *send_half, enum sdp_mode *mode)
 
 	if ((p[0] & 0x0f) || p[1] || p[2] || p[3])
 		return -EPROTO;
-	if (m != SDP_MODE_BUFFERED && m != SDP_MODE_COMBINED &&
-	    m != SDP_MODE_PIPELINED)
+	if (m > SDP_MODE_TRANSACTION)
 		return -EPROTO;
 	*send_half = !!(v & SDP_MCH_SEND);
 	*mode = (enum sdp_mode)m;

@@ -161,7 +161,13 @@ void sdp_u32h_encode(void *out, uint32_t v);
 uint32_t sdp_u32h_decode(const void *in);
 
 /* ModeChange: byte 0 = value << 4, value = {bit3: send half, bits2:0: mode}. */
-enum sdp_mode { SDP_MODE_BUFFERED = 0, SDP_MODE_COMBINED = 1, SDP_MODE_PIPELINED = 2 };
+/* Transaction (3) is this implementation's: see sdp/mode.c. */
+enum sdp_mode {
+	SDP_MODE_BUFFERED = 0,
+	SDP_MODE_COMBINED = 1,
+	SDP_MODE_PIPELINED = 2,
+	SDP_MODE_TRANSACTION = 3,
+};
 #define SDP_MCH_SEND 0x8
 void sdp_mch_encode(void *out, int send_half, enum sdp_mode mode);
 /* -EPROTO for reserved bits set or an unknown mode. */

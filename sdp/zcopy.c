@@ -71,7 +71,7 @@ static bool zc_transport_reads(const struct sdp_conn *c)
 	return caps.flags & OTI_CAP_RDMA_READ;
 }
 
-static uint64_t zc_piece_max(const struct sdp_conn *c)
+uint64_t zc_op_max(const struct sdp_conn *c)
 {
 	struct oti_caps caps;
 	uint64_t max = (uint64_t)tun_int(TUN_zcopy_max);
@@ -99,7 +99,7 @@ const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov,
 
 	if (n < (size_t)s->zcopy_thresh || !zc_transport_reads(c))
 		return NULL;
-	uint64_t max = zc_piece_max(c);
+	uint64_t max = zc_op_max(c);
 
 	*len = n > max ? (size_t)max : n;
 	return (const uint8_t *)iov[i].iov_base + skip;
@@ -121,7 +121,7 @@ size_t zc_bcopy_limit(const struct sdp_sock *s, const struct iovec *iov, int iov
 	return SIZE_MAX;
 }
 
-static bool conn_dead(const struct sdp_sock *s)
+bool zc_conn_dead(const struct sdp_sock *s)
 {
 	return !s->conn || s->state != SDP_S_ESTABLISHED || s->conn->transport_down ||
 	       s->conn->post_failed;
@@ -132,7 +132,7 @@ static bool conn_dead(const struct sdp_sock *s)
  * sleep early; *intr says so), then drive the transport.  Callers check
  * their condition after each call: it may already hold.
  */
-static void zc_wait(struct sdp_sock *s, uint64_t deadline, bool *intr)
+void zc_wait(struct sdp_sock *s, uint64_t deadline, bool *intr)
 {
 	int ret = sdp_wait(s, deadline);
 
@@ -167,7 +167,7 @@ static void zc_release_tx(struct sdp_sock *s, struct sdp_conn *c, bool orderly)
 		c->t->mr_dereg(c->tx_sa.mr);
 	c->tx_sa = (struct sdp_tx_sa){ 0 };
 	/* Bcopy data and a DisConn may have waited for this. */
-	if (!conn_dead(s))
+	if (!zc_conn_dead(s))
 		conn_push(s);
 }
 
@@ -181,10 +181,14 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 	*outcome = ZC_BCOPY;
 	/* Wait for our turn; a deadline or signal here costs nothing yet. */
 	for (;;) {
-		if (conn_dead(s) || s->conn != c)
+		if (zc_conn_dead(s) || s->conn != c)
 			return 0;
 		if (c->rx_sa.active)
 			return 0;	/* the peer's offer is unread: no crossing */
+		if (c->psnk.active) {
+			*outcome = ZC_DONE;	/* the peer's advert takes it (write_zcopy.c) */
+			return 0;
+		}
 		if (zc_can_offer(c))
 			break;
 		if (c->tx_posted != c->tx_filled)
@@ -209,7 +213,9 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		return 0;
 	}
 	uint8_t ext[SDP_SRCAH_LEN + SDP_SA_INLINE];
-	uint32_t inline_len = len < SDP_SA_INLINE ? (uint32_t)len : SDP_SA_INLINE;
+	/* Combined mode wants stream bytes inline, Pipelined none. */
+	uint32_t inline_len = c->tx_mode == SDP_MODE_PIPELINED ? 0
+			      : len < SDP_SA_INLINE ? (uint32_t)len : SDP_SA_INLINE;
 	struct sdp_srcah sa = {
 		.len = (uint32_t)len,
 		.rkey = mr->rkey,
@@ -229,6 +235,8 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		zc_release_tx(s, c, false);
 		return 0;
 	}
+	if (inline_len)
+		c->nond_sent++;
 	SDP_STAT_INC(zcopy_offers, 1);
 	SDP_STAT_INC(bytes_sent, inline_len);
 	progress_posted(s);
@@ -247,7 +255,7 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 	while (c->tx_sa.read < want && !c->tx_sa.ended) {
 		if (s->conn != c)
 			return -ECONNRESET;	/* freed under us: cannot happen while we hold a ref */
-		if (conn_dead(s)) {
+		if (zc_conn_dead(s)) {
 			orderly = false;
 			break;
 		}
@@ -286,7 +294,11 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 	}
 
 	uint32_t taken = inline_len + c->tx_sa.read;
-	bool refused = c->tx_sa.ended && c->tx_sa.read < want;
+	bool pulled = c->tx_sa.pulled;
+
+	if (pulled)
+		SDP_STAT_INC(zcopy_pulled, 1);
+	bool refused = c->tx_sa.ended && c->tx_sa.read < want && !pulled;
 
 	if (refused && !c->tx_sa.cancel_sent && !(c->ctrl_pending & SDP_CTRL_SRC_AVAIL_CANCEL)) {
 		SDP_STAT_INC(zcopy_refused, 1);
@@ -300,7 +312,8 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 	zc_release_tx(s, c, orderly);
 	if (!orderly)
 		return taken;		/* the caller reports the error */
-	*outcome = user_cancel ? ZC_CANCELLED : refused ? ZC_BCOPY : ZC_DONE;
+	/* Taken back for the sink's advert: the caller writes into it. */
+	*outcome = pulled ? ZC_DONE : user_cancel ? ZC_CANCELLED : refused ? ZC_BCOPY : ZC_DONE;
 	return taken;
 }
 
@@ -402,6 +415,16 @@ void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8
 	struct sdp_srcah sa;
 
 	sdp_srcah_decode(ext, &sa);
+	if (c->rx_mode == SDP_MODE_PIPELINED ? inline_len != 0 : inline_len == 0) {
+		conn_protocol_error(s, c->rx_mode == SDP_MODE_PIPELINED
+					       ? "SrcAvail with data in Pipelined mode"
+					       : "SrcAvail without data outside Pipelined mode");
+		return;
+	}
+	/* It crossed our live SinkAvail: the source takes it back and
+	 * writes into the advert instead (write_zcopy.c). */
+	if (wz_advert_live(c))
+		return;
 	if (c->rx_sa.active) {
 		conn_protocol_error(s, "a second SrcAvail (max_adverts is 1)");
 		return;
@@ -484,7 +507,7 @@ static int zc_stage_setup(struct sdp_conn *c)
 	return 0;
 }
 
-static int zc_regcache_setup(struct sdp_conn *c)
+int zc_regcache_setup(struct sdp_conn *c)
 {
 	if (!c->regcache)
 		c->regcache = regcache_new(c->t, c->ep, zc_sink_access(c));
@@ -516,7 +539,7 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 	*busy = false;
 	if (!(flags & MSG_PEEK) ? !zc_rx_at_head(c) : rxq_find_sa(c) < 0)
 		return 0;
-	if (conn_dead(s) && !c->rx_sa.inflight) {
+	if (zc_conn_dead(s) && !c->rx_sa.inflight) {
 		/* The source is gone with the rest of its offer. */
 		zc_rx_finish(s, false);
 		return s->so_error ? 0 : -ECONNRESET;
@@ -537,8 +560,8 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 	if (direct) {
 		if (n > room)
 			n = room;
-		if (n > zc_piece_max(c))
-			n = zc_piece_max(c);
+		if (n > zc_op_max(c))
+			n = zc_op_max(c);
 		sge.addr = (uint8_t *)iov[i].iov_base + skip;
 		ret = zc_regcache_setup(c);
 		if (!ret)
@@ -604,6 +627,10 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 		return 0;
 	SDP_STAT_INC(zcopy_direct_bytes, n);
 	SDP_STAT_INC(bytes_received, n);
+	/* A receive buffer was ready for a whole piece: adverts would have
+	 * let the source write into it without asking (mode.c). */
+	if (c->rx_mode == SDP_MODE_COMBINED && wz_transport_writes(c))
+		c->req_pipe = true;
 	return (ssize_t)n;
 }
 

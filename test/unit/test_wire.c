@@ -987,6 +987,7 @@ Test(wire_ext, mch_values)
 		{ 1, SDP_MODE_BUFFERED, 0x80 },	/* BUFF_SEND */
 		{ 1, SDP_MODE_COMBINED, 0x90 },	/* COMB_SEND */
 		{ 1, SDP_MODE_PIPELINED, 0xa0 },	/* PIPE_SEND */
+		{ 0, SDP_MODE_TRANSACTION, 0x30 },	/* TRANS_RECV (ours) */
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1023,7 +1024,7 @@ Test(wire_ext, mch_rejects)
 
 	for (unsigned int b = 0; b < 256; b++) {
 		unsigned int m = (b >> 4) & 7;
-		int ok = !(b & 0x0f) && m <= 2;
+		int ok = !(b & 0x0f) && m <= SDP_MODE_TRANSACTION;
 
 		buf[0] = (uint8_t)b;
 		cr_assert_eq(sdp_mch_decode(buf, &half, &mode), ok ? 0 : -EPROTO,
@@ -1032,7 +1033,7 @@ Test(wire_ext, mch_rejects)
 	/* Rejection leaves the outputs alone. */
 	half = 7;
 	mode = SDP_MODE_PIPELINED;
-	buf[0] = 0x30;
+	buf[0] = 0x40;	/* mode 4: unknown */
 	cr_assert_eq(sdp_mch_decode(buf, &half, &mode), -EPROTO);
 	cr_assert_eq(half, 7);
 	cr_assert_eq(mode, SDP_MODE_PIPELINED);
