@@ -148,9 +148,14 @@ ssize_t wz_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, size_t 
 	};
 	ret = conn_post_sink_avail(s, &a);
 	if (ret) {
-		conn_kill_ep(s);
+		/* -ENOBUFS: the held request took the last credit, nothing
+		 * was advertised.  Otherwise the connection failed. */
+		if (ret != -ENOBUFS)
+			conn_kill_ep(s);
 		c->t->mr_dereg(mr);
 		c->snk = (struct sdp_snk){ 0 };
+		if (ret == -ENOBUFS)
+			return ret;
 		return s->so_error ? 0 : -ECONNRESET;
 	}
 	SDP_STAT_INC(zcopy_sink_adverts, 1);
