@@ -943,7 +943,7 @@ out:
 	if (s->conn) {
 		/* A request still held was not followed by its reply's
 		 * recv(): it goes alone; and the next advert is no reply. */
-		if (s->conn->trans_held && !(flags & MSG_PEEK))
+		if (s->conn->trans_held)
 			conn_push(s);
 		if (s->conn->trans_last_send) {
 			s->conn->trans_last_send = false;
