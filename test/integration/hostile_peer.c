@@ -32,12 +32,59 @@
  * a protocol error.  On verbs a failed RDMA read moves the attacker's QP to
  * error, so every attack has a connection of its own.
  *
+ * The mode attacks break the rules of the half-connections' modes
+ * (sdp/mode.c) in band, after the valid header: a ModeChange that changes
+ * nothing, Pipelined -> Transaction and Transaction -> Pipelined (after a
+ * legal change into the first), a change of the victim's own send half, an
+ * undefined mode; a SinkAvail while the victim's send half is Combined; an
+ * RdmaWrCompl or a SinkCancelAck that answers nothing; a SrcAvail with
+ * inline bytes after the attacker declared Pipelined, one without in
+ * Combined.  The SrcAvails and the SinkAvail name real memory of the
+ * attacker's, so that only the rule can stop them.  Each must be aborted.
+ *
+ * The Write Zcopy attacks (sdp/write_zcopy.c) make the victim the sink:
+ * the attacker declares its send half Pipelined and asks the victim to
+ * receive (HOSTILE_MAGIC_RECV), whose blocking recv() of a large buffer
+ * between two guard areas advertises it with SinkAvail.  An honest RDMA
+ * write and RdmaWrCompl must be delivered intact; a write with the key
+ * once recv() returned (after the RdmaWrCompl, or after the advert died
+ * of a Data message or a ModeChange), before or past the advertised bytes,
+ * or with another key, must give the attacker an error -- an error
+ * completion, or the transport dropping the connection; a ChRcvBuf behind
+ * each write, which the victim answers, tells a write that was taken from
+ * one that failed where the write's completion cannot (tcp-fallback) --
+ * and the victim's memory must not change: it checks the buffer and the
+ * guards after each recv() and again once the connection is over.  An
+ * RdmaWrCompl for more than was advertised, or with no advert, must be
+ * aborted.
+ *
+ * Then the victim is the source (HOSTILE_MAGIC_PIPE, two blocking sends):
+ * the attacker reads the first offer and completes it with REQ_PIPE, the
+ * victim must switch to Pipelined (ModeChange) and offer the second send
+ * with a SrcAvail without inline bytes, and the attacker answers with a
+ * SinkAvail of its own.  An honest one must be written with the right
+ * bytes.  With a bogus key, or naming bytes outside the attacker's
+ * registration, the victim's write fails: the connection must go down,
+ * and the victim's send() must fail rather than return as if the bytes
+ * had arrived -- on tcp-fallback a write completes once it is handed to
+ * the kernel, so there the send may have returned, and the error must come
+ * at the application's next call.  A SinkAvail with data (the attacker's
+ * half is not Transaction), an empty one, and a second one while the first
+ * is held must be aborted.
+ *
+ * On the RECV and PIPE connections the victim's own word -- what its
+ * recv() or sends returned, whether its memory changed, how the connection
+ * ended -- comes back on a pipe once the connection is over and is part of
+ * each case's verdict; changed memory or bad data delivered also fails the
+ * victim's exit status.
+ *
  * Meanwhile a well-behaved SDP connection (public API, in a thread of the
  * attacker) streams seeded data into the same victim process for the whole
  * run; at the end its verdict must match, and fresh connections made after
  * all the attacks must work too, one of them receiving a zero-copy send from
- * the victim.  The victim finally reports how each of its connections ended
- * and its engine counters.
+ * the victim and one RDMA-writing into its recv() buffers.  The victim
+ * finally reports how each of its connections ended and its engine
+ * counters.
  *
  * Exit 0 pass, 1 fail.
  */
@@ -72,6 +119,44 @@
  * send returned, 0), and waits for the end of the connection. */
 #define HOSTILE_MAGIC_SEND 0x53445053u	/* "SDPS" */
 #define HOSTILE_SEND_MAX (64u << 20)
+/* Header magic: the victim receives `bytes` bytes of xgen(seed) with
+ * blocking recv()s into one buffer of HOSTILE_RECV_BUF bytes that lies
+ * between two guard areas -- a Write Zcopy sink once the peer's send half
+ * is Pipelined.  It checks what each recv() delivered and that nothing
+ * else of the buffer or the guards changed, sends a 16-byte verdict (the
+ * count, 0), shuts down writing, waits for the end of the connection with
+ * a small recv() (which advertises nothing), and checks that the buffer
+ * and the guards are still exactly as they were. */
+#define HOSTILE_MAGIC_RECV 0x53445052u	/* "SDPR" */
+#define HOSTILE_RECV_BUF ((256u << 10) + 13)
+#define GUARD_LEN 4096u
+#define GUARD_BYTE 0x5A
+#define FRESH_BYTE 0xC3		/* buffer bytes nobody has written */
+#define EVIL_BYTE 0xBD		/* what the attacker's illegal RDMA writes carry */
+/* Header magic: the victim sends `bytes` bytes of xgen(seed) twice, in two
+ * blocking sends (the second continues the stream), then the trailer (the
+ * total the sends returned, 0) as with HOSTILE_MAGIC_SEND, and waits for
+ * the end of the connection without shutting down its side (the peer may
+ * still advertise).  The first send is a Read Zcopy offer; a peer that
+ * asks for Pipelined when it completes it gets the second by Write Zcopy
+ * once it advertises a buffer. */
+#define HOSTILE_MAGIC_PIPE 0x53445050u	/* "SDPP" */
+
+/*
+ * The victim's word on a connection with one of those two magics, sent on
+ * the report pipe when the connection is over: the attacker cannot ask it
+ * in band (by then its attack has usually killed the connection).
+ */
+struct vreport {
+	uint32_t tag;		/* the header seed without HOSTILE_SEED_TAG */
+	uint32_t flags;		/* VR_* */
+	int64_t r1, r2;		/* RECV: the first recv(); PIPE: the two sends (count or -errno) */
+	int64_t end;		/* how the connection ended: 0 EOF, -errno */
+	char text[200];
+};
+#define VR_DATA_BAD 1u		/* a recv() delivered bytes that are not the stream's */
+#define VR_MEM_CHANGED 2u	/* buffer or guard bytes changed that no recv() delivered */
+#define VR_SENT_ALL 4u		/* PIPE: both sends returned their whole count */
 /* Where the attacker's RDMA reads land in its send area. */
 #define RD_AREA_OFF (1u << 20)
 #define RD_AREA_LEN (3u << 20)
@@ -80,6 +165,13 @@
 #define SEND_AREA (4u << 20)
 /* aligned_alloc() wants a multiple of the alignment. */
 #define MEM_SIZE ((NRECV * RECV_SIZE + SEND_AREA + 4095u) & ~4095u)
+/* Messages built on the fly each take a slot of the send area below the
+ * read area (an earlier one may still be in flight). */
+#define MSG_SLOT 256u
+#define MSG_FIRST_SLOT (16u << 10)
+/* Memory the attacker offers the victim (remote read and write): the
+ * source of its SrcAvails, the sink of its SinkAvails. */
+#define XMEM_SIZE (1u << 20)
 
 static unsigned case_timeout_ms = 10000;
 
@@ -112,9 +204,14 @@ struct vconn {
 	char peer[80];
 	int kind;		/* 0 no header, 1 good client, 2 attacker */
 	int ok;
-	char result[160];
+	bool breach;		/* memory changed or bad data delivered: always a failure */
+	char result[200];
+	struct vreport rep;	/* RECV, PIPE */
 	struct vconn *next;
 };
+
+/* The write end of the report pipe (victim process). */
+static int report_fd = -1;
 
 /*
  * The victim sends: one blocking send of h->bytes (a zero-copy offer on a
@@ -164,6 +261,178 @@ static void victim_send(struct vconn *v, const struct xfer_hdr *h)
 	v->ok = m == 0;
 }
 
+/*
+ * The guards, and the buffer after a recv() that delivered its first n
+ * bytes from stream position pos (n = 0: it failed): beyond n only bytes
+ * nobody wrote or the stream's own (an honest write into an advert that
+ * then died).  VR_MEM_CHANGED with *what filled, or 0.
+ */
+static uint32_t region_check(const uint8_t *region, size_t cap, uint32_t seed, uint64_t pos,
+			     size_t n, char *what, size_t whatcap)
+{
+	const uint8_t *buf = region + GUARD_LEN;
+	struct xgen g;
+	uint8_t want;
+
+	for (size_t i = 0; i < GUARD_LEN; i++) {
+		if (region[i] != GUARD_BYTE || buf[cap + i] != GUARD_BYTE) {
+			snprintf(what, whatcap, "guard %s the buffer changed at %zu: 0x%02x",
+				 region[i] != GUARD_BYTE ? "before" : "after",
+				 region[i] != GUARD_BYTE ? GUARD_LEN - i : i,
+				 region[i] != GUARD_BYTE ? region[i] : buf[cap + i]);
+			return VR_MEM_CHANGED;
+		}
+	}
+	xgen_init(&g, seed);
+	g.off = pos + n;
+	for (size_t i = n; i < cap; i++) {
+		xgen_fill(&g, &want, 1);
+		if (buf[i] != FRESH_BYTE && buf[i] != want) {
+			snprintf(what, whatcap, "buffer byte %zu beyond the %zu delivered is 0x%02x", i,
+				 n, buf[i]);
+			return VR_MEM_CHANGED;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The victim receives (HOSTILE_MAGIC_RECV).  Only a well-behaved peer can
+ * make this "ok"; the report says what happened for an attack.
+ */
+static void victim_recv(struct vconn *v, const struct xfer_hdr *h)
+{
+	const size_t cap = HOSTILE_RECV_BUF, total = cap + 2 * GUARD_LEN;
+	uint8_t *region = malloc(total), *snap = malloc(total), *buf;
+	uint8_t verdict[XFER_VERDICT_LEN], b[64];
+	char what[120] = "", how[80];
+	struct xgen g;
+	uint64_t got = 0;
+	ssize_t n = 0, m;
+
+	if (!region || !snap || h->bytes == 0) {
+		snprintf(v->result, sizeof(v->result), "%s", h->bytes ? "out of memory" : "0 bytes?");
+		goto out;
+	}
+	buf = region + GUARD_LEN;
+	memset(region, GUARD_BYTE, total);
+	xgen_init(&g, h->seed);
+	while (got < h->bytes) {
+		memset(buf, FRESH_BYTE, cap);
+		n = sdp_recv(v->sd, buf, cap, 0);
+		if (got == 0)
+			v->rep.r1 = n;
+		if (n <= 0)
+			break;
+		size_t bad = xgen_check(&g, buf, (size_t)n);
+
+		if (bad != (size_t)n) {
+			snprintf(what, sizeof(what), "recv delivered a wrong byte at stream offset %" PRIu64,
+				 got + bad);
+			v->rep.flags |= VR_DATA_BAD;
+			break;
+		}
+		v->rep.flags |= region_check(region, cap, h->seed, got, (size_t)n, what, sizeof(what));
+		got += (uint64_t)n;
+		if (v->rep.flags)
+			break;
+	}
+	if (n <= 0)
+		v->rep.flags |= region_check(region, cap, h->seed, got, 0, what, sizeof(what));
+	/* From here on nothing may touch it. */
+	memcpy(snap, region, total);
+	if (n < 0) {
+		m = n;
+	} else if (got < h->bytes || v->rep.flags) {
+		m = n == 0 ? 0 : -EPROTO;
+	} else {
+		xfer_verdict_encode(verdict, got, 0);
+		m = xfer_send_all(&xsock_sdp, v->sd, verdict, sizeof(verdict), -1);
+		if (m >= 0) {
+			xsock_sdp.shutdown(v->sd, SHUT_WR);
+			m = xfer_recv_all(&xsock_sdp, v->sd, b, sizeof(b), -1);
+		}
+	}
+	v->rep.end = m > 0 ? -EBADMSG : m;
+	if (!v->rep.flags && memcmp(region, snap, total)) {
+		size_t i = 0;
+
+		while (region[i] == snap[i])
+			i++;
+		snprintf(what, sizeof(what), "%s byte %zu CHANGED after recv() returned: 0x%02x",
+			 i < GUARD_LEN || i >= GUARD_LEN + cap ? "guard" : "buffer",
+			 i < GUARD_LEN ? i : i - GUARD_LEN, region[i]);
+		v->rep.flags |= VR_MEM_CHANGED;
+	}
+	if (m > 0)
+		snprintf(how, sizeof(how), "%zd more bytes (the peer sends no more)", m);
+	else
+		snprintf(how, sizeof(how), "%s", m == 0 ? "end of stream" : strerror((int)-m));
+	if (v->rep.r1 > 0)
+		snprintf(v->result, sizeof(v->result), "received %" PRIu64 " of %" PRIu64 " bytes "
+			 "(first recv %" PRId64 "), then %s; %s", got, h->bytes, v->rep.r1, how,
+			 v->rep.flags ? what : "memory as delivered");
+	else
+		snprintf(v->result, sizeof(v->result), "recv: %s; %s",
+			 v->rep.r1 ? strerror((int)-v->rep.r1) : "EOF",
+			 v->rep.flags ? what : "memory untouched but for stream bytes");
+	v->breach = v->rep.flags != 0;
+	v->ok = got == h->bytes && !v->rep.flags && m == 0;
+out:
+	free(region);
+	free(snap);
+}
+
+/* The victim sends twice (HOSTILE_MAGIC_PIPE). */
+static void victim_pipe(struct vconn *v, const struct xfer_hdr *h)
+{
+	uint8_t trailer[XFER_VERDICT_LEN], b[64];
+	uint8_t *buf;
+	struct xgen g;
+	ssize_t n1, n2 = 0, m;
+
+	if (h->bytes == 0 || h->bytes > HOSTILE_SEND_MAX / 2) {
+		snprintf(v->result, sizeof(v->result), "send of 2 x %" PRIu64 " bytes refused",
+			 h->bytes);
+		return;
+	}
+	buf = malloc(2 * h->bytes);
+	if (!buf) {
+		snprintf(v->result, sizeof(v->result), "out of memory");
+		return;
+	}
+	xgen_init(&g, h->seed);
+	xgen_fill(&g, buf, 2 * h->bytes);
+	n1 = sdp_send(v->sd, buf, h->bytes, MSG_NOSIGNAL);
+	if (n1 == (ssize_t)h->bytes)
+		n2 = sdp_send(v->sd, buf + h->bytes, h->bytes, MSG_NOSIGNAL);
+	memset(buf, 0xA5, 2 * h->bytes);
+	free(buf);
+	v->rep.r1 = n1;
+	v->rep.r2 = n2;
+	m = 0;
+	if (n1 == (ssize_t)h->bytes && n2 == (ssize_t)h->bytes) {
+		v->rep.flags |= VR_SENT_ALL;
+		xfer_verdict_encode(trailer, 2 * h->bytes, 0);
+		m = xfer_send_all(&xsock_sdp, v->sd, trailer, sizeof(trailer), -1);
+	}
+	if (m >= 0)
+		m = xfer_recv_all(&xsock_sdp, v->sd, b, sizeof(b), -1);
+	v->rep.end = m > 0 ? -EBADMSG : m;
+
+	char how[80];
+
+	if (m > 0)
+		snprintf(how, sizeof(how), "%zd bytes of data (the peer sends none)", m);
+	else
+		snprintf(how, sizeof(how), "%s", m == 0 ? "end of stream" : strerror((int)-m));
+	snprintf(v->result, sizeof(v->result), "sends returned %zd (%s) and %zd (%s) of %" PRIu64
+		 ", then %s", n1, n1 < 0 ? strerror((int)-n1) : n1 == (ssize_t)h->bytes ? "all" : "short",
+		 n2, n2 < 0 ? strerror((int)-n2) : n2 == (ssize_t)h->bytes ? "all" : "short",
+		 h->bytes, how);
+	v->ok = (v->rep.flags & VR_SENT_ALL) && m == 0;
+}
+
 static void *victim_conn(void *arg)
 {
 	struct vconn *v = arg;
@@ -184,6 +453,22 @@ static void *victim_conn(void *arg)
 	v->kind = (h.seed & 0xFFF00000u) == HOSTILE_SEED_TAG ? 2 : 1;
 	if (h.magic == HOSTILE_MAGIC_SEND) {
 		victim_send(v, &h);
+		goto out;
+	}
+	if (h.magic == HOSTILE_MAGIC_RECV || h.magic == HOSTILE_MAGIC_PIPE) {
+		if (h.magic == HOSTILE_MAGIC_RECV)
+			victim_recv(v, &h);
+		else
+			victim_pipe(v, &h);
+		if (v->kind == 2 && report_fd >= 0) {
+			/* One record, smaller than PIPE_BUF: written whole. */
+			struct vreport rec = v->rep;
+
+			rec.tag = h.seed & ~0xFFF00000u;
+			snprintf(rec.text, sizeof(rec.text), "%s", v->result);
+			if (write(report_fd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
+				say("victim: report: %s", strerror(errno));
+		}
 		goto out;
 	}
 	if (h.magic != XFER_MAGIC_ONEWAY) {
@@ -296,6 +581,8 @@ static int victim_main(int ctl_fd, int port_fd)
 
 		conns = v->next;
 		pthread_join(v->thread, NULL);
+		if (v->breach)
+			bad++;	/* memory changed, bad data delivered: whoever the peer */
 		if (v->kind == 1) {
 			good++;
 			if (!v->ok)
@@ -319,10 +606,13 @@ static int victim_main(int ctl_fd, int port_fd)
 	say("victim: %d good connection(s), %d attack connection(s) accepted, %d without a "
 	    "header; engine: %" PRIu64 " protocol errors, %" PRIu64 " resets, %" PRIu64
 	    " passive connections; zero copy: %" PRIu64 " offers, %" PRIu64 " bytes read by "
-	    "peers, %" PRIu64 " refused, %" PRIu64 " reads, %" PRIu64 " bytes read",
+	    "peers, %" PRIu64 " refused, %" PRIu64 " reads, %" PRIu64 " bytes read; write zero "
+	    "copy: %" PRIu64 " adverts, %" PRIu64 " bytes written by peers, %" PRIu64 " writes, %"
+	    PRIu64 " bytes written; %" PRIu64 " ModeChanges sent, %" PRIu64 " received",
 	    good, hostile, headerless, st.protocol_errors, st.resets, st.connections_passive,
 	    st.zcopy_offers, st.zcopy_bytes_sent, st.zcopy_refused, st.zcopy_reads,
-	    st.zcopy_bytes_received);
+	    st.zcopy_bytes_received, st.zcopy_sink_adverts, st.zcopy_sink_bytes, st.zcopy_writes,
+	    st.zcopy_bytes_written, st.mode_changes_sent, st.mode_changes_received);
 	return bad ? 1 : 0;
 }
 
@@ -356,10 +646,26 @@ struct hconn {
 	uint64_t data_bytes;	/* payload of Data messages */
 	uint8_t data_head[64];	/* the first bytes of it */
 	unsigned n_send_sm;
-	/* The attacker's RDMA reads: one at a time. */
+	uint64_t sa_base;	/* stream position of the SrcAvail's first byte */
+	/* What the victim sent (the mode and Write Zcopy attacks). */
+	unsigned nond_rcvd;	/* messages with stream bytes: non_discards */
+	unsigned n_sinkavail;
+	struct sdp_sinkah sk;	/* the last SinkAvail */
+	uint32_t sk_payload;
+	unsigned n_mch;
+	int mch_send_half;	/* the last ModeChange */
+	enum sdp_mode mch_mode;
+	unsigned n_wrcompl;
+	uint32_t wrcompl_len;	/* the last RdmaWrCompl */
+	unsigned n_pong;	/* ChRcvBufAcks */
+	unsigned pong_want;
+	/* The attacker's RDMA reads and writes: one at a time. */
 	uint64_t rd_ctx;
 	bool rd_done;
 	int rd_status;
+	size_t msg_off;		/* the next message slot */
+	uint8_t *xmem;		/* offered memory, once hconn_expose() made it */
+	struct oti_mr *xmr;
 };
 
 static uint64_t deadline_after(unsigned ms)
@@ -373,6 +679,9 @@ static void note_msg(struct hconn *h, const uint8_t *buf, const struct sdp_bsdh 
 	uint32_t off = SDP_BSDH_LEN + (uint32_t)sdp_ext_len(b->mid);
 	uint32_t plen = b->len - off;
 
+	if (plen && (b->mid == SDP_MID_DATA || b->mid == SDP_MID_SRC_AVAIL ||
+		     b->mid == SDP_MID_SINK_AVAIL))
+		h->nond_rcvd++;
 	switch (b->mid) {
 	case SDP_MID_SRC_AVAIL:
 		h->n_srcavail++;
@@ -392,6 +701,23 @@ static void note_msg(struct hconn *h, const uint8_t *buf, const struct sdp_bsdh 
 	case SDP_MID_SEND_SM:
 		h->n_send_sm++;
 		break;
+	case SDP_MID_SINK_AVAIL:
+		h->n_sinkavail++;
+		sdp_sinkah_decode(buf + SDP_BSDH_LEN, &h->sk);
+		h->sk_payload = plen;
+		break;
+	case SDP_MID_MODE_CHANGE:
+		h->n_mch++;
+		if (sdp_mch_decode(buf + SDP_BSDH_LEN, &h->mch_send_half, &h->mch_mode))
+			h->mch_mode = (enum sdp_mode)-1;
+		break;
+	case SDP_MID_RDMA_WR_COMPL:
+		h->n_wrcompl++;
+		h->wrcompl_len = sdp_u32h_decode(buf + SDP_BSDH_LEN);
+		break;
+	case SDP_MID_CH_RCV_BUF_ACK:
+		h->n_pong++;
+		break;
 	default:
 		break;
 	}
@@ -405,7 +731,8 @@ static void drain_cq(struct hconn *h)
 
 	while ((n = T->poll_cq(h->ep, wc, 16)) > 0) {
 		for (int i = 0; i < n; i++) {
-			if (wc[i].op == OTI_WC_RDMA_READ && wc[i].ctx == h->rd_ctx) {
+			if ((wc[i].op == OTI_WC_RDMA_READ || wc[i].op == OTI_WC_RDMA_WRITE) &&
+			    wc[i].ctx == h->rd_ctx) {
 				h->rd_done = true;
 				h->rd_status = wc[i].status;
 				continue;
@@ -491,8 +818,31 @@ static void hconn_close(struct hconn *h)
 		T->ep_close(h->ep);
 	if (h->mr)
 		T->mr_dereg(h->mr);
+	if (h->xmr)
+		T->mr_dereg(h->xmr);
 	free(h->mem);
+	free(h->xmem);
 	memset(h, 0, sizeof(*h));
+}
+
+/* Register XMEM_SIZE bytes the victim may read and write (once). */
+static int hconn_expose(struct hconn *h)
+{
+	if (h->xmr)
+		return 0;
+	h->xmem = aligned_alloc(4096, XMEM_SIZE);
+	if (!h->xmem)
+		return -ENOMEM;
+	memset(h->xmem, 0, XMEM_SIZE);
+	return T->mr_reg(h->ep, h->xmem, XMEM_SIZE,
+			 OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_READ | OTI_ACCESS_REMOTE_WRITE,
+			 &h->xmr);
+}
+
+/* The address by which the victim reaches xmem + off. */
+static uint64_t xmem_raddr(const struct hconn *h, size_t off)
+{
+	return h->xmr->raddr_base + off;
 }
 
 static void v4_mapped(struct in6_addr *out, const struct sockaddr_storage *ss)
@@ -694,6 +1044,76 @@ static int send_valid_header(struct hconn *h, uint32_t tag)
 	return hconn_send_raw(h, 0, SDP_BSDH_LEN + XFER_HDR_LEN);
 }
 
+/* A message at p: BSDH with the next mseq, ext, payload.  Its length. */
+static long build_msg(struct hconn *h, uint8_t *p, uint8_t mid, uint8_t flags, const void *ext,
+		      size_t elen, const void *payload, size_t plen)
+{
+	uint32_t len = (uint32_t)(SDP_BSDH_LEN + elen + plen);
+
+	put_bsdh(h, p, mid, flags, len);
+	if (elen)
+		memcpy(p + SDP_BSDH_LEN, ext, elen);
+	if (plen)
+		memcpy(p + SDP_BSDH_LEN + elen, payload, plen);
+	return len;
+}
+
+/* Build one in a slot of its own and post it. */
+static int send_msg(struct hconn *h, uint8_t mid, uint8_t flags, const void *ext, size_t elen,
+		    const void *payload, size_t plen)
+{
+	if (h->msg_off < MSG_FIRST_SLOT || h->msg_off + MSG_SLOT > RD_AREA_OFF)
+		h->msg_off = MSG_FIRST_SLOT;
+	size_t off = h->msg_off;
+
+	if (SDP_BSDH_LEN + elen + plen > MSG_SLOT)
+		return -EMSGSIZE;
+	h->msg_off += MSG_SLOT;
+	return hconn_send_raw(h, off,
+			      (size_t)build_msg(h, send_area(h) + off, mid, flags, ext, elen, payload,
+						plen));
+}
+
+static int send_mode_change(struct hconn *h, int send_half, enum sdp_mode m)
+{
+	uint8_t ext[SDP_MCH_LEN];
+
+	sdp_mch_encode(ext, send_half, m);
+	return send_msg(h, SDP_MID_MODE_CHANGE, 0, ext, sizeof(ext), NULL, 0);
+}
+
+/* A SinkAvail for len bytes at raddr with rkey, and plen payload bytes. */
+static int send_sink_avail(struct hconn *h, uint32_t len, uint64_t raddr, uint32_t rkey,
+			   uint32_t non_discards, uint32_t plen)
+{
+	struct sdp_sinkah a = { .len = len, .rkey = rkey, .vaddr = raddr,
+				.non_discards = non_discards };
+	uint8_t ext[SDP_SINKAH_LEN], data[64];
+
+	memset(data, 'q', sizeof(data));
+	sdp_sinkah_encode(ext, &a);
+	return send_msg(h, SDP_MID_SINK_AVAIL, 0, ext, sizeof(ext), data,
+			plen < sizeof(data) ? plen : sizeof(data));
+}
+
+static int pump_until(struct hconn *h, bool (*pred)(const struct hconn *), uint64_t deadline);
+
+static bool never(const struct hconn *h)
+{
+	(void)h;
+	return false;
+}
+
+/* The legal messages that set an attack up go first; the victim must still
+ * be there 20 ms later.  -ECONNRESET if it is not. */
+static int legal_first(struct hconn *h, int r)
+{
+	if (r)
+		return r;
+	r = pump_until(h, never, deadline_after(20));
+	return r == -ETIMEDOUT ? 0 : r ? r : -EPROTO;
+}
+
 /* --- the in-band attacks -------------------------------------------------- */
 
 /* Each builds one bad message at send_area()+4096 and returns its length
@@ -820,6 +1240,112 @@ static long atk_ext_too_short(struct hconn *h, uint8_t *p)
 	return SDP_BSDH_LEN;
 }
 
+/* The mode rules (sdp/mode.c): each half starts Combined. */
+static long mch_at(struct hconn *h, uint8_t *p, int send_half, enum sdp_mode m)
+{
+	uint8_t ext[SDP_MCH_LEN];
+
+	sdp_mch_encode(ext, send_half, m);
+	return build_msg(h, p, SDP_MID_MODE_CHANGE, 0, ext, sizeof(ext), NULL, 0);
+}
+
+static long atk_mch_noop(struct hconn *h, uint8_t *p)
+{
+	return mch_at(h, p, 0, SDP_MODE_COMBINED);
+}
+
+static long atk_mch_pipe_to_trans(struct hconn *h, uint8_t *p)
+{
+	int r = legal_first(h, send_mode_change(h, 0, SDP_MODE_PIPELINED));
+
+	return r ? r : mch_at(h, p, 0, SDP_MODE_TRANSACTION);
+}
+
+static long atk_mch_trans_to_pipe(struct hconn *h, uint8_t *p)
+{
+	int r = legal_first(h, send_mode_change(h, 0, SDP_MODE_TRANSACTION));
+
+	return r ? r : mch_at(h, p, 0, SDP_MODE_PIPELINED);
+}
+
+static long atk_mch_send_half(struct hconn *h, uint8_t *p)
+{
+	/* The sink's one legal move, Buffered -> Combined of the source's
+	 * half (0x9): the victim's half is Combined, not Buffered. */
+	return mch_at(h, p, 1, SDP_MODE_COMBINED);
+}
+
+static long atk_mch_send_half_pipe(struct hconn *h, uint8_t *p)
+{
+	/* Choosing the victim's mode for it. */
+	return mch_at(h, p, 1, SDP_MODE_PIPELINED);
+}
+
+static long atk_mch_undefined(struct hconn *h, uint8_t *p)
+{
+	uint8_t ext[SDP_MCH_LEN] = { 0x50 };	/* mode 5 */
+
+	return build_msg(h, p, SDP_MID_MODE_CHANGE, 0, ext, sizeof(ext), NULL, 0);
+}
+
+static long atk_sink_avail_combined(struct hconn *h, uint8_t *p)
+{
+	/* A real buffer: only the rule can stop it.  The victim has sent no
+	 * data, so non_discards 0 is right. */
+	struct sdp_sinkah a = { .len = 65536, .non_discards = 0 };
+	uint8_t ext[SDP_SINKAH_LEN];
+	int r = hconn_expose(h);
+
+	if (r)
+		return r;
+	a.rkey = h->xmr->rkey;
+	a.vaddr = xmem_raddr(h, 0);
+	sdp_sinkah_encode(ext, &a);
+	return build_msg(h, p, SDP_MID_SINK_AVAIL, 0, ext, sizeof(ext), NULL, 0);
+}
+
+static long atk_wr_compl_no_advert(struct hconn *h, uint8_t *p)
+{
+	uint8_t ext[SDP_U32H_LEN];
+
+	sdp_u32h_encode(ext, 4096);
+	return build_msg(h, p, SDP_MID_RDMA_WR_COMPL, 0, ext, sizeof(ext), NULL, 0);
+}
+
+static long atk_cancel_ack_no_cancel(struct hconn *h, uint8_t *p)
+{
+	return build_msg(h, p, SDP_MID_SINK_CANCEL_ACK, 0, NULL, 0, NULL, 0);
+}
+
+/* A SrcAvail of 100000 bytes of readable memory, `inl` of them inline:
+ * if the victim took it, its read would work and nothing would stop the
+ * connection but the rule. */
+static long src_avail_at(struct hconn *h, uint8_t *p, uint32_t inl)
+{
+	struct sdp_srcah a = { .len = 100000 };
+	uint8_t ext[SDP_SRCAH_LEN];
+	int r = hconn_expose(h);
+
+	if (r)
+		return r;
+	a.rkey = h->xmr->rkey;
+	a.vaddr = xmem_raddr(h, 0);
+	sdp_srcah_encode(ext, &a);
+	return build_msg(h, p, SDP_MID_SRC_AVAIL, 0, ext, sizeof(ext), h->xmem, inl);
+}
+
+static long atk_src_avail_inline_pipelined(struct hconn *h, uint8_t *p)
+{
+	int r = legal_first(h, send_mode_change(h, 0, SDP_MODE_PIPELINED));
+
+	return r ? r : src_avail_at(h, p, 16);
+}
+
+static long atk_src_avail_bare_combined(struct hconn *h, uint8_t *p)
+{
+	return src_avail_at(h, p, 0);
+}
+
 static const struct {
 	const char *name;
 	attack_fn fn;
@@ -838,6 +1364,17 @@ static const struct {
 	{ "mseq_ack of unsent messages", atk_ack_from_future },
 	{ "SrcAvail without its extended header", atk_ext_too_short },
 	{ "200 random bytes", atk_random },
+	{ "mode: ModeChange Combined -> Combined", atk_mch_noop },
+	{ "mode: ModeChange Pipelined -> Transaction", atk_mch_pipe_to_trans },
+	{ "mode: ModeChange Transaction -> Pipelined", atk_mch_trans_to_pipe },
+	{ "mode: ModeChange of the victim's half (0x9)", atk_mch_send_half },
+	{ "mode: victim's half to Pipelined (0xA)", atk_mch_send_half_pipe },
+	{ "mode: ModeChange to undefined mode 5", atk_mch_undefined },
+	{ "mode: SinkAvail, victim's half Combined", atk_sink_avail_combined },
+	{ "mode: RdmaWrCompl, no SinkAvail ever", atk_wr_compl_no_advert },
+	{ "mode: SinkCancelAck, no SinkAvailCancel", atk_cancel_ack_no_cancel },
+	{ "mode: SrcAvail with inline data, Pipelined", atk_src_avail_inline_pipelined },
+	{ "mode: SrcAvail without inline data, Combined", atk_src_avail_bare_combined },
 };
 
 static const struct {
@@ -898,7 +1435,10 @@ static int run_attack(int i, char *why, size_t cap)
 	long len = attacks[i].fn(&h, send_area(&h) + 4096);
 
 	if (len < 0) {
-		snprintf(why, cap, "building the message: %s", strerror((int)-len));
+		snprintf(why, cap, "%s: %s",
+			 len == -ECONNRESET ? "victim aborted on the LEGAL messages before the attack"
+					    : "building the message",
+			 strerror((int)-len));
 		r = (int)len;
 		goto out;
 	}
@@ -1003,12 +1543,11 @@ static bool read_done(const struct hconn *h)
 	return h->rd_done;
 }
 
-/* The attack's header: the victim is to send `bytes`. */
-static int send_send_request(struct hconn *h, uint32_t tag, uint64_t bytes)
+/* The attack's header: what the victim is to do (HOSTILE_MAGIC_*). */
+static int send_request(struct hconn *h, uint32_t magic, uint32_t tag, uint64_t bytes)
 {
 	uint8_t *p = send_area(h);
-	struct xfer_hdr hdr = { .magic = HOSTILE_MAGIC_SEND, .seed = HOSTILE_SEED_TAG | tag,
-				.bytes = bytes };
+	struct xfer_hdr hdr = { .magic = magic, .seed = HOSTILE_SEED_TAG | tag, .bytes = bytes };
 
 	put_bsdh(h, p, SDP_MID_DATA, 0, SDP_BSDH_LEN + XFER_HDR_LEN);
 	xfer_hdr_encode(p + SDP_BSDH_LEN, &hdr);
@@ -1027,17 +1566,18 @@ static int send_rd_compl(struct hconn *h, size_t off, uint32_t len)
 }
 
 /*
- * Open a connection, ask for ZC_BYTES and wait for the SrcAvail; check
- * that it advertises the whole buffer and that its inline bytes are the
- * start of the stream.  0, or -errno with why filled in.
+ * Open a connection, ask for ZC_BYTES (HOSTILE_MAGIC_SEND or _PIPE) and
+ * wait for the SrcAvail; check that it advertises the whole buffer and
+ * that its inline bytes are the start of the stream.  0, or -errno with
+ * why filled in.
  */
-static int zc_open_offer(struct hconn *h, uint32_t tag, char *why, size_t cap)
+static int zc_open_offer(struct hconn *h, uint32_t magic, uint32_t tag, char *why, size_t cap)
 {
 	int r = hconn_open(h, HELLO_OK, why, cap);
 
 	if (r)
 		return r;
-	r = send_send_request(h, tag, ZC_BYTES);
+	r = send_request(h, magic, tag, ZC_BYTES);
 	if (r) {
 		snprintf(why, cap, "posting the request: %s", strerror(-r));
 		return r;
@@ -1134,7 +1674,7 @@ static int zc_read_all(struct hconn *h, uint32_t tag, char *why, size_t cap)
 			 r > 0 ? how : strerror(-r));
 		return -EIO;
 	}
-	if (!zc_read_matches(h, tag, h->sa_inline, len)) {
+	if (!zc_read_matches(h, tag, h->sa_base + h->sa_inline, len)) {
 		snprintf(why, cap, "the legitimate read gave the wrong bytes");
 		return -EIO;
 	}
@@ -1196,8 +1736,9 @@ static const struct {
 	{ "zcopy: RdmaRdCompl, no offer ever made", ZC_COMPL_NEVER_OFFERED },
 };
 
-/* After a bad RdmaRdCompl: the victim must abort the connection. */
-static int zc_expect_abort(struct hconn *h, char *why, size_t cap)
+/* The connection must go down within the time limit; why says how fast,
+ * after `label`. */
+static int expect_down(struct hconn *h, const char *label, char *why, size_t cap)
 {
 	struct oti_event ev;
 	uint64_t t0 = xfer_now_ns(), deadline = deadline_after(case_timeout_ms);
@@ -1215,9 +1756,15 @@ static int zc_expect_abort(struct hconn *h, char *why, size_t cap)
 			return r;
 		}
 	}
-	snprintf(why, cap, "aborted by the victim in %.1f ms%s", (xfer_now_ns() - t0) / 1e6,
+	snprintf(why, cap, "%s %.1f ms%s", label, (xfer_now_ns() - t0) / 1e6,
 		 h->saw_abort ? " (AbortConn received)" : "");
 	return 0;
+}
+
+/* After a bad RdmaRdCompl: the victim must abort the connection. */
+static int zc_expect_abort(struct hconn *h, char *why, size_t cap)
+{
+	return expect_down(h, "aborted by the victim in", why, cap);
 }
 
 /* Complete the offer and wait for the victim's trailer: its send has
@@ -1275,7 +1822,7 @@ static int run_zc_attack(int i, char *why, size_t cap)
 		r = zc_expect_abort(&h, why, cap);
 		goto out;
 	}
-	r = zc_open_offer(&h, tag, why, cap);
+	r = zc_open_offer(&h, HOSTILE_MAGIC_SEND, tag, why, cap);
 	if (r)
 		goto out;
 	uint64_t va = h.sa.vaddr;
@@ -1333,6 +1880,646 @@ static int run_zc_attack(int i, char *why, size_t cap)
 		r = -EINVAL;
 		break;
 	}
+out:
+	hconn_close(&h);
+	return r;
+}
+
+/* --- the victim's word ------------------------------------------------------ */
+
+/* The read end of the report pipe (attacker process), and the reports
+ * read from it that no case has asked for yet. */
+static int report_rd = -1;
+static struct vreport reports[64];
+static unsigned n_reports;
+
+/*
+ * The victim's report on the connection with this tag: it comes once the
+ * victim has seen the connection end (the caller has closed its side).
+ * 0, or -ETIMEDOUT with why filled in.
+ */
+static int get_report(uint32_t tag, struct vreport *out, char *why, size_t cap)
+{
+	uint64_t deadline = deadline_after(case_timeout_ms);
+
+	for (;;) {
+		for (unsigned i = 0; i < n_reports; i++) {
+			if (reports[i].tag == tag) {
+				*out = reports[i];
+				reports[i] = reports[--n_reports];
+				return 0;
+			}
+		}
+		struct vreport r;
+		ssize_t n = read(report_rd, &r, sizeof(r));
+
+		if (n == (ssize_t)sizeof(r)) {
+			if (n_reports == sizeof(reports) / sizeof(reports[0]))
+				n_reports--;	/* the oldest nobody wants */
+			reports[n_reports++] = r;
+			continue;
+		}
+		uint64_t now = xfer_now_ns();
+
+		if (now >= deadline || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			snprintf(why, cap, "no word from the victim on this connection within %u ms",
+				 case_timeout_ms);
+			return -ETIMEDOUT;
+		}
+		struct pollfd pf = { .fd = report_rd, .events = POLLIN };
+
+		poll(&pf, 1, 50);
+	}
+}
+
+/* Append the victim's report to why; -EIO when it tells of changed memory
+ * or bad data, whatever the case. */
+static int judge_report(const struct vreport *vr, int r, char *why, size_t cap)
+{
+	size_t k = strlen(why);
+
+	snprintf(why + k, cap - k, "%svictim: %s", k ? "; " : "", vr->text);
+	if (vr->flags & (VR_DATA_BAD | VR_MEM_CHANGED)) {
+		k = strlen(why);
+		snprintf(why + k, cap - k, " -- %s",
+			 vr->flags & VR_MEM_CHANGED ? "ITS MEMORY CHANGED" : "IT GOT BAD DATA");
+		return -EIO;
+	}
+	return r;
+}
+
+/* --- Write Zcopy: the attacker is the source, the victim's recv() the sink --- */
+
+/* How much the honest writes carry: less than the victim's buffer, so the
+ * rest of it must stay untouched. */
+#define WZ_WRITE 200003u
+/* How much goes by Data when an attack ends an advert that way. */
+#define WZ_DATA 100u
+
+static bool got_sink_avail(const struct hconn *h)
+{
+	return h->n_sinkavail > 0;
+}
+
+static bool got_wr_compl(const struct hconn *h)
+{
+	return h->n_wrcompl > 0;
+}
+
+/*
+ * Declare our send half Pipelined, ask the victim to receive `bytes`
+ * (HOSTILE_MAGIC_RECV) and wait for its recv()'s SinkAvail; check that it
+ * advertises the whole buffer, carries no data and counts our one Data
+ * message.  0, or -errno with why filled in.
+ */
+static int wz_open_advert(struct hconn *h, uint32_t tag, uint64_t bytes, char *why, size_t cap)
+{
+	int r = hconn_open(h, HELLO_OK, why, cap);
+
+	if (r)
+		return r;
+	r = send_mode_change(h, 0, SDP_MODE_PIPELINED);
+	if (!r)
+		r = send_request(h, HOSTILE_MAGIC_RECV, tag, bytes);
+	if (r) {
+		snprintf(why, cap, "posting ModeChange and the request: %s", strerror(-r));
+		return r;
+	}
+	r = pump_until(h, got_sink_avail, deadline_after(case_timeout_ms));
+	if (r) {
+		snprintf(why, cap, "no SinkAvail for the victim's recv(): %s",
+			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+		return r;
+	}
+	if (h->sk.len != HOSTILE_RECV_BUF || h->sk_payload || h->sk.non_discards != 1) {
+		snprintf(why, cap, "bad SinkAvail: %u bytes for a %u-byte recv(), %u data bytes, "
+			 "non_discards %u after 1 Data message", h->sk.len, HOSTILE_RECV_BUF,
+			 h->sk_payload, h->sk.non_discards);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static bool write_settled(const struct hconn *h)
+{
+	return h->rd_done && (h->rd_status || h->n_pong >= h->pong_want);
+}
+
+/*
+ * One RDMA write of len bytes from the read area to raddr with rkey, and a
+ * ChRcvBuf right behind it, which the victim answers with ChRcvBufAck.
+ * The transport delivers the ChRcvBuf only after the write has landed, and
+ * a write the victim's side refuses either completes in error and stops
+ * the QP (verbs) or makes the provider drop the connection (tcp-fallback,
+ * where a write completes once it is handed to the kernel, so its
+ * completion alone proves nothing): the answer is the proof that the write
+ * was taken.  0: taken; 1: refused (*how says how); -errno.
+ */
+static int wz_write(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len, char *how,
+		    size_t cap)
+{
+	static uint64_t ctx_seq = 2u << 20;
+	struct oti_sge sge = { send_area(h) + RD_AREA_OFF, len, h->mr };
+	uint8_t ext[SDP_U32H_LEN];
+	int r;
+
+	h->rd_ctx = ctx_seq++;
+	h->rd_done = false;
+	h->rd_status = 0;
+	h->pong_want = h->n_pong + 1;
+	r = T->rdma_write(h->ep, &sge, raddr, rkey, h->rd_ctx);
+	if (r) {
+		snprintf(how, cap, "rdma_write: %s", strerror(-r));
+		return r;
+	}
+	sdp_u32h_encode(ext, RECV_SIZE);
+	r = send_msg(h, SDP_MID_CH_RCV_BUF, 0, ext, sizeof(ext), NULL, 0);
+	if (r) {
+		snprintf(how, cap, "posting ChRcvBuf: %s", strerror(-r));
+		return r;
+	}
+	r = pump_until(h, write_settled, deadline_after(case_timeout_ms));
+	if (r == -ETIMEDOUT) {
+		snprintf(how, cap, "the write neither completed nor failed within %u ms (%s)",
+			 case_timeout_ms, h->rd_done ? "completed, no ChRcvBufAck" : "no completion");
+		return -ETIMEDOUT;
+	}
+	if (r == 0 && h->rd_status == 0)
+		return 0;
+	if (r == 0)
+		snprintf(how, cap, "error completion (%s)", strerror(-h->rd_status));
+	else
+		snprintf(how, cap, "connection dropped%s",
+			 h->rd_done && !h->rd_status ? " (the write had completed locally)" : "");
+	return 1;
+}
+
+/* The victim's stream, bytes [from, from + len), into the read area. */
+static void stream_to_read_area(struct hconn *h, uint32_t tag, uint64_t from, uint32_t len)
+{
+	struct xgen g;
+
+	xgen_init(&g, HOSTILE_SEED_TAG | tag);
+	g.off = from;
+	xgen_fill(&g, send_area(h) + RD_AREA_OFF, len);
+}
+
+/* A legitimate write of the stream's [from, from + len) at raddr: must be
+ * taken. */
+static int wz_good_write(struct hconn *h, uint32_t tag, uint64_t from, uint64_t raddr,
+			 uint32_t len, char *why, size_t cap)
+{
+	char how[160];
+	int r;
+
+	stream_to_read_area(h, tag, from, len);
+	r = wz_write(h, raddr, h->sk.rkey, len, how, sizeof(how));
+	if (r) {
+		snprintf(why, cap, "the LEGITIMATE %u-byte write into the advert failed: %s", len,
+			 r > 0 ? how : strerror(-r));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* A write of EVIL_BYTEs that must fail: "ok" text in why, or a failure. */
+static int wz_bad_write(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len,
+			const char *what, char *why, size_t cap)
+{
+	char how[160];
+	int r;
+
+	memset(send_area(h) + RD_AREA_OFF, EVIL_BYTE, len);
+	r = wz_write(h, raddr, rkey, len, how, sizeof(how));
+	if (r == 0) {
+		snprintf(why, cap, "%s SUCCEEDED: the victim's memory was writable", what);
+		return -EIO;
+	}
+	if (r < 0) {
+		snprintf(why, cap, "%s: %s", what, how);
+		return r;
+	}
+	snprintf(why, cap, "%s refused: %s", what, how);
+	return 0;
+}
+
+/* Wait for the victim's verdict after its recv()s: it received `bytes`,
+ * all of them the stream's, and its buffer is intact. */
+static int wz_verdict(struct hconn *h, uint64_t bytes, char *why, size_t cap)
+{
+	int r = pump_until(h, got_trailer, deadline_after(case_timeout_ms));
+
+	if (r) {
+		snprintf(why, cap, "no verdict from the victim's recv() (%s)",
+			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+		return r;
+	}
+	uint64_t got, flags;
+
+	xfer_verdict_decode(h->data_head, &got, &flags);
+	if (got != bytes || flags) {
+		snprintf(why, cap, "the victim received %" PRIu64 " of %" PRIu64 " bytes", got, bytes);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int send_wr_compl(struct hconn *h, uint32_t n)
+{
+	uint8_t ext[SDP_U32H_LEN];
+
+	sdp_u32h_encode(ext, n);
+	return send_msg(h, SDP_MID_RDMA_WR_COMPL, 0, ext, sizeof(ext), NULL, 0);
+}
+
+/* The honest use of the advert: WZ_WRITE bytes, RdmaWrCompl, the
+ * victim's verdict.  Its recv() has returned: the key must be dead. */
+static int wz_honest(struct hconn *h, uint32_t tag, char *why, size_t cap)
+{
+	int r = wz_good_write(h, tag, 0, h->sk.vaddr, WZ_WRITE, why, cap);
+
+	if (!r && (r = send_wr_compl(h, WZ_WRITE)))
+		snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
+	if (!r)
+		r = wz_verdict(h, WZ_WRITE, why, cap);
+	return r;
+}
+
+enum wz_attack {
+	WZ_STALE_KEY,		/* write again once recv() returned */
+	WZ_DEAD_BY_DATA,	/* Data instead of a write ends the advert; then its key */
+	WZ_DEAD_BY_MCH,		/* ModeChange to Combined ends it; then its key */
+	WZ_BEFORE,		/* 16 bytes ending at vaddr */
+	WZ_STRADDLE_END,	/* 16 bytes across vaddr + len */
+	WZ_PAST_END,		/* 16 bytes from vaddr + len */
+	WZ_WRONG_KEY,		/* the right place, rkey + 1 */
+	WZ_COMPL_TOO_MUCH,	/* RdmaWrCompl for one byte more than advertised */
+	WZ_COMPL_NO_ADVERT,	/* RdmaWrCompl after the advert was used */
+};
+
+static const struct {
+	const char *name;
+	enum wz_attack a;
+} wz_attacks[] = {
+	{ "wzcopy: write with the key after recv()", WZ_STALE_KEY },
+	{ "wzcopy: key of an advert Data ended", WZ_DEAD_BY_DATA },
+	{ "wzcopy: key of an advert ModeChange ended", WZ_DEAD_BY_MCH },
+	{ "wzcopy: write before vaddr of a live advert", WZ_BEFORE },
+	{ "wzcopy: write across vaddr+len", WZ_STRADDLE_END },
+	{ "wzcopy: write past vaddr+len", WZ_PAST_END },
+	{ "wzcopy: write a live advert with rkey+1", WZ_WRONG_KEY },
+	{ "wzcopy: RdmaWrCompl for more than advertised", WZ_COMPL_TOO_MUCH },
+	{ "wzcopy: RdmaWrCompl after the advert was used", WZ_COMPL_NO_ADVERT },
+};
+
+static int run_wz_attack(int i, char *why, size_t cap)
+{
+	struct hconn h;
+	struct vreport vr;
+	uint32_t tag = 0x900u + (uint32_t)i;
+	enum wz_attack a = wz_attacks[i].a;
+	/* What the victim's first recv() must have returned: the advert's
+	 * bytes or the Data's, or (< 0) an error. */
+	int64_t want_r1 = -1;
+	uint64_t bytes = a == WZ_DEAD_BY_DATA || a == WZ_DEAD_BY_MCH ? WZ_DATA : WZ_WRITE;
+	char pre[120] = "";
+	int r;
+
+	why[0] = '\0';
+	r = wz_open_advert(&h, tag, bytes, why, cap);
+	if (r) {
+		hconn_close(&h);
+		return r;
+	}
+	uint64_t va = h.sk.vaddr;
+	uint32_t len = h.sk.len, rkey = h.sk.rkey;
+
+	switch (a) {
+	case WZ_STALE_KEY:
+		r = wz_honest(&h, tag, why, cap);
+		want_r1 = WZ_WRITE;
+		snprintf(pre, sizeof(pre), "%u bytes delivered intact; then ", WZ_WRITE);
+		if (!r)
+			r = wz_bad_write(&h, va, rkey, 4096, "writing with the key", why, cap);
+		break;
+	case WZ_DEAD_BY_DATA:
+	case WZ_DEAD_BY_MCH: {
+		uint8_t data[WZ_DATA];
+		struct xgen g;
+
+		xgen_init(&g, HOSTILE_SEED_TAG | tag);
+		xgen_fill(&g, data, sizeof(data));
+		if (a == WZ_DEAD_BY_MCH)
+			r = send_mode_change(&h, 0, SDP_MODE_COMBINED);
+		if (!r)
+			r = send_msg(&h, SDP_MID_DATA, 0, NULL, 0, data, sizeof(data));
+		if (r) {
+			snprintf(why, cap, "posting the Data: %s", strerror(-r));
+			break;
+		}
+		want_r1 = WZ_DATA;
+		r = wz_verdict(&h, WZ_DATA, why, cap);
+		snprintf(pre, sizeof(pre), "%u bytes by Data delivered; then ", WZ_DATA);
+		if (!r)
+			r = wz_bad_write(&h, va, rkey, 16, "writing with the dead advert's key", why,
+					 cap);
+		break;
+	}
+	case WZ_BEFORE:
+	case WZ_STRADDLE_END:
+	case WZ_PAST_END:
+	case WZ_WRONG_KEY:
+		/* The key works while the advert is live ... */
+		r = wz_good_write(&h, tag, 0, va, 16, why, cap);
+		if (r)
+			break;
+		/* ... and nowhere else. */
+		if (a == WZ_BEFORE)
+			r = wz_bad_write(&h, va - 16, rkey, 16, "16 bytes before vaddr", why, cap);
+		else if (a == WZ_STRADDLE_END)
+			r = wz_bad_write(&h, va + len - 8, rkey, 16, "16 bytes across the end", why,
+					 cap);
+		else if (a == WZ_PAST_END)
+			r = wz_bad_write(&h, va + len, rkey, 16, "16 bytes past the end", why, cap);
+		else
+			r = wz_bad_write(&h, va, rkey + 1, 16, "rkey+1", why, cap);
+		break;
+	case WZ_COMPL_TOO_MUCH:
+		r = wz_good_write(&h, tag, 0, va, len, why, cap);
+		if (!r && (r = send_wr_compl(&h, len + 1)))
+			snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	case WZ_COMPL_NO_ADVERT:
+		r = wz_honest(&h, tag, why, cap);
+		want_r1 = WZ_WRITE;
+		if (!r && (r = send_wr_compl(&h, 16)))
+			snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	default:
+		r = -EINVAL;
+		break;
+	}
+	hconn_close(&h);
+	if (r)
+		return r;
+	if (pre[0]) {
+		char rest[512];
+
+		snprintf(rest, sizeof(rest), "%s", why);
+		snprintf(why, cap, "%s%s", pre, rest);
+	}
+	/* The victim's word: what its recv() returned, and that its buffer and
+	 * the guards around it hold nothing but what it was given. */
+	r = get_report(tag, &vr, why + strlen(why), cap - strlen(why));
+	if (r)
+		return r;
+	r = judge_report(&vr, 0, why, cap);
+	if (!r && (want_r1 < 0 ? vr.r1 >= 0 : vr.r1 != want_r1)) {
+		size_t k = strlen(why);
+
+		snprintf(why + k, cap - k, " -- its recv() should have %s",
+			 want_r1 < 0 ? "failed" : "returned what was written");
+		r = -EIO;
+	}
+	return r;
+}
+
+/* --- Write Zcopy: the victim is the source, the attacker a dishonest sink --- */
+
+static bool got_pipelined_offer(const struct hconn *h)
+{
+	return h->n_mch > 0 && h->n_srcavail >= 2;
+}
+
+/*
+ * Ask the victim for two sends of ZC_BYTES (HOSTILE_MAGIC_PIPE), read the
+ * first offer and complete it with REQ_PIPE; the victim must then say
+ * ModeChange to Pipelined and offer the second send with a SrcAvail
+ * without inline bytes, which is left waiting.  0, or -errno with why
+ * filled in.
+ */
+static int pipe_open(struct hconn *h, uint32_t tag, char *why, size_t cap)
+{
+	uint8_t ext[SDP_U32H_LEN];
+	int r = zc_open_offer(h, HOSTILE_MAGIC_PIPE, tag, why, cap);
+
+	if (!r && (r = hconn_expose(h)))
+		snprintf(why, cap, "registering the sink buffer: %s", strerror(-r));
+	if (!r)
+		r = zc_read_all(h, tag, why, cap);
+	if (r)
+		return r;
+	sdp_u32h_encode(ext, h->sa.len - h->sa_inline);
+	r = send_msg(h, SDP_MID_RDMA_RD_COMPL, SDP_FLAG_REQ_PIPE, ext, sizeof(ext), NULL, 0);
+	if (r) {
+		snprintf(why, cap, "posting RdmaRdCompl: %s", strerror(-r));
+		return r;
+	}
+	r = pump_until(h, got_pipelined_offer, deadline_after(case_timeout_ms));
+	if (r) {
+		snprintf(why, cap, "after RdmaRdCompl with REQ_PIPE: %s%s%s",
+			 h->n_mch ? "" : "no ModeChange, ", h->n_srcavail > 1 ? "" : "no second offer, ",
+			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+		return r;
+	}
+	if (h->mch_send_half || h->mch_mode != SDP_MODE_PIPELINED || h->n_mch != 1) {
+		snprintf(why, cap, "the victim's ModeChange(s) (%u): send half %d, mode %d, not to "
+			 "Pipelined", h->n_mch, h->mch_send_half, (int)h->mch_mode);
+		return -EPROTO;
+	}
+	if (h->sa.len != ZC_BYTES || h->sa_inline) {
+		snprintf(why, cap, "the victim's Pipelined SrcAvail: %u bytes, %u of them inline",
+			 h->sa.len, h->sa_inline);
+		return -EPROTO;
+	}
+	h->sa_base = ZC_BYTES;
+	return 0;
+}
+
+enum pipe_attack {
+	PIPE_HONEST,		/* a true SinkAvail: written, the right bytes */
+	PIPE_BAD_RKEY,		/* SinkAvail with rkey + 1 */
+	PIPE_OUTSIDE,		/* SinkAvail of bytes past the end of the registration */
+	PIPE_ACROSS_END,	/* SinkAvail running across the end of the registration */
+	PIPE_WITH_DATA,		/* SinkAvail with data, our half Combined */
+	PIPE_EMPTY,		/* SinkAvail of 0 bytes */
+	PIPE_SECOND,		/* a second SinkAvail while the first is held */
+};
+
+static const struct {
+	const char *name;
+	enum pipe_attack a;
+} pipe_attacks[] = {
+	{ "wzcopy source: honest SinkAvail", PIPE_HONEST },
+	{ "wzcopy source: SinkAvail with rkey+1", PIPE_BAD_RKEY },
+	{ "wzcopy source: SinkAvail outside its region", PIPE_OUTSIDE },
+	{ "wzcopy source: SinkAvail across region end", PIPE_ACROSS_END },
+	{ "wzcopy source: SinkAvail with data, Combined", PIPE_WITH_DATA },
+	{ "wzcopy source: SinkAvail of 0 bytes", PIPE_EMPTY },
+	{ "wzcopy source: second SinkAvail outstanding", PIPE_SECOND },
+};
+
+static int run_pipe_attack(int i, char *why, size_t cap)
+{
+	struct hconn h;
+	struct vreport vr;
+	uint32_t tag = 0xA00u + (uint32_t)i;
+	enum pipe_attack a = pipe_attacks[i].a;
+	/* The victim's write into our advert fails. */
+	bool write_fails = a == PIPE_BAD_RKEY || a == PIPE_OUTSIDE || a == PIPE_ACROSS_END;
+	int r;
+
+	why[0] = '\0';
+	r = pipe_open(&h, tag, why, cap);
+	if (r)
+		goto out;
+	uint32_t rkey = h.xmr->rkey, nond = h.nond_rcvd;
+
+	switch (a) {
+	case PIPE_HONEST:
+		r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, 0), rkey, nond, 0);
+		if (r) {
+			snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
+			break;
+		}
+		r = pump_until(&h, got_wr_compl, deadline_after(case_timeout_ms));
+		if (r) {
+			snprintf(why, cap, "no RdmaWrCompl for an honest SinkAvail (%s)",
+				 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+			break;
+		}
+		struct xgen g;
+
+		xgen_init(&g, HOSTILE_SEED_TAG | tag);
+		g.off = ZC_BYTES;
+		if (h.wrcompl_len != ZC_BYTES ||
+		    xgen_check(&g, h.xmem, ZC_BYTES) != ZC_BYTES) {
+			snprintf(why, cap, "RdmaWrCompl{%u} for %u bytes%s", h.wrcompl_len, ZC_BYTES,
+				 h.wrcompl_len == ZC_BYTES ? ", the WRONG BYTES written" : "");
+			r = -EIO;
+			break;
+		}
+		r = pump_until(&h, got_trailer, deadline_after(case_timeout_ms));
+		uint64_t total, zero;
+
+		xfer_verdict_decode(h.data_head, &total, &zero);
+		if (r || total != 2ull * ZC_BYTES) {
+			snprintf(why, cap, "%u bytes written; then %s", ZC_BYTES,
+				 r ? "no trailer" : "the trailer counts the wrong total");
+			r = r ? r : -EIO;
+			break;
+		}
+		snprintf(why, cap, "%u bytes written into our buffer, right ones, then the trailer",
+			 ZC_BYTES);
+		break;
+	case PIPE_BAD_RKEY:
+	case PIPE_OUTSIDE:
+	case PIPE_ACROSS_END:
+		if (a == PIPE_BAD_RKEY)
+			r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, 0), rkey + 1, nond, 0);
+		else if (a == PIPE_OUTSIDE)
+			r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, XMEM_SIZE + 65536), rkey,
+					    nond, 0);
+		else
+			r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, XMEM_SIZE - 4096), rkey,
+					    nond, 0);
+		if (r) {
+			snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
+			break;
+		}
+		/* The victim aborts when its write fails (verbs), or our
+		 * provider drops the connection when it refuses the write
+		 * (tcp-fallback). */
+		r = expect_down(&h, "the victim's write failed: connection down in", why, cap);
+		if (!r && h.n_wrcompl) {
+			snprintf(why, cap, "the victim sent RdmaWrCompl{%u} for a write that failed",
+				 h.wrcompl_len);
+			r = -EIO;
+		}
+		break;
+	case PIPE_WITH_DATA:
+		r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, 0), rkey, nond, 10);
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	case PIPE_EMPTY:
+		r = send_sink_avail(&h, 0, xmem_raddr(&h, 0), rkey, nond, 0);
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	case PIPE_SECOND:
+		/* Take the second send by reading it: the victim is left with
+		 * nothing to send, so it holds the first SinkAvail ... */
+		r = zc_read_all(&h, tag, why, cap);
+		if (!r)
+			r = send_rd_compl(&h, 4096, h.sa.len);
+		if (!r)
+			r = pump_until(&h, got_trailer, deadline_after(case_timeout_ms));
+		if (r) {
+			if (!why[0])
+				snprintf(why, cap, "the second send did not complete (%s)",
+					 strerror(-r));
+			break;
+		}
+		/* ... with the right count (the trailer is one more). */
+		r = send_sink_avail(&h, 65536, xmem_raddr(&h, 0), rkey, h.nond_rcvd, 0);
+		if (!r)
+			r = legal_first(&h, 0);
+		if (r == -ECONNRESET) {
+			snprintf(why, cap, "victim aborted on the first, LEGAL, SinkAvail");
+			break;
+		}
+		if (!r)
+			r = send_sink_avail(&h, 65536, xmem_raddr(&h, 65536), rkey, h.nond_rcvd, 0);
+		if (!r)
+			r = zc_expect_abort(&h, why, cap);
+		break;
+	default:
+		r = -EINVAL;
+		break;
+	}
+	hconn_close(&h);
+	if (r)
+		return r;
+	r = get_report(tag, &vr, why + strlen(why), cap - strlen(why));
+	if (r)
+		return r;
+	r = judge_report(&vr, 0, why, cap);
+	if (r)
+		return r;
+	size_t k = strlen(why);
+
+	if (a == PIPE_HONEST) {
+		if (!(vr.flags & VR_SENT_ALL)) {
+			snprintf(why + k, cap - k, " -- its sends should have returned all");
+			return -EIO;
+		}
+		return 0;
+	}
+	/* An attack must never look like a connection that went well ... */
+	if ((vr.flags & VR_SENT_ALL) && vr.end == 0) {
+		snprintf(why + k, cap - k, " -- served as if all were well");
+		return -EIO;
+	}
+	/* ... and a send whose bytes were never placed must not return
+	 * them as sent.  On tcp-fallback a write completes once it is handed
+	 * to the kernel (tcpf.c), so there the send may have returned before
+	 * the peer refused the write; the application must learn at its next
+	 * call. */
+	if (write_fails && vr.r2 == (int64_t)ZC_BYTES) {
+		if (!(caps.flags & OTI_CAP_SOFTWARE) || vr.end == 0) {
+			snprintf(why + k, cap - k, " -- its send() RETURNED SUCCESS for bytes never "
+				 "delivered");
+			return -EIO;
+		}
+		snprintf(why + k, cap - k, " (%s: the write completed when handed to the kernel, "
+			 "the error came at the next call)", T->name);
+	}
+	return 0;
 out:
 	hconn_close(&h);
 	return r;
@@ -1525,6 +2712,79 @@ out:
 	return NULL;
 }
 
+/*
+ * A well-behaved source into the victim's recv() (HOSTILE_MAGIC_RECV,
+ * public API): large blocking sends with a pause between them, so that the
+ * victim's next recv() has advertised its buffer by the time the next
+ * send starts.  This process's engine must have RDMA-written some of them
+ * (zcopy_bytes_written moved): the victim still advertises after the
+ * attacks, and its checks pass for an honest peer.
+ */
+static void *good_wz_main(void *arg)
+{
+	struct good_xfer *gx = arg;
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_addr = host_addr,
+				   .sin_port = htons((uint16_t)victim_port) };
+	uint8_t hb[XFER_HDR_LEN], verdict[XFER_VERDICT_LEN + 1];
+	size_t piece = 256u << 10;
+	uint8_t *buf = malloc(piece);
+	struct xgen g;
+	struct sdp_stats st0, st1;
+	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
+	ssize_t n;
+
+	sdp_get_stats(&st0);
+	xgen_init(&g, gx->seed);
+	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
+	if (r || !buf) {
+		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
+		goto out;
+	}
+	struct xfer_hdr h = { .magic = HOSTILE_MAGIC_RECV, .seed = gx->seed, .bytes = gx->bytes };
+
+	xfer_hdr_encode(hb, &h);
+	n = xfer_send_all(&xsock_sdp, sd, hb, sizeof(hb), -1);
+	for (uint64_t sent = 0; n >= 0 && sent < gx->bytes; sent += piece) {
+		if (piece > gx->bytes - sent)
+			piece = (size_t)(gx->bytes - sent);
+		xgen_fill(&g, buf, piece);
+		n = xfer_send_all(&xsock_sdp, sd, buf, piece, -1);
+		poll(NULL, 0, 10);
+	}
+	if (n < 0) {
+		snprintf(gx->result, sizeof(gx->result), "send: %s", strerror((int)-n));
+		goto out;
+	}
+	n = xfer_recv_all(&xsock_sdp, sd, verdict, sizeof(verdict), -1);
+	uint64_t vb, flags;
+
+	xfer_verdict_decode(verdict, &vb, &flags);
+	if (n != XFER_VERDICT_LEN || vb != gx->bytes || flags) {
+		snprintf(gx->result, sizeof(gx->result), "verdict: %s",
+			 n < 0 ? strerror((int)-n) : n != XFER_VERDICT_LEN ? "short or extra"
+									  : "the victim received wrong");
+		goto out;
+	}
+	sdp_shutdown(sd, SHUT_WR);
+	sdp_get_stats(&st1);
+	if (st1.zcopy_bytes_written == st0.zcopy_bytes_written) {
+		snprintf(gx->result, sizeof(gx->result),
+			 "%" PRIu64 " bytes ok, but none RDMA-written: the victim did not advertise",
+			 gx->bytes);
+		goto out;
+	}
+	snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes ok, %" PRIu64 " of them "
+		 "RDMA-written into its recv() buffer", gx->bytes,
+		 st1.zcopy_bytes_written - st0.zcopy_bytes_written);
+	gx->ok = 1;
+out:
+	free(buf);
+	if (sd >= 0)
+		sdp_close(sd);
+	return NULL;
+}
+
 /* ======================================================================= */
 
 static void usage(FILE *out)
@@ -1543,8 +2803,8 @@ int main(int argc, char **argv)
 	};
 	uint64_t good_bytes = 64u << 20;
 	const char *only = NULL;
-	int c, ctl[2], portp[2], failures = 0, ran = 0;
-	char why[256];
+	int c, ctl[2], portp[2], repp[2], failures = 0, ran = 0;
+	char why[512];
 	char *end;
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -1591,7 +2851,7 @@ int main(int argc, char **argv)
 		transport_name[strcspn(transport_name, ", \t")] = '\0';
 	}
 	/* Fork before either side starts the engine's threads. */
-	if (pipe(ctl) || pipe(portp)) {
+	if (pipe(ctl) || pipe(portp) || pipe(repp)) {
 		perror("pipe");
 		return 1;
 	}
@@ -1604,10 +2864,15 @@ int main(int argc, char **argv)
 	if (victim_pid == 0) {
 		close(ctl[1]);
 		close(portp[0]);
+		close(repp[0]);
+		report_fd = repp[1];
 		_exit(victim_main(ctl[0], portp[1]));
 	}
 	close(ctl[0]);
 	close(portp[1]);
+	close(repp[1]);
+	report_rd = repp[0];
+	fcntl(report_rd, F_SETFL, O_NONBLOCK);
 	if (read(portp[0], &victim_port, sizeof(victim_port)) != (ssize_t)sizeof(victim_port)) {
 		say("FAIL: the victim did not start");
 		return 1;
@@ -1686,6 +2951,30 @@ int main(int argc, char **argv)
 		if (r)
 			failures++;
 	}
+	for (size_t i = 0; victim_pid && i < sizeof(wz_attacks) / sizeof(wz_attacks[0]); i++) {
+		if (only && !strstr(wz_attacks[i].name, only))
+			continue;
+		ran++;
+		int r = run_wz_attack((int)i, why, sizeof(why));
+
+		if (r == 0 && !victim_alive(why, sizeof(why)))
+			r = -1;
+		say("%s %-40s %s", r ? "FAIL" : "ok  ", wz_attacks[i].name, why);
+		if (r)
+			failures++;
+	}
+	for (size_t i = 0; victim_pid && i < sizeof(pipe_attacks) / sizeof(pipe_attacks[0]); i++) {
+		if (only && !strstr(pipe_attacks[i].name, only))
+			continue;
+		ran++;
+		int r = run_pipe_attack((int)i, why, sizeof(why));
+
+		if (r == 0 && !victim_alive(why, sizeof(why)))
+			r = -1;
+		say("%s %-40s %s", r ? "FAIL" : "ok  ", pipe_attacks[i].name, why);
+		if (r)
+			failures++;
+	}
 	uint64_t good_after = atomic_load(&gx.sent);
 
 	/* The good connection: it must have moved during the attacks and
@@ -1722,6 +3011,16 @@ int main(int argc, char **argv)
 		say("%s %-40s %s", zc.ok ? "ok  " : "FAIL", "zero-copy send from the victim after",
 		    zc.result);
 		if (!zc.ok)
+			failures++;
+	}
+	if (victim_pid) {
+		struct good_xfer wz = { .seed = 781, .bytes = (4u << 20) + 7 };
+
+		pthread_create(&wz.thread, NULL, good_wz_main, &wz);
+		pthread_join(wz.thread, NULL);
+		say("%s %-40s %s", wz.ok ? "ok  " : "FAIL", "Write Zcopy into the victim after",
+		    wz.result);
+		if (!wz.ok)
 			failures++;
 	}
 

@@ -13,8 +13,20 @@
 # its zero-copy offer (SrcAvail): reading with the key after the offer
 # completed, before or past the advertised bytes, or with another key, must
 # give the attacker an error, never data; an RdmaRdCompl for more than was
-# offered, or for no offer, must be aborted.  A zero-copy send from the
-# victim to a well-behaved reader must work afterwards.
+# offered, or for no offer, must be aborted.  Mode attacks: ModeChanges
+# the rules forbid (no-op, Pipelined -> Transaction, the victim's own half,
+# an undefined mode), SinkAvail to a Combined source, RdmaWrCompl and
+# SinkCancelAck answering nothing, SrcAvail with inline bytes in Pipelined
+# or without in Combined: each aborted.  Write Zcopy with the victim as the
+# sink: its recv() advertises a buffer between guard areas; an honest write
+# is delivered intact, while writes with the key after recv() returned,
+# outside the advertised bytes or with another key fail and leave its
+# memory unchanged.  Write Zcopy with the victim as the source: a SinkAvail
+# with a bogus key or outside the attacker's registration makes its write
+# fail, the connection go down and its send() (or, on tcp-fallback, its
+# next call) fail; SinkAvails with data, empty or doubled are aborted.  A
+# zero-copy send from the victim to a well-behaved reader, and a Write
+# Zcopy into it from a well-behaved sender, must work afterwards.
 . "$(dirname "$0")/lib.sh"
 
 HOSTILE=$(prog hostile_peer)
