@@ -764,6 +764,11 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 			conn_abort(s, ECONNRESET);
 			return;
 		}
+		/* A message the rules forbid delivers nothing. */
+		if (h.mid == SDP_MID_SRC_AVAIL && zc_src_avail_check(s, buf + SDP_BSDH_LEN, data_len))
+			return;
+		if (h.mid == SDP_MID_SINK_AVAIL && wz_sink_avail_check(s, data_len))
+			return;
 		/* Stream bytes by any message: counted for the non_discards
 		 * rule, and our SinkAvail is dead (write_zcopy.c). */
 		if (data_len)

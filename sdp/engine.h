@@ -409,6 +409,8 @@ bool zc_peek_wants_stage(struct sdp_conn *c, size_t want);
 ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
 		size_t skip, bool *busy);
 /* conn.c's message handlers for the zero-copy messages. */
+/* Before anything of it is queued: a protocol error (reported) or 0. */
+int zc_src_avail_check(struct sdp_sock *s, const uint8_t *ext, uint32_t inline_len);
 void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
 		       uint32_t inline_len);
 void zc_rd_compl_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, uint32_t n);
@@ -470,6 +472,8 @@ void wz_advert_dead(struct sdp_sock *s);
 void wz_wr_compl_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, uint32_t n);
 void wz_cancel_ack_rcvd(struct sdp_sock *s);
 /* Source: the peer's SinkAvail (payload: Transaction bytes it carried). */
+/* Before its payload is queued: a protocol error (reported) or 0. */
+int wz_sink_avail_check(struct sdp_sock *s, uint32_t payload);
 void wz_sink_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
 			uint32_t payload);
 void wz_sink_cancel_rcvd(struct sdp_sock *s);

@@ -263,6 +263,15 @@ void wz_cancel_ack_rcvd(struct sdp_sock *s)
 
 /* --- source ------------------------------------------------------------------ */
 
+int wz_sink_avail_check(struct sdp_sock *s, uint32_t payload)
+{
+	if (payload && s->conn->rx_mode != SDP_MODE_TRANSACTION) {
+		conn_protocol_error(s, "SinkAvail with data outside Transaction mode");
+		return -EPROTO;
+	}
+	return 0;
+}
+
 void wz_sink_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
 			uint32_t payload)
 {
@@ -270,10 +279,7 @@ void wz_sink_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint
 	struct sdp_sinkah a;
 
 	sdp_sinkah_decode(ext, &a);
-	if (payload && c->rx_mode != SDP_MODE_TRANSACTION) {
-		conn_protocol_error(s, "SinkAvail with data outside Transaction mode");
-		return;
-	}
+	(void)payload;		/* checked by wz_sink_avail_check() */
 	if (c->tx_mode != SDP_MODE_PIPELINED) {
 		/* Sent before the peer saw our ModeChange out of Pipelined:
 		 * stale (it learns from the ModeChange); after: an error. */

@@ -408,6 +408,27 @@ static void zc_rx_finish(struct sdp_sock *s, bool send_sm)
 	sock_changed(s, false);
 }
 
+int zc_src_avail_check(struct sdp_sock *s, const uint8_t *ext, uint32_t inline_len)
+{
+	struct sdp_conn *c = s->conn;
+	struct sdp_srcah sa;
+	const char *why = NULL;
+
+	sdp_srcah_decode(ext, &sa);
+	if (c->rx_mode == SDP_MODE_PIPELINED && inline_len)
+		why = "SrcAvail with data in Pipelined mode";
+	else if (c->rx_mode != SDP_MODE_PIPELINED && !inline_len)
+		why = "SrcAvail without data outside Pipelined mode";
+	else if (c->rx_sa.active && !wz_advert_live(c))
+		why = "a second SrcAvail (max_adverts is 1)";
+	else if (sa.len < inline_len)
+		why = "SrcAvail shorter than its inline data";
+	if (!why)
+		return 0;
+	conn_protocol_error(s, why);
+	return -EPROTO;
+}
+
 void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8_t *ext,
 		       uint32_t inline_len)
 {
@@ -415,24 +436,10 @@ void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8
 	struct sdp_srcah sa;
 
 	sdp_srcah_decode(ext, &sa);
-	if (c->rx_mode == SDP_MODE_PIPELINED ? inline_len != 0 : inline_len == 0) {
-		conn_protocol_error(s, c->rx_mode == SDP_MODE_PIPELINED
-					       ? "SrcAvail with data in Pipelined mode"
-					       : "SrcAvail without data outside Pipelined mode");
-		return;
-	}
 	/* It crossed our live SinkAvail: the source takes it back and
 	 * writes into the advert instead (write_zcopy.c). */
 	if (wz_advert_live(c))
 		return;
-	if (c->rx_sa.active) {
-		conn_protocol_error(s, "a second SrcAvail (max_adverts is 1)");
-		return;
-	}
-	if (sa.len < inline_len) {
-		conn_protocol_error(s, "SrcAvail shorter than its inline data");
-		return;
-	}
 	(void)h;
 	uint32_t rest = sa.len - inline_len;
 
