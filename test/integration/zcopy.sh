@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause
-# Read Zcopy (SrcAvail, RDMA read, RdmaRdCompl) through the engine's API
-# (zcopy_check): sizes around the threshold and zcopy_max, direct and
-# staged reads, MSG_PEEK, MSG_WAITALL, readv, the per-socket threshold,
-# Bcopy where zero copy must not be used (non-blocking sends, small iovec
-# elements, threshold 0), mixed small and large sends, both directions at
-# once, a send cancelled by SO_SNDTIMEO or by a signal (partial count, the
-# rest re-sent, the stream intact), and a peer killed with -9 on either
-# side.  Every case is checksummed and checks the engine counters of both
-# processes, so a transfer that silently went by Bcopy fails.
+# Zero copy through the engine's API (zcopy_check).  Read Zcopy
+# (SrcAvail, RDMA read, RdmaRdCompl): sizes around the threshold and
+# zcopy_max, direct and staged reads, MSG_PEEK, MSG_WAITALL, readv, the
+# per-socket threshold, Bcopy where zero copy must not be used
+# (non-blocking sends, small iovec elements, threshold 0), mixed small and
+# large sends, both directions at once, a send cancelled by SO_SNDTIMEO or
+# by a signal (partial count, the rest re-sent, the stream intact), and a
+# peer killed with -9 on either side.  Write Zcopy and the modes
+# (ModeChange, SinkAvail, RDMA write, RdmaWrCompl): a stream that goes
+# Pipelined and is written into the receiver's adverts, request/response
+# in Transaction mode (requests riding on the reply's SinkAvail) and a
+# poller that makes it miss, an advertised recv cancelled by SO_RCVTIMEO
+# or a signal, both directions Pipelined at once, and a peer killed while
+# the other waits in an advertised recv or writes into adverts.  Every
+# case is checksummed and checks the engine counters of both processes,
+# so a transfer that silently went by Bcopy fails.
 #
-# Then the same process-wide threshold from the environment: another
-# value (sizes follow it) and 0 (zero copy off: every case expects Bcopy).
+# Each run sets the tunables the cases' expectations are computed from
+# (zcopy_check reads them back from the engine or the environment), so a
+# change of an engine default does not change what is tested: the
+# threshold 65536, and the Transaction hold, 20 ms x TEST_SLOW.  The hold
+# is a deadline for what the client does between its request's send()
+# and the recv() whose advert carries it; with the default of 1 ms a
+# busy host's preemption would count as misses, and the transaction-miss
+# case tells a request that poll() sent from one left to the hold's timer
+# by the time a turn takes, which must stay well below the hold.  Then
+# another threshold (sizes follow it), 0 (zero copy off: every case
+# expects Bcopy), and Transaction mode off (SDP_TRANS_HOLD_US=0: no
+# request may piggyback or miss).
 . "$(dirname "$0")/lib.sh"
 
 ZC=$(prog zcopy_check)
@@ -42,11 +59,14 @@ run() {
 	fi
 }
 
-run "default threshold" --
-run "SDP_ZCOPY_THRESH=100000" SDP_ZCOPY_THRESH=100000 -- \
-	--only sockopt,size-thresh-1,size-thresh,size-thresh+1,staged-1k,mixed
-run "SDP_ZCOPY_THRESH=0 (zero copy off)" SDP_ZCOPY_THRESH=0 -- \
-	--only sockopt,size-1m+7,size-max+1,server-sends,bidir
+hold=SDP_TRANS_HOLD_US=$((20000 * TEST_SLOW))
+run "threshold 65536" SDP_ZCOPY_THRESH=65536 "$hold" --
+run "SDP_ZCOPY_THRESH=100000" SDP_ZCOPY_THRESH=100000 "$hold" -- \
+	--only sockopt,size-thresh-1,size-thresh,size-thresh+1,staged-1k,mixed,write-zcopy,transaction
+run "SDP_ZCOPY_THRESH=0 (zero copy off)" SDP_ZCOPY_THRESH=0 "$hold" -- \
+	--only sockopt,size-1m+7,size-max+1,server-sends,bidir,write-zcopy,transaction,bidir-pipelined
+run "SDP_TRANS_HOLD_US=0 (Transaction mode off)" SDP_ZCOPY_THRESH=65536 SDP_TRANS_HOLD_US=0 -- \
+	--only transaction,transaction-miss
 
 if [ "$failures" -ne 0 ]; then
 	fail "$failures run(s) failed"

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * zcopy_check: Read Zcopy (SrcAvail -> RDMA read -> RdmaRdCompl) through
- * the public engine API (include/sdp.h).  Run by zcopy.sh.
+ * zcopy_check: zero copy through the public engine API (include/sdp.h):
+ * Read Zcopy (SrcAvail -> RDMA read -> RdmaRdCompl), Write Zcopy in
+ * Pipelined mode (SinkAvail -> RDMA write -> RdmaWrCompl) and Transaction
+ * mode (a request riding on the reply's SinkAvail).  Run by zcopy.sh.
  *
  *   zcopy_check [--only NAME[,NAME...]] [--small] [--seed N] [--list]
  *
@@ -18,13 +20,17 @@
  *
  * Each side takes its engine counters (sdp_get_stats) before and after its
  * part; the server sends its deltas and verdict back over a pipe, and the
- * client checks both: that the expected path was taken (zcopy_offers in the
- * sender, zcopy_reads / zcopy_direct_bytes in the receiver) and that what
- * one side says the peer RDMA-read matches what the peer says it read.
+ * client checks both: that the expected path was taken (a zero-copy-sized
+ * send goes by RDMA read or by RDMA write into an advert, never by Bcopy
+ * but for the tail the rules allow: check_dir()), that what one side says
+ * the peer RDMA-read or wrote matches what the peer says it got, and the
+ * mode changes, piggybacks and cancels a case is about.
  *
- * The sizes follow the tunables this process runs with: zcopy_thresh,
- * zcopy_max and zcopy_stage from SDP_ZCOPY_THRESH / _MAX / _STAGE or their
- * defaults.  With zcopy_thresh 0 every case expects Bcopy.
+ * The sizes follow the tunables this process runs with: zcopy_thresh as
+ * the engine has it (a new socket's SDP_ZCOPY_THRESH), zcopy_max and
+ * zcopy_stage from SDP_ZCOPY_MAX / _STAGE or their defaults, and whether
+ * Transaction mode is on (SDP_TRANS_HOLD_US not 0).  With zcopy_thresh 0
+ * every case expects Bcopy.
  *
  * One line per case ("ok   NAME: ..." or "FAIL NAME: ..."); exit 0 when
  * every case passed, 1 otherwise (2: bad usage).  Every wait is bounded;
@@ -45,6 +51,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +79,14 @@ static unsigned slow = 1;		/* TEST_SLOW */
 static bool small_run;			/* --small: sanitizer builds */
 static uint32_t base_seed = 20261121;
 
-static size_t thresh;			/* zcopy_thresh */
+static size_t thresh;			/* zcopy_thresh, as a new socket has it */
+static long thresh_env = -1;		/* SDP_ZCOPY_THRESH, -1 if not set */
+/* The threshold the sizes of the cases are laid out around: zcopy_thresh,
+ * or with zero copy off (every case expects Bcopy) any size would do. */
+#define NOMINAL_THRESH 65536
+static size_t sizes_th;
+static size_t hold_us;			/* trans_hold_us (SDP_TRANS_HOLD_US) */
+static bool trans_on = true;		/* it is not 0 */
 static size_t zmax = 4 * MiB;		/* zcopy_max */
 static size_t zstage = 256 * KiB;	/* zcopy_stage */
 static size_t big;			/* the "large" transfer: 16 MiB */
@@ -153,6 +167,17 @@ static void stats_text(char *out, size_t cap, const struct sdp_stats *d)
 	S(zcopy_reads, "reads");
 	S(zcopy_bytes_received, "rcvd");
 	S(zcopy_direct_bytes, "direct");
+	S(zcopy_pulled, "pulled");
+	S(zcopy_writes, "writes");
+	S(zcopy_bytes_written, "written");
+	S(zcopy_sink_adverts, "adverts");
+	S(zcopy_sink_bytes, "sink");
+	S(zcopy_sink_stale, "stale");
+	S(zcopy_sink_cancels, "sink_cancels");
+	S(mode_changes_sent, "mch_sent");
+	S(mode_changes_received, "mch_rcvd");
+	S(trans_piggybacks, "piggy");
+	S(trans_misses, "misses");
 	S(protocol_errors, "proto_err");
 #undef S
 	if (!n)
@@ -226,6 +251,25 @@ static void watch(const char *what, unsigned secs)
 
 /* --- one case's context -------------------------------------------------------- */
 
+/*
+ * What the sender of one direction did, for check_dir().  A blocking send
+ * whose (first remaining) iovec element has at least the threshold goes
+ * in zero-copy pieces while at least the threshold is left: SrcAvails
+ * (RDMA read) of up to zcopy_max, or RDMA writes into the receiver's
+ * adverts, of up to the advertised room.  What is left below the
+ * threshold goes by Bcopy, or from the bounce buffer into an advert.
+ */
+struct dexp {
+	uint64_t tx_bytes;	/* bytes sent in all */
+	uint64_t large_sends;	/* zero-copy-sized sends (iovec elements) */
+	uint64_t large_bytes;	/* their bytes */
+	uint64_t exp_offers;	/* SrcAvails they make if none is written: zcopy_max pieces */
+	uint64_t zc_bytes;	/* the bytes of those pieces (inline included) */
+	uint64_t tail_max;	/* of large_bytes, the most that may go by Bcopy */
+	bool staged;		/* the receiver's buffers were below its threshold */
+	bool direct;		/* every receive buffer had room for a direct read */
+};
+
 struct zcase;
 
 struct cctx {
@@ -245,13 +289,9 @@ struct cctx {
 	int fails;
 	char why[900];
 	char info[400];
-	/* What the client's part did, for its check. */
-	uint64_t exp_offers;	/* SrcAvails the sender must have made */
-	uint64_t tx_bytes;	/* bytes the sender sent in all */
-	uint64_t zc_bytes;	/* of those, in zero-copy pieces (inline included) */
-	uint64_t exp_pieces_rx;	/* pieces the server sent (server-sends cases) */
-	bool exp_staged;	/* the receiver's buffers were below the threshold */
-	bool exp_direct;	/* every receive buffer had room for a direct read */
+	/* What the client's part sent, for its check. */
+	struct dexp x;
+	int turns;		/* request/response cases: turns played */
 };
 
 static void failf(struct cctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -327,11 +367,12 @@ static uint8_t *xalloc(size_t len)
 }
 
 /*
- * A blocking send of len contiguous bytes at threshold th: pieces of
- * zcopy_max are offered while at least th bytes are left; a tail below
- * the threshold goes by Bcopy (a piece of 32 bytes or less could not even
- * be a SrcAvail: Combined mode needs bytes to read beyond the inline
- * ones).  Adds to *offers and *zbytes (bytes in offered pieces).
+ * A blocking send of len contiguous bytes at threshold th, read only
+ * (nothing written into adverts): pieces of zcopy_max are offered while
+ * at least th bytes are left; a tail below the threshold goes by Bcopy (a
+ * piece of 32 bytes or less could not even be a SrcAvail: Combined mode
+ * needs bytes to read beyond the inline ones).  Adds to *offers and
+ * *zbytes (bytes in offered pieces).
  */
 static void zc_expect(size_t len, size_t th, uint64_t *offers, uint64_t *zbytes)
 {
@@ -344,19 +385,62 @@ static void zc_expect(size_t len, size_t th, uint64_t *offers, uint64_t *zbytes)
 	}
 }
 
-static uint64_t pieces_of(size_t len, size_t th)
+/*
+ * The most bytes of that send that may go by Bcopy when the receiver may
+ * also advertise buffers of room bytes or more (0: it never advertises):
+ * each piece is a SrcAvail of min(left, zcopy_max) or a write of
+ * min(left, room, zcopy_max), in any order, while at least th bytes are
+ * left; the worst tail over every order.  A state "a reads and b writes
+ * of full size taken" leaves left = len - a * zcopy_max - b * w; it ends
+ * the send below th if the state before it still had th bytes or more.
+ */
+static uint64_t tail_max(uint64_t len, size_t th, size_t room)
 {
-	uint64_t o = 0, b = 0;
+	uint64_t w = room < zmax ? room : zmax, worst = 0;
 
-	zc_expect(len, th, &o, &b);
-	return o;
+	if (!th || len < th)
+		return len;
+	for (uint64_t a = 0; a * zmax <= len; a++) {
+		for (uint64_t b = 0; a * zmax + b * w <= len; b++) {
+			uint64_t left = len - a * zmax - b * w;
+
+			if (left < th && left > worst &&
+			    ((a && left + zmax >= th) || (b && left + w >= th)))
+				worst = left;
+			if (!w)
+				break;
+		}
+	}
+	return worst;
 }
 
-/* The client sent len bytes in one blocking send at threshold th. */
-static void expect_send(struct cctx *c, size_t len, size_t th)
+/* The sender of e sent len bytes in one blocking send (or one iovec
+ * element of at least th) at threshold th, into a receiver whose adverts
+ * have room bytes at least (0: none). */
+static void expect_send(struct dexp *e, size_t len, size_t th, size_t room)
 {
-	c->tx_bytes += len;
-	zc_expect(len, th, &c->exp_offers, &c->zc_bytes);
+	e->tx_bytes += len;
+	if (!th || len < th)
+		return;
+	e->large_sends++;
+	e->large_bytes += len;
+	e->tail_max += tail_max(len, th, room);
+	zc_expect(len, th, &e->exp_offers, &e->zc_bytes);
+}
+
+/* Bytes sent that were not zero-copy-sized. */
+static void expect_small(struct dexp *e, size_t len)
+{
+	e->tx_bytes += len;
+}
+
+/* The smallest room a receiver advertises whose receives ask for lo..hi
+ * bytes at its threshold th (0: it never advertises). */
+static size_t adv_room(size_t lo, size_t hi, size_t th)
+{
+	if (!th || hi < th)
+		return 0;
+	return lo > th ? lo : th;
 }
 
 /*
@@ -545,51 +629,122 @@ struct zcase {
 	bool no_conn;		/* no connection at all */
 };
 
-/* Common checks of a client-to-server transfer: the sender offered
- * exp_offers SrcAvails, nothing was refused or cancelled, the receiver
- * read what the sender says was read, directly or staged as expected. */
-static void check_a2b(struct cctx *c)
+/*
+ * The checks of one direction: tx is its sender's counters, rx its
+ * receiver's, e what the sender did.  Every zero-copy-sized send went by
+ * zero copy but for the tail the rules allow (tail_max()), by RDMA read
+ * or by RDMA write, and both sides agree on every byte of either:
+ *
+ *  - nothing refused or cancelled (no case expects it);
+ *  - bytes: read by the receiver == the sender's zcopy_bytes_sent, written
+ *    by the sender == landed in the receiver's adverts;
+ *  - SrcAvails: zcopy_offers counts the ones taken back for an advert
+ *    (zcopy_pulled, each followed by a write into it); the others carry
+ *    data and are read at least once.  With no write at all the read
+ *    path is exact: zcopy_max pieces, 1..32 bytes inline each in Combined
+ *    mode (none in Pipelined), the tail by Bcopy.  With writes the pieces
+ *    are cut by the adverts: at most as many SrcAvails, at least one
+ *    zero-copy operation per send, and at most tail_max bytes of the
+ *    zero-copy-sized sends by Bcopy;
+ *  - the receiver's side: staged (buffers below its threshold: no direct
+ *    read and no advert) or direct (buffers with room) as the case says.
+ *
+ * With no zero-copy-sized send, nothing at all goes by zero copy.
+ */
+static void check_dir(struct cctx *c, const char *dir, const struct dexp *e,
+		      const struct sdp_stats *a, const struct sdp_stats *b)
+{
+	uint64_t data_offers = a->zcopy_offers - a->zcopy_pulled;
+	uint64_t zc = a->zcopy_bytes_sent + a->zcopy_bytes_written;
+
+	if (a->zcopy_refused)
+		failf(c, "%s: %" PRIu64 " offer(s) refused (SendSM) though the receiver could read",
+		      dir, a->zcopy_refused);
+	if (a->zcopy_cancels)
+		failf(c, "%s: %" PRIu64 " cancel(s) without timeout or signal", dir, a->zcopy_cancels);
+	if (b->zcopy_sink_cancels)
+		failf(c, "%s: %" PRIu64 " SinkAvailCancel(s) without timeout or signal", dir,
+		      b->zcopy_sink_cancels);
+	if (a->zcopy_bytes_sent != b->zcopy_bytes_received)
+		failf(c, "%s: sender counts %" PRIu64 " bytes read by the peer, the receiver "
+		      "read %" PRIu64, dir, a->zcopy_bytes_sent, b->zcopy_bytes_received);
+	if (a->zcopy_bytes_written != b->zcopy_sink_bytes)
+		failf(c, "%s: sender wrote %" PRIu64 " bytes into adverts, %" PRIu64 " landed in the "
+		      "receiver's", dir, a->zcopy_bytes_written, b->zcopy_sink_bytes);
+	if (a->zcopy_writes > b->zcopy_sink_adverts)
+		failf(c, "%s: %" PRIu64 " RDMA write(s) for %" PRIu64 " advert(s)", dir,
+		      a->zcopy_writes, b->zcopy_sink_adverts);
+	if (a->zcopy_pulled > a->zcopy_offers || a->zcopy_pulled > a->zcopy_writes)
+		failf(c, "%s: %" PRIu64 " SrcAvail(s) taken back for adverts, %" PRIu64
+		      " made, %" PRIu64 " write(s)", dir, a->zcopy_pulled, a->zcopy_offers,
+		      a->zcopy_writes);
+	else if (b->zcopy_reads < data_offers)
+		failf(c, "%s: receiver posted %" PRIu64 " RDMA read(s) for %" PRIu64 " offer(s)", dir,
+		      b->zcopy_reads, data_offers);
+	if (!e->large_sends) {
+		if (a->zcopy_offers || b->zcopy_reads || a->zcopy_writes || b->zcopy_sink_adverts)
+			failf(c, "%s: zero copy used (%" PRIu64 " SrcAvails, %" PRIu64 " reads, %"
+			      PRIu64 " adverts, %" PRIu64 " writes) where Bcopy was expected", dir,
+			      a->zcopy_offers, b->zcopy_reads, b->zcopy_sink_adverts,
+			      a->zcopy_writes);
+		return;
+	}
+	if (!a->zcopy_writes) {
+		if (a->zcopy_offers != e->exp_offers)
+			failf(c, "%s: sender made %" PRIu64 " SrcAvail(s) and no write, expected %"
+			      PRIu64 " SrcAvail(s)", dir, a->zcopy_offers, e->exp_offers);
+		if (a->zcopy_bytes_sent + MAX_INLINE * e->exp_offers < e->zc_bytes ||
+		    a->zcopy_bytes_sent > e->zc_bytes)
+			failf(c, "%s: %" PRIu64 " of the %" PRIu64 " bytes offered went by RDMA read; "
+			      "%" PRIu64 " offer(s) carry 0..%d inline bytes each", dir,
+			      a->zcopy_bytes_sent, e->zc_bytes, e->exp_offers, MAX_INLINE);
+	} else {
+		if (data_offers > e->exp_offers)
+			failf(c, "%s: %" PRIu64 " SrcAvail(s) with data besides %" PRIu64
+			      " write(s): more than the %" PRIu64 " pieces of zcopy_max", dir,
+			      data_offers, a->zcopy_writes, e->exp_offers);
+		if (data_offers + a->zcopy_writes < e->large_sends)
+			failf(c, "%s: %" PRIu64 " SrcAvail(s) with data and %" PRIu64 " write(s) for "
+			      "%" PRIu64 " zero-copy-sized send(s)", dir, data_offers, a->zcopy_writes,
+			      e->large_sends);
+		if (zc + MAX_INLINE * data_offers + e->tail_max < e->large_bytes)
+			failf(c, "%s: of %" PRIu64 " bytes in zero-copy-sized sends, %" PRIu64
+			      " went by RDMA read, %" PRIu64 " by RDMA write and at most %" PRIu64
+			      " inline: more than the %" PRIu64 " tail bytes went by Bcopy", dir,
+			      e->large_bytes,
+			      a->zcopy_bytes_sent, a->zcopy_bytes_written, MAX_INLINE * data_offers,
+			      e->tail_max);
+		if (zc > e->tx_bytes)
+			failf(c, "%s: %" PRIu64 " bytes by zero copy of %" PRIu64 " sent", dir, zc,
+			      e->tx_bytes);
+	}
+	if (e->staged && (b->zcopy_direct_bytes || b->zcopy_sink_adverts))
+		failf(c, "%s: %" PRIu64 " bytes read directly and %" PRIu64 " advert(s) with receive "
+		      "buffers smaller than the threshold", dir, b->zcopy_direct_bytes,
+		      b->zcopy_sink_adverts);
+	if (e->staged && b->zcopy_bytes_received && b->zcopy_reads * zstage < b->zcopy_bytes_received)
+		failf(c, "%s: %" PRIu64 " staged reads for %" PRIu64 " bytes: more than zcopy_stage "
+		      "(%zu) each", dir, b->zcopy_reads, b->zcopy_bytes_received, zstage);
+	if (e->direct && b->zcopy_direct_bytes != b->zcopy_bytes_received)
+		failf(c, "%s: only %" PRIu64 " of %" PRIu64 " RDMA-read bytes went straight into "
+		      "receive buffers that had room", dir, b->zcopy_direct_bytes,
+		      b->zcopy_bytes_received);
+}
+
+static void check_no_proto_errors(struct cctx *c)
 {
 	const struct sdp_stats *a = &c->mine, *b = &c->peer;
 
-	if (a->zcopy_offers != c->exp_offers)
-		failf(c, "sender made %" PRIu64 " SrcAvail(s), expected %" PRIu64,
-		      a->zcopy_offers, c->exp_offers);
-	if (a->zcopy_refused)
-		failf(c, "%" PRIu64 " offer(s) refused (SendSM) though the receiver could read",
-		      a->zcopy_refused);
-	if (a->zcopy_cancels)
-		failf(c, "%" PRIu64 " cancel(s) without timeout or signal", a->zcopy_cancels);
-	if (a->zcopy_bytes_sent != b->zcopy_bytes_received)
-		failf(c, "sender counts %" PRIu64 " bytes read by the peer, the receiver read %" PRIu64,
-		      a->zcopy_bytes_sent, b->zcopy_bytes_received);
-	if (c->exp_offers) {
-		if (a->zcopy_bytes_sent + MAX_INLINE * c->exp_offers < c->zc_bytes ||
-		    a->zcopy_bytes_sent + c->exp_offers > c->zc_bytes)
-			failf(c, "%" PRIu64 " of the %" PRIu64 " bytes offered went by RDMA read; "
-			      "%" PRIu64 " offer(s) carry 1..%d inline bytes each",
-			      a->zcopy_bytes_sent, c->zc_bytes, c->exp_offers, MAX_INLINE);
-		if (b->zcopy_reads < c->exp_offers)
-			failf(c, "receiver posted %" PRIu64 " RDMA read(s) for %" PRIu64 " offer(s)",
-			      b->zcopy_reads, c->exp_offers);
-		if (c->exp_staged && b->zcopy_direct_bytes)
-			failf(c, "%" PRIu64 " bytes read directly into receive buffers smaller than "
-			      "the threshold", b->zcopy_direct_bytes);
-		if (c->exp_staged && b->zcopy_bytes_received &&
-		    b->zcopy_reads * zstage < b->zcopy_bytes_received)
-			failf(c, "%" PRIu64 " staged reads for %" PRIu64 " bytes: more than zcopy_stage "
-			      "(%zu) each", b->zcopy_reads, b->zcopy_bytes_received, zstage);
-		if (c->exp_direct && b->zcopy_direct_bytes != b->zcopy_bytes_received)
-			failf(c, "only %" PRIu64 " of %" PRIu64 " RDMA-read bytes went straight into "
-			      "receive buffers that had room", b->zcopy_direct_bytes,
-			      b->zcopy_bytes_received);
-	} else if (b->zcopy_reads || a->zcopy_bytes_sent) {
-		failf(c, "zero copy used (%" PRIu64 " reads) where Bcopy was expected",
-		      b->zcopy_reads);
-	}
 	if (a->protocol_errors || b->protocol_errors)
 		failf(c, "protocol errors: client %" PRIu64 ", server %" PRIu64, a->protocol_errors,
 		      b->protocol_errors);
+}
+
+/* A client-to-server transfer: c->x. */
+static void check_a2b(struct cctx *c)
+{
+	check_dir(c, "client->server", &c->x, &c->mine, &c->peer);
+	check_no_proto_errors(c);
 }
 
 /* --- sizes around the threshold, direct reads -------------------------------------- */
@@ -597,7 +752,7 @@ static void check_a2b(struct cctx *c)
 /* The size list of a "sizes" case, by name suffix. */
 static size_t size_case_len(const char *name)
 {
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 
 	if (!strcmp(name, "size-thresh-1"))
 		return th - 1;
@@ -619,7 +774,7 @@ static size_t size_case_len(const char *name)
 /* Receive buffer: big enough for a direct read of everything. */
 static size_t direct_buf_len(void)
 {
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 
 	return 2 * MiB > 2 * th ? 2 * MiB : 2 * th;
 }
@@ -641,7 +796,7 @@ static void srv_big_recv(struct cctx *c, uint64_t total)
 
 /* The client's side of most cases: one blocking send of len seeded bytes,
  * offered by zero copy if len reaches the threshold. */
-static void cli_send_seeded(struct cctx *c, size_t len)
+static void cli_send_seeded(struct cctx *c, size_t len, size_t room)
 {
 	uint8_t *buf = xalloc(len);
 	struct xgen g;
@@ -654,15 +809,15 @@ static void cli_send_seeded(struct cctx *c, size_t len)
 	if (!send_one(c, &g, buf, len, 0, "send"))
 		finish(c);
 	free(buf);
-	expect_send(c, len, thresh);
+	expect_send(&c->x, len, thresh, room);
 }
 
 static void cli_size(struct cctx *c)
 {
 	size_t len = size_case_len(c->zc->name);
 
-	cli_send_seeded(c, len);
-	c->exp_direct = true;
+	cli_send_seeded(c, len, direct_buf_len());
+	c->x.direct = true;
 	infof(c, "%zu B", len);
 }
 
@@ -685,8 +840,8 @@ static void cli_staged_1k(struct cctx *c)
 {
 	size_t len = 1 * MiB + 7;
 
-	cli_send_seeded(c, len);
-	c->exp_staged = true;
+	cli_send_seeded(c, len, 0);
+	c->x.staged = true;
 	infof(c, "%zu B into 1 KiB receives", len);
 }
 
@@ -715,14 +870,14 @@ static void rand_sizes(uint32_t seed, size_t *sizes, int n, size_t lo, size_t hi
 
 static size_t rand_hi(void)
 {
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 
 	return small_run ? 2 * th : 1 * MiB;
 }
 
 static void cli_staged_random(struct cctx *c)
 {
-	size_t sizes[RAND_MSGS], th = thresh ? thresh : 65536;
+	size_t sizes[RAND_MSGS], th = sizes_th;
 	uint8_t *buf = xalloc(rand_hi());
 	struct xgen g;
 	int i;
@@ -732,17 +887,17 @@ static void cli_staged_random(struct cctx *c)
 	for (i = 0; buf && i < RAND_MSGS; i++) {
 		if (send_one(c, &g, buf, sizes[i], 0, "send"))
 			break;
-		expect_send(c, sizes[i], thresh);
+		expect_send(&c->x, sizes[i], thresh, adv_room(1, 70000, thresh));
 	}
 	if (i == RAND_MSGS)
 		finish(c);
 	free(buf);
-	infof(c, "%d sends, %" PRIu64 " B, receives of 1..70000 B", RAND_MSGS, c->tx_bytes);
+	infof(c, "%d sends, %" PRIu64 " B, receives of 1..70000 B", RAND_MSGS, c->x.tx_bytes);
 }
 
 static void srv_staged_random(struct cctx *c)
 {
-	size_t sizes[RAND_MSGS], th = thresh ? thresh : 65536;
+	size_t sizes[RAND_MSGS], th = sizes_th;
 	uint64_t total = 0;
 	uint8_t *buf = xalloc(70000);
 	struct xgen g;
@@ -759,9 +914,11 @@ static void srv_staged_random(struct cctx *c)
 
 /* --- MSG_PEEK, MSG_WAITALL, readv ------------------------------------------------ */
 
+/* One piece (not above zcopy_max): the first on a new connection, which
+ * is Combined, so a SrcAvail whatever the receiver does. */
 static void cli_1m(struct cctx *c)
 {
-	cli_send_seeded(c, 1 * MiB + 7);
+	cli_send_seeded(c, 1 * MiB + 7, thresh);
 }
 
 static void srv_peek(struct cctx *c)
@@ -839,8 +996,8 @@ static void srv_waitall(struct cctx *c)
 
 static void check_waitall(struct cctx *c)
 {
-	c->exp_direct = true;
-	infof(c, "%" PRIu64 " B in one recv(MSG_WAITALL)", c->tx_bytes);
+	c->x.direct = true;
+	infof(c, "%" PRIu64 " B in one recv(MSG_WAITALL)", c->x.tx_bytes);
 	check_a2b(c);
 }
 
@@ -865,7 +1022,7 @@ static void srv_readv(struct cctx *c)
 
 static void check_readv(struct cctx *c)
 {
-	infof(c, "%" PRIu64 " B into recvv of 5 iovecs (7, 100000, 3, 300000, 1 MiB)", c->tx_bytes);
+	infof(c, "%" PRIu64 " B into recvv of 5 iovecs (7, 100000, 3, 300000, 1 MiB)", c->x.tx_bytes);
 	check_a2b(c);
 }
 
@@ -887,15 +1044,16 @@ static void srv_readv_waitall(struct cctx *c)
 
 static void check_readv_waitall(struct cctx *c)
 {
-	c->exp_direct = true;
-	infof(c, "%" PRIu64 " B in one recvv({7, rest}, MSG_WAITALL)", c->tx_bytes);
+	c->x.direct = true;
+	infof(c, "%" PRIu64 " B in one recvv({7, rest}, MSG_WAITALL)", c->x.tx_bytes);
 	check_a2b(c);
 }
 
 /*
  * The sink's choice follows the receiving socket's threshold: with 300000
- * a receive of 200000 B is staged, with 4096 one of 16 KiB is read
- * directly.
+ * a receive of 200000 B is staged (and not advertised), with 4096 one of
+ * 16 KiB takes data directly: read into it, or written into it once the
+ * sender is Pipelined and it is advertised.
  */
 static void cli_sink_thresh(struct cctx *c)
 {
@@ -907,8 +1065,10 @@ static void cli_sink_thresh(struct cctx *c)
 	if (buf && !send_one(c, &g, buf, len, 0, "send") && !send_one(c, &g, buf, len, 0, "send"))
 		finish(c);
 	free(buf);
-	expect_send(c, len, thresh);
-	expect_send(c, len, thresh);
+	/* The second goes into 16-KiB receives of a socket at threshold
+	 * 4096: adverts of 16 KiB. */
+	expect_send(&c->x, len, thresh, 16 * KiB);
+	expect_send(&c->x, len, thresh, 16 * KiB);
 }
 
 static void srv_sink_thresh(struct cctx *c)
@@ -929,15 +1089,19 @@ static void srv_sink_thresh(struct cctx *c)
 	if (set_thresh(c, 4096) || recv_stream(c, &g, len, &m2, buf, "recv (threshold 4096)"))
 		goto out;
 	stats_now_delta(c, &d2);
+	uint64_t direct1 = d1.zcopy_direct_bytes + d1.zcopy_sink_bytes;
+	uint64_t direct2 = d2.zcopy_direct_bytes + d2.zcopy_sink_bytes - direct1;
+
 	infof(c, "direct: %" PRIu64 " B into 200000-B receives at threshold 300000, %" PRIu64
-	      " B into 16-KiB receives at threshold 4096", d1.zcopy_direct_bytes,
-	      d2.zcopy_direct_bytes - d1.zcopy_direct_bytes);
-	if (thresh && d1.zcopy_direct_bytes)
-		failf(c, "%" PRIu64 " B read directly into 200000-B receives of a socket whose "
-		      "threshold is 300000", d1.zcopy_direct_bytes);
-	if (thresh && d2.zcopy_direct_bytes == d1.zcopy_direct_bytes)
-		failf(c, "nothing read directly into 16-KiB receives of a socket whose threshold is "
-		      "4096");
+	      " B (%" PRIu64 " written) into 16-KiB receives at threshold 4096", direct1, direct2,
+	      d2.zcopy_sink_bytes - d1.zcopy_sink_bytes);
+	if (thresh && (direct1 || d1.zcopy_sink_adverts))
+		failf(c, "%" PRIu64 " B read or written directly into 200000-B receives of a socket "
+		      "whose threshold is 300000 (%" PRIu64 " adverts)", direct1,
+		      d1.zcopy_sink_adverts);
+	if (thresh && !direct2)
+		failf(c, "nothing read or written directly into 16-KiB receives of a socket whose "
+		      "threshold is 4096");
 	finish(c);
 out:
 	free(buf);
@@ -963,6 +1127,11 @@ static void check_slow_reader(struct cctx *c)
 	if (a->zcopy_bytes_sent != b->zcopy_bytes_received)
 		failf(c, "client counts %" PRIu64 " bytes read by the peer, the server read %" PRIu64,
 		      a->zcopy_bytes_sent, b->zcopy_bytes_received);
+	/* One send on a new connection, which is Combined: no advert. */
+	if (a->zcopy_writes || b->zcopy_sink_adverts)
+		failf(c, "%" PRIu64 " write(s), %" PRIu64 " advert(s) on a Combined connection",
+		      a->zcopy_writes, b->zcopy_sink_adverts);
+	check_no_proto_errors(c);
 }
 
 /* --- the threshold: per socket, off, non-blocking, sendv -------------------------- */
@@ -979,8 +1148,8 @@ static void cli_sockopt(struct cctx *c)
 	r = sdp_getsockopt(sd, SOL_SDP, SDP_ZCOPY_THRESH, &v, &l);
 	if (r)
 		failf(c, "getsockopt(SOL_SDP, SDP_ZCOPY_THRESH): %s", errname(r));
-	else if ((size_t)v != thresh || l != sizeof(int))
-		failf(c, "a new socket's threshold is %d, zcopy_thresh is %zu", v, thresh);
+	else if ((thresh_env >= 0 && v != thresh_env) || l != sizeof(int))
+		failf(c, "a new socket's threshold is %d, SDP_ZCOPY_THRESH is %ld", v, thresh_env);
 	static const struct {
 		int set, get;
 	} t[] = { { 100000, 100000 }, { 1000, 4096 }, { 1, 4096 }, { 4096, 4096 }, { 0, 0 },
@@ -1033,18 +1202,17 @@ static void cli_zcopy_off(struct cctx *c)
 	xgen_init(&g, seed_a2b(c));
 	if (!buf || set_thresh(c, 0))
 		goto out;
-	if (!send_one(c, &g, buf, len, 0, "send") && !send_one(c, &g, buf, thresh ? thresh : 65536, 0, "send"))
+	if (!send_one(c, &g, buf, len, 0, "send") && !send_one(c, &g, buf, sizes_th, 0, "send"))
 		finish(c);
-	c->tx_bytes = len + (thresh ? thresh : 65536);
-	c->exp_offers = 0;
-	infof(c, "SDP_ZCOPY_THRESH 0 on the sender, %" PRIu64 " B", c->tx_bytes);
+	expect_small(&c->x, len + sizes_th);
+	infof(c, "SDP_ZCOPY_THRESH 0 on the sender, %" PRIu64 " B", c->x.tx_bytes);
 out:
 	free(buf);
 }
 
 static void srv_zcopy_off(struct cctx *c)
 {
-	srv_big_recv(c, 1 * MiB + 7 + (thresh ? thresh : 65536));
+	srv_big_recv(c, 1 * MiB + 7 + sizes_th);
 }
 
 /* A per-socket threshold above the process's: just below it is Bcopy,
@@ -1061,9 +1229,9 @@ static void cli_sock_thresh(struct cctx *c)
 	if (!send_one(c, &g, buf, CUSTOM_THRESH - 1, 0, "send") &&
 	    !send_one(c, &g, buf, CUSTOM_THRESH, 0, "send"))
 		finish(c);
-	expect_send(c, CUSTOM_THRESH - 1, CUSTOM_THRESH);
-	expect_send(c, CUSTOM_THRESH, CUSTOM_THRESH);
-	c->exp_direct = true;
+	expect_send(&c->x, CUSTOM_THRESH - 1, CUSTOM_THRESH, direct_buf_len());
+	expect_send(&c->x, CUSTOM_THRESH, CUSTOM_THRESH, direct_buf_len());
+	c->x.direct = true;
 	infof(c, "SDP_ZCOPY_THRESH %d: sends of %d and %d B", CUSTOM_THRESH, CUSTOM_THRESH - 1,
 	      CUSTOM_THRESH);
 out:
@@ -1117,8 +1285,7 @@ static void cli_nonblock(struct cctx *c)
 	}
 	sdp_set_nonblock(c->sd, 0);
 	finish(c);
-	c->tx_bytes = 2 * len;
-	c->exp_offers = 0;
+	expect_small(&c->x, 2 * len);
 	infof(c, "2 x %zu B non-blocking (MSG_DONTWAIT, O_NONBLOCK), %d EAGAIN", len, eagain);
 out:
 	free(buf);
@@ -1133,7 +1300,7 @@ static void srv_nonblock(struct cctx *c)
  * it are not, however large their sum. */
 static void cli_sendv(struct cctx *c)
 {
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 	size_t l1[] = { 100, 3 * th + 5, 10 }, l2[] = { th / 2 + 1, th / 2 + 1, th / 2 + 1 };
 	size_t total = 0;
 	uint8_t *buf = xalloc(4 * th);
@@ -1163,10 +1330,10 @@ static void cli_sendv(struct cctx *c)
 	}
 	finish(c);
 	/* The large element is offered wherever it is in the iovec. */
-	expect_send(c, l1[0], 0);
-	expect_send(c, l1[1], thresh);
-	expect_send(c, total - l1[0] - l1[1], 0);
-	c->exp_direct = true;
+	expect_small(&c->x, l1[0]);
+	expect_send(&c->x, l1[1], thresh, direct_buf_len());
+	expect_small(&c->x, total - l1[0] - l1[1]);
+	c->x.direct = true;
 	infof(c, "sendv {100, %zu, 10} then {3 x %zu}", l1[1], l2[0]);
 out:
 	free(buf);
@@ -1174,7 +1341,7 @@ out:
 
 static void srv_sendv(struct cctx *c)
 {
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 
 	srv_big_recv(c, 100 + 3 * th + 5 + 10 + 3 * (th / 2 + 1));
 }
@@ -1185,7 +1352,7 @@ static void srv_sendv(struct cctx *c)
 static void mixed_sizes(uint32_t seed, size_t *sizes)
 {
 	uint64_t rng = xfer_size_seed(seed, 11);
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 
 	for (int i = 0; i < MIXED_MSGS; i++) {
 		if (xrand_next(&rng) & 1)
@@ -1197,7 +1364,7 @@ static void mixed_sizes(uint32_t seed, size_t *sizes)
 
 static void cli_mixed(struct cctx *c)
 {
-	size_t sizes[MIXED_MSGS], th = thresh ? thresh : 65536;
+	size_t sizes[MIXED_MSGS], th = sizes_th;
 	uint8_t *buf = xalloc(small_run ? 2 * th : 8 * th);
 	struct xgen g;
 	int i, large = 0;
@@ -1207,14 +1374,14 @@ static void cli_mixed(struct cctx *c)
 	for (i = 0; buf && i < MIXED_MSGS; i++) {
 		if (send_one(c, &g, buf, sizes[i], 0, "send"))
 			break;
-		expect_send(c, sizes[i], thresh);
+		expect_send(&c->x, sizes[i], thresh, adv_room(1, 200000, thresh));
 		large += sizes[i] >= th;
 	}
 	if (i == MIXED_MSGS)
 		finish(c);
 	free(buf);
 	infof(c, "%d sends (%d of them >= threshold), %" PRIu64 " B, receives 1..200000 B",
-	      MIXED_MSGS, large, c->tx_bytes);
+	      MIXED_MSGS, large, c->x.tx_bytes);
 }
 
 static void srv_mixed(struct cctx *c)
@@ -1261,26 +1428,23 @@ static void cli_recv_big(struct cctx *c)
 	infof(c, "%zu B from the server", big);
 }
 
+/* A server-to-client transfer of n sends of len bytes, the client's
+ * receives with room for direct reads, adverts of room bytes or more;
+ * mine: the client's counters. */
+static void check_b2a_sends(struct cctx *c, size_t len, int n, size_t room,
+			    const struct sdp_stats *mine)
+{
+	struct dexp e = { .direct = true };
+
+	for (int i = 0; i < n; i++)
+		expect_send(&e, len, thresh, room);
+	check_dir(c, "server->client", &e, &c->peer, mine);
+	check_no_proto_errors(c);
+}
+
 static void check_b2a(struct cctx *c)
 {
-	const struct sdp_stats *a = &c->mine, *b = &c->peer;
-	uint64_t p = pieces_of(big, thresh);
-
-	if (b->zcopy_offers != p)
-		failf(c, "server made %" PRIu64 " SrcAvail(s), expected %" PRIu64, b->zcopy_offers,
-		      p);
-	if (b->zcopy_bytes_sent != a->zcopy_bytes_received)
-		failf(c, "server counts %" PRIu64 " bytes read by the peer, the client read %" PRIu64,
-		      b->zcopy_bytes_sent, a->zcopy_bytes_received);
-	if (p && a->zcopy_direct_bytes != a->zcopy_bytes_received)
-		failf(c, "only %" PRIu64 " of %" PRIu64 " bytes read directly", a->zcopy_direct_bytes,
-		      a->zcopy_bytes_received);
-	if (p && a->zcopy_bytes_received + MAX_INLINE * p < big)
-		failf(c, "only %" PRIu64 " of %zu bytes were RDMA-read", a->zcopy_bytes_received,
-		      big);
-	if (b->zcopy_refused || b->zcopy_cancels)
-		failf(c, "server: %" PRIu64 " refused, %" PRIu64 " cancelled", b->zcopy_refused,
-		      b->zcopy_cancels);
+	check_b2a_sends(c, big, 1, direct_buf_len(), &c->mine);
 }
 
 /*
@@ -1353,16 +1517,7 @@ out:
 
 static void check_pinned(struct cctx *c)
 {
-	const struct sdp_stats *a = &c->mine, *b = &c->peer;
-
-	if (b->zcopy_offers != (thresh ? PIN_MSGS : 0))
-		failf(c, "server made %" PRIu64 " SrcAvail(s) for %d sends", b->zcopy_offers, PIN_MSGS);
-	if (b->zcopy_bytes_sent != a->zcopy_bytes_received)
-		failf(c, "server counts %" PRIu64 " bytes read by the peer, the client read %" PRIu64,
-		      b->zcopy_bytes_sent, a->zcopy_bytes_received);
-	if (a->zcopy_direct_bytes != a->zcopy_bytes_received)
-		failf(c, "only %" PRIu64 " of %" PRIu64 " bytes read directly", a->zcopy_direct_bytes,
-		      a->zcopy_bytes_received);
+	check_b2a_sends(c, 1 * MiB, PIN_MSGS, MiB, &c->mine);
 }
 
 /* --- both directions at once ------------------------------------------------------ */
@@ -1371,7 +1526,7 @@ static void check_pinned(struct cctx *c)
 static void bidir_sizes(uint32_t seed, size_t *sizes)
 {
 	uint64_t rng = xfer_size_seed(seed, 21);
-	size_t th = thresh ? thresh : 65536;
+	size_t th = sizes_th;
 
 	for (int i = 0; i < BIDIR_MSGS; i++)
 		sizes[i] = (i % 3 == 2) ? xrand_range(&rng, 1, 4096)
@@ -1381,14 +1536,14 @@ static void bidir_sizes(uint32_t seed, size_t *sizes)
 struct bidir_tx {
 	struct cctx *c;
 	uint32_t seed;
-	uint64_t offers, bytes;
+	struct dexp e;
 	int err;
 };
 
 static void *bidir_sender(void *arg)
 {
 	struct bidir_tx *t = arg;
-	size_t sizes[BIDIR_MSGS], th = thresh ? thresh : 65536;
+	size_t sizes[BIDIR_MSGS], th = sizes_th;
 	uint8_t *buf = xalloc(small_run ? 2 * th : 8 * th);
 	struct xgen g;
 
@@ -1398,8 +1553,7 @@ static void *bidir_sender(void *arg)
 		t->err = send_one(t->c, &g, buf, sizes[i], 0, "send");
 		if (t->err)
 			break;
-		t->bytes += sizes[i];
-		t->offers += pieces_of(sizes[i], thresh);
+		expect_send(&t->e, sizes[i], thresh, adv_room(1, 150000, thresh));
 	}
 	free(buf);
 	return NULL;
@@ -1430,15 +1584,14 @@ static void bidir_side(struct cctx *c, uint32_t tx_seed, uint32_t rx_seed, int r
 	pthread_join(th, NULL);
 	if (!r && !t.err)
 		finish(c);
-	c->tx_bytes = t.bytes;
-	c->exp_offers = t.offers;
+	c->x = t.e;
 	free(buf);
 }
 
 static void cli_bidir(struct cctx *c)
 {
 	bidir_side(c, seed_a2b(c), seed_b2a(c), 31);
-	infof(c, "%d sends each way at once, %" PRIu64 " B from the client", BIDIR_MSGS, c->tx_bytes);
+	infof(c, "%d sends each way at once, %" PRIu64 " B from the client", BIDIR_MSGS, c->x.tx_bytes);
 }
 
 static void srv_bidir(struct cctx *c)
@@ -1447,37 +1600,62 @@ static void srv_bidir(struct cctx *c)
 }
 
 /*
- * Crossing offers: the engine takes its own offer back when the peer's
- * arrives and does not offer while the peer's is unread (zcopy.c), so a
- * side may send mostly by Bcopy; what is asserted is that nothing is
- * lost, that both sides' counts agree, and that zero copy carried data in
- * at least one direction.
+ * Both directions at once, where offers cross: the engine takes its own
+ * offer back when the peer's arrives and does not offer while the peer's
+ * is unread (zcopy.c), so a side may send mostly by Bcopy; what is
+ * asserted is that nothing is lost, that both sides' counts of read and
+ * written bytes agree, that no side made more SrcAvails with data than
+ * its zero-copy-sized sends have pieces, and that zero copy carried data
+ * in at least one direction.  ea: what the client sent, eb: the server.
  */
-static void check_bidir(struct cctx *c)
+static void check_crossing(struct cctx *c, const struct dexp *ea, const struct dexp *eb)
 {
 	const struct sdp_stats *a = &c->mine, *b = &c->peer;
+	const struct sdp_stats *tx[2] = { a, b }, *rx[2] = { b, a };
+	const struct dexp *e[2] = { ea, eb };
+	static const char *const dir[2] = { "client->server", "server->client" };
+
+	infof(c, "SrcAvails with data: client %" PRIu64 " of %" PRIu64 ", server %" PRIu64
+	      " of %" PRIu64, a->zcopy_offers - a->zcopy_pulled, ea->exp_offers,
+	      b->zcopy_offers - b->zcopy_pulled, eb->exp_offers);
+	for (int i = 0; i < 2; i++) {
+		if (tx[i]->zcopy_pulled > tx[i]->zcopy_offers ||
+		    tx[i]->zcopy_pulled > tx[i]->zcopy_writes)
+			failf(c, "%s: %" PRIu64 " SrcAvail(s) taken back for adverts, %" PRIu64
+			      " made, %" PRIu64 " write(s)", dir[i], tx[i]->zcopy_pulled,
+			      tx[i]->zcopy_offers, tx[i]->zcopy_writes);
+		else if (tx[i]->zcopy_offers - tx[i]->zcopy_pulled > e[i]->exp_offers)
+			failf(c, "%s: more SrcAvails than zero-copy-sized sends have pieces", dir[i]);
+		if (tx[i]->zcopy_bytes_sent != rx[i]->zcopy_bytes_received)
+			failf(c, "%s: sender counts %" PRIu64 " bytes read by the peer, the receiver "
+			      "read %" PRIu64, dir[i], tx[i]->zcopy_bytes_sent,
+			      rx[i]->zcopy_bytes_received);
+		if (tx[i]->zcopy_bytes_written != rx[i]->zcopy_sink_bytes)
+			failf(c, "%s: sender wrote %" PRIu64 " bytes into adverts, %" PRIu64 " landed",
+			      dir[i], tx[i]->zcopy_bytes_written, rx[i]->zcopy_sink_bytes);
+		if (tx[i]->zcopy_writes > rx[i]->zcopy_sink_adverts)
+			failf(c, "%s: %" PRIu64 " RDMA write(s) for %" PRIu64 " advert(s)", dir[i],
+			      tx[i]->zcopy_writes, rx[i]->zcopy_sink_adverts);
+		if (tx[i]->zcopy_bytes_sent + tx[i]->zcopy_bytes_written > e[i]->tx_bytes)
+			failf(c, "%s: more bytes by zero copy than were sent", dir[i]);
+	}
+	if (thresh && !a->zcopy_bytes_received && !b->zcopy_bytes_received &&
+	    !a->zcopy_sink_bytes && !b->zcopy_sink_bytes)
+		failf(c, "no side RDMA-read or wrote anything while both sent and received at once "
+		      "(refused: client %" PRIu64 ", server %" PRIu64 ")", a->zcopy_refused,
+		      b->zcopy_refused);
+	check_no_proto_errors(c);
+}
+
+static void check_bidir(struct cctx *c)
+{
 	size_t sizes[BIDIR_MSGS];
-	uint64_t boffers = 0;
+	struct dexp eb = { 0 };
 
 	bidir_sizes(seed_b2a(c), sizes);
 	for (int i = 0; i < BIDIR_MSGS; i++)
-		boffers += pieces_of(sizes[i], thresh);
-	infof(c, "SrcAvails: client %" PRIu64 " of %" PRIu64 ", server %" PRIu64 " of %" PRIu64,
-	      a->zcopy_offers, c->exp_offers, b->zcopy_offers, boffers);
-	if (a->zcopy_offers > c->exp_offers || b->zcopy_offers > boffers)
-		failf(c, "more SrcAvails than zero-copy-sized sends");
-	if (a->zcopy_bytes_sent != b->zcopy_bytes_received ||
-	    b->zcopy_bytes_sent != a->zcopy_bytes_received)
-		failf(c, "read counts disagree: client sent %" PRIu64 "/server read %" PRIu64
-		      ", server sent %" PRIu64 "/client read %" PRIu64, a->zcopy_bytes_sent,
-		      b->zcopy_bytes_received, b->zcopy_bytes_sent, a->zcopy_bytes_received);
-	if (thresh && !a->zcopy_bytes_received && !b->zcopy_bytes_received)
-		failf(c, "no side RDMA-read anything while both sent and received at once "
-		      "(refused: client %" PRIu64 ", server %" PRIu64 ")", a->zcopy_refused,
-		      b->zcopy_refused);
-	if (a->protocol_errors || b->protocol_errors)
-		failf(c, "protocol errors: client %" PRIu64 ", server %" PRIu64, a->protocol_errors,
-		      b->protocol_errors);
+		expect_send(&eb, sizes[i], thresh, adv_room(1, 150000, thresh));
+	check_crossing(c, &c->x, &eb);
 }
 
 /* --- cancel: SO_SNDTIMEO, a signal ------------------------------------------------ */
@@ -1631,7 +1809,7 @@ static void cli_cancel(struct cctx *c, bool by_signal)
 	}
 	finish(c);
 	free(buf);
-	c->tx_bytes = len;
+	expect_small(&c->x, len);
 }
 
 static void cli_cancel_timeo(struct cctx *c)
@@ -1651,9 +1829,580 @@ static void check_cancel(struct cctx *c)
 	if (a->zcopy_bytes_sent != b->zcopy_bytes_received)
 		failf(c, "client counts %" PRIu64 " bytes read by the peer, the server read %" PRIu64,
 		      a->zcopy_bytes_sent, b->zcopy_bytes_received);
-	if (a->protocol_errors || b->protocol_errors)
-		failf(c, "protocol errors: client %" PRIu64 ", server %" PRIu64, a->protocol_errors,
-		      b->protocol_errors);
+	if (a->zcopy_bytes_written != b->zcopy_sink_bytes)
+		failf(c, "client wrote %" PRIu64 " bytes into adverts, %" PRIu64 " landed in the "
+		      "server's", a->zcopy_bytes_written, b->zcopy_sink_bytes);
+	check_no_proto_errors(c);
+}
+
+/* --- Write Zcopy: Pipelined mode, adverts ------------------------------------------ */
+
+/* Receive one message of exactly len bytes of g's stream into buf (len
+ * bytes): each recv() asks for what is left of it. */
+static int recv_msg(struct cctx *c, struct xgen *g, uint8_t *buf, size_t len, const char *what)
+{
+	struct rxmode m = { .min = len, .max = len, .part = true };
+
+	return recv_stream(c, g, len, &m, buf, what);
+}
+
+static int wz_msgs(void)
+{
+	return small_run ? 16 : 64;
+}
+
+/*
+ * A stream of 1-MiB blocking sends into 1-MiB blocking receives.  The
+ * first is offered and read straight into the waiting receive buffer
+ * (Combined), so the receiver asks for Pipelined (REQ_PIPE); from then on
+ * a recv() that finds nothing queued advertises its buffer, and the
+ * sender writes its next send into it.  The sender pauses 2 ms (x
+ * TEST_SLOW) after each send, like a producer a little slower than its
+ * consumer: the receiver is then waiting in recv() when the data comes,
+ * which is what adverts are for, and most of the stream must be written
+ * into them.  (Without the pause the sender's next SrcAvail often
+ * reaches the receiver before its advert leaves: that is read, and the
+ * read cases cover it.)
+ */
+static void cli_write_zcopy(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	int i, n = wz_msgs();
+
+	if (!buf) {
+		failf(c, "out of memory");
+		return;
+	}
+	xgen_init(&g, seed_a2b(c));
+	for (i = 0; i < n; i++) {
+		if (send_one(c, &g, buf, MiB, 0, "send"))
+			break;
+		expect_send(&c->x, MiB, thresh, MiB);
+		sleep_ms(2 * slow);
+	}
+	if (i == n)
+		finish(c);
+	free(buf);
+	c->x.direct = true;
+	infof(c, "%d x 1 MiB into 1-MiB receives", n);
+}
+
+static void srv_write_zcopy(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	struct rxmode m = { .min = MiB, .max = MiB };
+
+	xgen_init(&g, seed_a2b(c));
+	if (buf && !recv_stream(c, &g, (uint64_t)wz_msgs() * MiB, &m, buf, "recv"))
+		finish(c);
+	free(buf);
+}
+
+static void check_write_zcopy(struct cctx *c)
+{
+	const struct sdp_stats *a = &c->mine, *b = &c->peer;
+
+	check_a2b(c);
+	infof(c, "%.1f of %.1f MiB written into adverts", b->zcopy_sink_bytes / 1048576.0,
+	      c->x.tx_bytes / 1048576.0);
+	if (!thresh)
+		return;
+	if (!a->mode_changes_sent || !b->mode_changes_received)
+		failf(c, "no ModeChange (sender sent %" PRIu64 ", receiver got %" PRIu64 "): never "
+		      "Pipelined", a->mode_changes_sent, b->mode_changes_received);
+	if (!a->zcopy_writes || !b->zcopy_sink_bytes)
+		failf(c, "nothing written into the receiver's adverts (%" PRIu64 " adverts)",
+		      b->zcopy_sink_adverts);
+	else if (b->zcopy_sink_bytes * 2 <= c->x.tx_bytes)
+		failf(c, "only %" PRIu64 " of %" PRIu64 " bytes were written into adverts: the "
+		      "receiver waited in recv() for most messages", b->zcopy_sink_bytes,
+		      c->x.tx_bytes);
+}
+
+/* --- Transaction mode: request/response ---------------------------------------------- */
+
+#define TR_REQ 100
+#define TR_REPLY (256 * KiB)
+#define TR_WARM 8		/* plain turns before Transaction mode is expected */
+#define TR_WARM_MAX 400		/* ... at most, when the advert loses the race */
+#define TR_POLLED 50		/* transaction-miss: turns with poll() before recv() */
+
+static int tr_turns(void)
+{
+	return small_run ? 60 : 200;
+}
+
+/* Answer each 100-byte request with a 256-KiB reply until end of stream. */
+static void srv_transaction(struct cctx *c)
+{
+	uint8_t req[TR_REQ], *rep = xalloc(TR_REPLY);
+	struct xgen gin, gout;
+	int turns = 0;
+
+	if (!rep) {
+		failf(c, "out of memory");
+		return;
+	}
+	xgen_init(&gin, seed_a2b(c));
+	xgen_init(&gout, seed_b2a(c));
+	for (;;) {
+		ssize_t n = sdp_recv(c->sd, req, TR_REQ, MSG_WAITALL);
+
+		if (n == 0)
+			break;
+		if (n != TR_REQ) {
+			failf(c, "turn %d: recv of the request: %s", turns,
+			      n < 0 ? errname(n) : "short");
+			goto out;
+		}
+		if (xgen_check(&gin, req, TR_REQ) != TR_REQ) {
+			failf(c, "turn %d: request DATA MISMATCH", turns);
+			goto out;
+		}
+		if (send_one(c, &gout, rep, TR_REPLY, 0, "reply"))
+			goto out;
+		turns++;
+	}
+	infof(c, "%d requests answered", turns);
+	finish(c);
+out:
+	free(rep);
+}
+
+/* The client's side of the request/response cases. */
+struct tr_state {
+	struct cctx *c;
+	struct xgen gout, gin;
+	uint8_t req[TR_REQ];
+	uint8_t *rep;
+	int turns;
+};
+
+/* What one turn did. */
+struct tr_turn_res {
+	bool piggy;		/* its request rode on the reply's SinkAvail */
+	bool miss;		/* a held request had to go alone */
+	uint64_t ns;		/* request to the whole reply */
+};
+
+/* One turn: request, then the whole reply (polled: poll() for POLLIN
+ * between the two).  0, or -1 after failf(). */
+static int tr_turn(struct tr_state *ts, bool polled, struct tr_turn_res *res)
+{
+	struct cctx *c = ts->c;
+	struct sdp_stats s0, s1;
+	uint64_t t0 = now_ns();
+
+	sdp_get_stats(&s0);
+	if (send_one(c, &ts->gout, ts->req, TR_REQ, 0, "request"))
+		return -1;
+	expect_small(&c->x, TR_REQ);
+	if (polled) {
+		struct pollfd pf = { .fd = c->sd, .events = POLLIN };
+		int r = sdp_poll(&pf, 1, (int)(10000 * slow));
+
+		if (r != 1) {
+			failf(c, "turn %d: poll for the reply: %s", ts->turns,
+			      r < 0 ? errname(r) : "nothing within 10 s");
+			return -1;
+		}
+	}
+	if (recv_msg(c, &ts->gin, ts->rep, TR_REPLY, "reply"))
+		return -1;
+	sdp_get_stats(&s1);
+	res->ns = now_ns() - t0;
+	res->piggy = s1.trans_piggybacks > s0.trans_piggybacks;
+	res->miss = s1.trans_misses > s0.trans_misses;
+	ts->turns++;
+	return 0;
+}
+
+/* Plain turns until one piggybacks (Transaction mode is on: the next
+ * request will be held), at least min of them, at most TR_WARM_MAX; with
+ * Transaction mode off, just min.  0, or -1 after failf(). */
+static int tr_warm_up(struct tr_state *ts, int min)
+{
+	struct tr_turn_res r = { 0 };
+
+	for (int t = 0; t < min || (thresh && trans_on && !r.piggy); t++) {
+		if (t == TR_WARM_MAX) {
+			failf(ts->c, "no request piggybacked in %d turns in a row (turn %d): "
+			      "Transaction mode never reached", t, ts->turns);
+			return -1;
+		}
+		if (tr_turn(ts, false, &r))
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Request/response: the client sends a 100-byte request, then recv()s
+ * the 256-KiB reply into a buffer of exactly its size (blocking; each
+ * reply checked); the server answers until end of stream.
+ *
+ * After two turns of "small send, then a recv() that advertised" the
+ * client's send half goes Transaction, and each request is held until the
+ * recv()'s SinkAvail carries it; the reply is written into the waiting
+ * buffer.  Entering it needs the advert to leave before the reply comes,
+ * a race a server that answers at once often wins, so the warm-up goes on
+ * until a request piggybacks.  Of the tr_turns() turns after it, at least
+ * 3/4 must piggyback (SDP_TRANS_HOLD_US=0: none may, nor miss).
+ */
+static void cli_transaction(struct cctx *c)
+{
+	struct tr_state ts = { .c = c, .rep = xalloc(TR_REPLY) };
+	struct tr_turn_res r;
+	struct sdp_stats d;
+	int n = tr_turns(), piggy = 0, warm;
+	uint64_t worst = 0, t0;
+
+	if (!ts.rep) {
+		failf(c, "out of memory");
+		return;
+	}
+	xgen_init(&ts.gout, seed_a2b(c));
+	xgen_init(&ts.gin, seed_b2a(c));
+	if (tr_warm_up(&ts, TR_WARM))
+		goto out;
+	warm = ts.turns;
+	t0 = now_ns();
+	for (int t = 0; t < n; t++) {
+		if (tr_turn(&ts, false, &r))
+			goto out;
+		piggy += r.piggy;
+		if (r.ns > worst)
+			worst = r.ns;
+	}
+	double ms = (now_ns() - t0) / 1e6;
+
+	finish(c);
+	stats_now_delta(c, &d);
+	infof(c, "%d warm-up turns, then %d of %d requests of %d B piggybacked, %d-KiB replies, "
+	      "in %.0f ms (slowest %.2f ms)", warm, piggy, n, TR_REQ, TR_REPLY / KiB, ms,
+	      worst / 1e6);
+	if (!thresh || !trans_on) {
+		if (d.trans_piggybacks || d.trans_misses)
+			failf(c, "%s, yet %" PRIu64 " request(s) piggybacked and %" PRIu64 " missed",
+			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.trans_piggybacks,
+			      d.trans_misses);
+		goto out;
+	}
+	if (!d.mode_changes_sent)
+		failf(c, "the client never changed mode (to Transaction)");
+	if (piggy * 4 < n * 3)
+		failf(c, "only %d of %d turns after the warm-up carried the request on the reply's "
+		      "SinkAvail", piggy, n);
+out:
+	c->turns = ts.turns;
+	free(ts.rep);
+}
+
+/*
+ * A poller in a request/response loop: TR_POLLED times, plain turns until
+ * a request piggybacks (Transaction mode on), then one turn that poll()s
+ * for POLLIN between request and recv().  A poller is not waiting in
+ * recv(): poll() must send the held request at once, as a miss, not leave
+ * it to the hold's timer (trans_hold_us) nor hold it for ever.  So every
+ * polled turn counts a miss and none piggybacks; at most a quarter of
+ * them may take trans_hold_us or longer (a busy machine), where a request
+ * left to the timer takes it every time; and all of them together take
+ * less than 2 s (x TEST_SLOW), the guard against a request stuck for
+ * good.  With Transaction mode off: TR_WARM plain turns, then TR_POLLED
+ * polled ones, and no piggyback and no miss at all.
+ */
+static void cli_transaction_miss(struct cctx *c)
+{
+	struct tr_state ts = { .c = c, .rep = xalloc(TR_REPLY) };
+	struct tr_turn_res r;
+	struct sdp_stats d;
+	bool trans = thresh && trans_on;
+	int piggy = 0, misses = 0, slow_turns = 0;
+	uint64_t polled_ns = 0, worst = 0;
+
+	if (!ts.rep) {
+		failf(c, "out of memory");
+		return;
+	}
+	xgen_init(&ts.gout, seed_a2b(c));
+	xgen_init(&ts.gin, seed_b2a(c));
+	for (int t = 0; t < TR_POLLED; t++) {
+		if (tr_warm_up(&ts, trans ? 1 : t ? 0 : TR_WARM) || tr_turn(&ts, true, &r))
+			goto out;
+		piggy += r.piggy;
+		misses += r.miss;
+		slow_turns += trans && r.ns >= hold_us * 1000ull;
+		polled_ns += r.ns;
+		if (r.ns > worst)
+			worst = r.ns;
+	}
+	finish(c);
+	stats_now_delta(c, &d);
+	infof(c, "%d turns, %d of them polled: %d missed, %d piggybacked, %d took trans_hold_us "
+	      "(%zu us) or longer, together %.0f ms (slowest %.2f ms)", ts.turns, TR_POLLED, misses,
+	      piggy, slow_turns, hold_us, polled_ns / 1e6, worst / 1e6);
+	if (!trans) {
+		if (d.trans_piggybacks || d.trans_misses)
+			failf(c, "%s, yet %" PRIu64 " request(s) piggybacked and %" PRIu64 " missed",
+			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.trans_piggybacks,
+			      d.trans_misses);
+	} else {
+		if (piggy)
+			failf(c, "%d polled turn(s) piggybacked: poll() did not send the held request",
+			      piggy);
+		if (misses != TR_POLLED)
+			failf(c, "%d of %d polled turns counted a miss (each began in Transaction mode "
+			      "with its request held)", misses, TR_POLLED);
+		if (slow_turns * 4 > TR_POLLED)
+			failf(c, "%d of %d polled turns took trans_hold_us (%zu us) or longer: the held "
+			      "request waited for the hold's timer, not for poll()", slow_turns,
+			      TR_POLLED, hold_us);
+	}
+	if (polled_ns > 2000000000ull * slow)
+		failf(c, "%d polled turns took %.0f ms: requests were held back", TR_POLLED,
+		      polled_ns / 1e6);
+out:
+	c->turns = ts.turns;
+	free(ts.rep);
+}
+
+/* Requests one way (small: no zero copy), replies the other (zero copy:
+ * read, or written into the client's adverts, at least the reply of
+ * every request that rode on one). */
+static void check_transaction(struct cctx *c)
+{
+	const struct sdp_stats *a = &c->mine, *b = &c->peer;
+	struct dexp rep = { .direct = true };
+
+	for (int t = 0; t < c->turns; t++)
+		expect_send(&rep, TR_REPLY, thresh, adv_room(TR_REPLY, TR_REPLY, thresh));
+	check_dir(c, "client->server", &c->x, a, b);
+	check_dir(c, "server->client", &rep, b, a);
+	check_no_proto_errors(c);
+	if (!thresh)
+		return;
+	if (!b->mode_changes_sent)
+		failf(c, "the server never changed mode (to Pipelined)");
+	/* A piggybacked request arrives with the advert for its reply. */
+	if (b->zcopy_writes < a->trans_piggybacks)
+		failf(c, "%" PRIu64 " replies written into the client's adverts for %" PRIu64
+		      " piggybacked requests", b->zcopy_writes, a->trans_piggybacks);
+	if (a->zcopy_sink_adverts < a->trans_piggybacks)
+		failf(c, "%" PRIu64 " piggybacks on %" PRIu64 " adverts", a->trans_piggybacks,
+		      a->zcopy_sink_adverts);
+}
+
+/* --- sink cancel: SO_RCVTIMEO, a signal ------------------------------------------------ */
+
+#define SC_WARM 4	/* 1-MiB messages before the advert that is cancelled */
+
+/* The server sends SC_WARM messages, then nothing until the client's
+ * cancelled recv() has returned (the go pipe), then one more. */
+static void srv_sink_cancel(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	int i;
+
+	if (!buf)
+		return;
+	xgen_init(&g, seed_b2a(c));
+	for (i = 0; i < SC_WARM; i++)
+		if (send_one(c, &g, buf, MiB, 0, "send"))
+			break;
+	if (i == SC_WARM) {
+		wait_go(c, 30);
+		if (!send_one(c, &g, buf, MiB, 0, "send after the cancel"))
+			finish(c);
+	}
+	free(buf);
+}
+
+/*
+ * The client receives until its receive half is Pipelined, then recv()s
+ * with nothing coming: the recv() advertises its buffer and waits.  An
+ * SO_RCVTIMEO of 200 ms, or a SIGALRM (setitimer, handler without
+ * SA_RESTART) after 200 ms, must cancel the advert (SinkAvailCancel,
+ * answered by SinkCancelAck) and return EAGAIN or EINTR; then the 1 MiB
+ * the server sends must arrive intact: the connection is healthy.
+ */
+static void cli_sink_cancel(struct cctx *c, bool by_signal)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	struct sdp_stats before, after, d;
+	struct sigaction sa, old;
+	struct itimerval it = { .it_value = { .tv_sec = 0, .tv_usec = 200000 } }, off = { 0 };
+
+	if (!buf)
+		return;
+	xgen_init(&g, seed_b2a(c));
+	for (int i = 0; i < SC_WARM; i++)
+		if (recv_msg(c, &g, buf, MiB, "warm-up recv"))
+			goto out;
+	stats_now_delta(c, &d);
+	if (thresh && !d.mode_changes_received)
+		failf(c, "no ModeChange from the server after %d direct reads: not Pipelined",
+		      SC_WARM);
+	sdp_get_stats(&before);
+	if (by_signal) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_sigalrm;	/* no SA_RESTART */
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGALRM, &sa, &old);
+		sigalrm_seen = 0;
+		setitimer(ITIMER_REAL, &it, NULL);
+	} else {
+		set_timeo(c->sd, SO_RCVTIMEO, 200);
+	}
+	uint64_t t0 = now_ns();
+	ssize_t n = sdp_recv(c->sd, buf, MiB, 0);
+	uint64_t t1 = now_ns();
+
+	if (by_signal) {
+		setitimer(ITIMER_REAL, &off, NULL);
+		sigaction(SIGALRM, &old, NULL);
+	} else {
+		set_timeo(c->sd, SO_RCVTIMEO, 60000 * slow);
+	}
+	sdp_get_stats(&after);
+	stats_sub(&d, &after, &before);
+	send_go(c);
+	double ms = (t1 - t0) / 1e6;
+	long want = by_signal ? -EINTR : -EAGAIN;
+
+	infof(c, "recv with nothing sent: %s after %.0f ms (%" PRIu64 " advert(s), %" PRIu64
+	      " cancel(s))", n < 0 ? errname(n) : n ? "data" : "0", ms, d.zcopy_sink_adverts,
+	      d.zcopy_sink_cancels);
+	if (n != want)
+		failf(c, "recv with nothing sent returned %s, expected %s",
+		      n < 0 ? errname(n) : n ? "data" : "0 (end of stream)", errname(want));
+	if (ms < 190 || ms > 200 + 3000.0 * slow)
+		failf(c, "recv returned after %.0f ms, the %s was 200 ms", ms,
+		      by_signal ? "timer" : "SO_RCVTIMEO");
+	if (thresh && (!d.zcopy_sink_adverts || !d.zcopy_sink_cancels))
+		failf(c, "%" PRIu64 " advert(s) and %" PRIu64 " SinkAvailCancel(s) during the recv: "
+		      "it did not advertise, or did not cancel", d.zcopy_sink_adverts,
+		      d.zcopy_sink_cancels);
+	if (!recv_msg(c, &g, buf, MiB, "recv after the cancel"))
+		finish(c);
+out:
+	free(buf);
+}
+
+static void cli_sink_cancel_timeo(struct cctx *c)
+{
+	cli_sink_cancel(c, false);
+}
+
+static void cli_sink_cancel_signal(struct cctx *c)
+{
+	cli_sink_cancel(c, true);
+}
+
+/* The cancel is the client's part's to check; the rest as any transfer. */
+static void check_sink_cancel(struct cctx *c)
+{
+	struct sdp_stats mine = c->mine;
+
+	mine.zcopy_sink_cancels = 0;
+	check_b2a_sends(c, MiB, SC_WARM + 1, MiB, &mine);
+}
+
+/* --- both directions Pipelined at once ------------------------------------------------- */
+
+#define BP_WARM 3	/* 1-MiB messages each way, one way after the other */
+
+static int bp_msgs(void)
+{
+	return small_run ? 8 : 32;
+}
+
+struct bp_tx {
+	struct cctx *c;
+	struct xgen *g;
+	uint8_t *buf;
+	int err;
+};
+
+static void *bp_sender(void *arg)
+{
+	struct bp_tx *t = arg;
+
+	for (int i = 0; i < bp_msgs() && !t->err; i++)
+		t->err = send_one(t->c, t->g, t->buf, MiB, 0, "send");
+	return NULL;
+}
+
+/*
+ * Each side first sends BP_WARM messages of 1 MiB while the other
+ * receives (the client first), until both send halves are Pipelined (a
+ * side has sent its ModeChange and received the peer's); then both send
+ * bp_msgs() more at once while receiving the other's into 1-MiB buffers.
+ */
+static void bp_side(struct cctx *c, bool client)
+{
+	struct xgen gt, gr;
+	uint8_t *tbuf = xalloc(MiB), *rbuf = xalloc(MiB);
+	struct bp_tx t = { .c = c, .g = &gt, .buf = tbuf };
+	struct sdp_stats d;
+	struct rxmode m = { .min = MiB, .max = MiB };
+	pthread_t th;
+
+	if (!tbuf || !rbuf) {
+		failf(c, "out of memory");
+		goto out;
+	}
+	xgen_init(&gt, client ? seed_a2b(c) : seed_b2a(c));
+	xgen_init(&gr, client ? seed_b2a(c) : seed_a2b(c));
+	for (int phase = 0; phase < 2; phase++) {
+		bool sending = (phase == 0) == client;
+
+		for (int i = 0; i < BP_WARM; i++)
+			if (sending ? send_one(c, &gt, tbuf, MiB, 0, "warm-up send")
+				    : recv_msg(c, &gr, rbuf, MiB, "warm-up recv"))
+				goto out;
+	}
+	stats_now_delta(c, &d);
+	if (thresh && (!d.mode_changes_sent || !d.mode_changes_received))
+		failf(c, "%s: not Pipelined both ways after the warm-up: ModeChanges %" PRIu64
+		      " sent, %" PRIu64 " received", client ? "client" : "server",
+		      d.mode_changes_sent, d.mode_changes_received);
+	if (pthread_create(&th, NULL, bp_sender, &t)) {
+		failf(c, "pthread_create");
+		goto out;
+	}
+	int r = recv_stream(c, &gr, (uint64_t)bp_msgs() * MiB, &m, rbuf, "recv");
+
+	pthread_join(th, NULL);
+	if (!r && !t.err)
+		finish(c);
+out:
+	free(tbuf);
+	free(rbuf);
+}
+
+static void cli_bidir_pipelined(struct cctx *c)
+{
+	bp_side(c, true);
+	infof(c, "%d x 1 MiB each way one after the other, then %d x 1 MiB each way at once",
+	      BP_WARM, bp_msgs());
+}
+
+static void srv_bidir_pipelined(struct cctx *c)
+{
+	bp_side(c, false);
+}
+
+static void check_bidir_pipelined(struct cctx *c)
+{
+	struct dexp e = { 0 };
+
+	for (int i = 0; i < BP_WARM + bp_msgs(); i++)
+		expect_send(&e, MiB, thresh, MiB);
+	check_crossing(c, &e, &e);
 }
 
 /* --- a peer dies ------------------------------------------------------------------- */
@@ -1669,6 +2418,8 @@ struct killer {
 	atomic_uint_fast64_t *rx_progress;	/* kill once this passes rx_at */
 	uint64_t rx_at;
 	bool after_read;	/* kill once the peer RDMA-read something */
+	size_t stat_off;	/* else if set: once this counter (offsetof in struct */
+	uint64_t stat_min;	/* sdp_stats) has grown by stat_min since st0 */
 	unsigned delay_ms;
 	atomic_uint_fast64_t t_kill;
 	atomic_int in_send;	/* the client is inside a send right now */
@@ -1689,6 +2440,14 @@ static void *killer_main(void *arg)
 		}
 		if (k->rx_progress) {
 			if (atomic_load(k->rx_progress) >= k->rx_at)
+				break;
+		} else if (k->stat_off) {
+			uint64_t v, v0;
+
+			sdp_get_stats(&st);
+			memcpy(&v, (const char *)&st + k->stat_off, sizeof(v));
+			memcpy(&v0, (const char *)&k->st0 + k->stat_off, sizeof(v0));
+			if (v - v0 >= k->stat_min)
 				break;
 		} else {
 			sdp_get_stats(&st);
@@ -1890,6 +2649,169 @@ static void cli_death_sender(struct cctx *c)
 	free(buf);
 }
 
+/*
+ * The sender dies while the client sits in a recv() that advertised its
+ * buffer (the server sent DA_WARM messages to make the client's receive
+ * half Pipelined, then nothing).  The recv must end with ECONNRESET
+ * within 5 s (x TEST_SLOW): a killed peer sent no DisConn, so end of
+ * stream (0) would be a lie.
+ */
+#define DA_WARM 3
+
+static void srv_death_advert(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+
+	if (buf) {
+		xgen_init(&g, seed_b2a(c));
+		for (int i = 0; i < DA_WARM; i++)
+			if (send_one(c, &g, buf, MiB, 0, "send"))
+				break;
+	}
+	for (;;)
+		pause();
+}
+
+static void cli_death_advert(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	struct killer k = { .pid = c->peer_pid, .stat_off = offsetof(struct sdp_stats,
+								     zcopy_sink_adverts),
+			    .stat_min = 1, .delay_ms = 100 };
+	struct sdp_stats d;
+	pthread_t th;
+	ssize_t n;
+
+	if (!buf)
+		return;
+	xgen_init(&g, seed_b2a(c));
+	for (int i = 0; i < DA_WARM; i++)
+		if (recv_msg(c, &g, buf, MiB, "warm-up recv"))
+			goto out;
+	stats_now_delta(c, &d);
+	if (thresh && !d.mode_changes_received)
+		failf(c, "no ModeChange from the server after %d direct reads: not Pipelined",
+		      DA_WARM);
+	/* Kill once this recv() has advertised (100 ms later), or, with
+	 * zero copy off, once the killer gives up waiting for that. */
+	sdp_get_stats(&k.st0);
+	if (!thresh)
+		k.stat_min = 0;
+	pthread_create(&th, NULL, killer_main, &k);
+	do
+		n = sdp_recv(c->sd, buf, MiB, 0);
+	while (n == -EINTR);
+	uint64_t t_ret = now_ns();
+
+	pthread_join(th, NULL);
+	uint64_t t_kill = atomic_load(&k.t_kill);
+
+	stats_now_delta(c, &c->mine);
+	if (k.why[0])
+		failf(c, "%s", k.why);
+	if (!t_kill)
+		failf(c, "the sender was never killed");
+	else if (n != -ECONNRESET)
+		failf(c, "the advertised recv ended with %s, not ECONNRESET",
+		      n < 0 ? errname(n) : n ? "data" : "0 (end of stream) for a killed peer");
+	else if (t_ret < t_kill)
+		failf(c, "recv failed (%s) before the sender was killed", errname(n));
+	else if (t_ret - t_kill > 5000000000ull * slow)
+		failf(c, "recv took %.1f s after the kill to end", (t_ret - t_kill) / 1e9);
+	if (thresh && c->mine.zcopy_sink_adverts <= d.zcopy_sink_adverts)
+		failf(c, "the last recv did not advertise its buffer");
+	infof(c, "%d x 1 MiB intact, then the advertised recv: %s %.0f ms after the kill",
+	      DA_WARM, n < 0 ? errname(n) : n ? "data" : "0",
+	      t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0);
+out:
+	free(buf);
+}
+
+/*
+ * The receiver dies while the client sends 1-MiB messages that go by RDMA
+ * write into its adverts (killed once three writes were made): the send
+ * in progress, or the next one, must fail with a dead-peer error within
+ * 5 s (x TEST_SLOW) of the kill, and no send may hang.
+ */
+static void srv_death_writes(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	struct rxmode m = { .min = MiB, .max = MiB };
+
+	if (buf) {
+		xgen_init(&g, seed_a2b(c));
+		recv_stream(c, &g, UINT64_MAX / 2, &m, buf, "recv");
+	}
+	for (;;)
+		pause();
+}
+
+static void cli_death_writes(struct cctx *c)
+{
+	uint8_t *buf = xalloc(MiB);
+	struct xgen g;
+	struct killer k = { .pid = c->peer_pid,
+			    .stat_off = offsetof(struct sdp_stats, zcopy_writes), .stat_min = 3 };
+	pthread_t th;
+	ssize_t n = 0;
+	int sends;
+
+	if (!buf)
+		return;
+	sdp_get_stats(&k.st0);
+	if (!thresh)
+		k.stat_off = offsetof(struct sdp_stats, bytes_sent), k.stat_min = 8 * MiB;
+	xgen_init(&g, seed_a2b(c));
+	pthread_create(&th, NULL, killer_main, &k);
+	for (sends = 0;; sends++) {
+		uint64_t t_kill = atomic_load(&k.t_kill);
+
+		if (t_kill && now_ns() - t_kill > 5000000000ull * slow)
+			break;
+		if (!t_kill && k.why[0])
+			break;
+		xgen_fill(&g, buf, MiB);
+		atomic_store(&k.in_send, 1);
+		n = sdp_send(c->sd, buf, MiB, MSG_NOSIGNAL);
+		atomic_store(&k.in_send, 0);
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			break;
+		if ((size_t)n < MiB) {
+			/* Partial: the next send must fail. */
+			n = sdp_send(c->sd, buf + n, MiB - (size_t)n, MSG_NOSIGNAL);
+			if (n >= 0)
+				failf(c, "a send after a partial one succeeded");
+			break;
+		}
+	}
+	uint64_t t_ret = now_ns();
+
+	pthread_join(th, NULL);
+	uint64_t t_kill = atomic_load(&k.t_kill);
+
+	stats_now_delta(c, &c->mine);
+	if (k.why[0])
+		failf(c, "%s", k.why);
+	if (!t_kill)
+		failf(c, "the receiver was never killed");
+	else if (n >= 0 || !dead_peer_err(n))
+		failf(c, "after the receiver died the sends ended with %s, not ECONNRESET/EPIPE",
+		      n >= 0 ? "success for 5 s" : errname(n));
+	else if (t_ret - t_kill > 5000000000ull * slow)
+		failf(c, "the send took %.1f s after the kill to fail", (t_ret - t_kill) / 1e9);
+	if (thresh && !c->mine.zcopy_writes)
+		failf(c, "no RDMA write was made: not a Write Zcopy stream");
+	infof(c, "killed after %d sends; %s %.0f ms after the kill (%s at the kill)", sends,
+	      n < 0 ? errname(n) : "ok", t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0,
+	      k.send_at_kill ? "in send" : "between sends");
+	free(buf);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static const struct zcase cases[] = {
@@ -1923,8 +2845,34 @@ static const struct zcase cases[] = {
 	{ "death-receiver-asleep", "kill -9 the receiver with an offer pending: send fails fast", cli_death_rcv_asleep, srv_death_asleep, NULL, true, false },
 	{ "death-receiver-reading", "kill -9 the receiver while it reads: send fails fast", cli_death_rcv_reading, srv_death_reading, NULL, true, false },
 	{ "death-sender", "kill -9 the sender mid-stream: recv ends fast with an error", cli_death_sender, srv_death_sender, NULL, true, false },
+	{ "write-zcopy", "1-MiB sends into 1-MiB receives: Pipelined, most bytes written into adverts", cli_write_zcopy, srv_write_zcopy, check_write_zcopy, false, false },
+	{ "transaction", "100-B requests, 256-KiB replies: requests ride on the reply's SinkAvail", cli_transaction, srv_transaction, check_transaction, false, false },
+	{ "transaction-miss", "poll() between request and recv(): the held request goes at once", cli_transaction_miss, srv_transaction, check_transaction, false, false },
+	{ "sink-cancel-rcvtimeo", "SO_RCVTIMEO on an advertised recv: SinkAvailCancel, EAGAIN, then data", cli_sink_cancel_timeo, srv_sink_cancel, check_sink_cancel, false, false },
+	{ "sink-cancel-signal", "SIGALRM (no SA_RESTART) on an advertised recv: EINTR, then data", cli_sink_cancel_signal, srv_sink_cancel, check_sink_cancel, false, false },
+	{ "bidir-pipelined", "both ways Pipelined, then 1-MiB messages both ways at once", cli_bidir_pipelined, srv_bidir_pipelined, check_bidir_pipelined, false, false },
+	{ "death-sender-advert", "kill -9 the sender while the receiver waits in an advertised recv: ECONNRESET", cli_death_advert, srv_death_advert, NULL, true, false },
+	{ "death-receiver-writes", "kill -9 the receiver while the sender writes into its adverts: send fails fast", cli_death_writes, srv_death_writes, NULL, true, false },
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
+
+/* zcopy_thresh as the engine has it: a new socket's SDP_ZCOPY_THRESH. */
+static int learn_thresh(void)
+{
+	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), v = -1, r;
+	socklen_t l = sizeof(v);
+
+	r = sd < 0 ? sd : sdp_getsockopt(sd, SOL_SDP, SDP_ZCOPY_THRESH, &v, &l);
+	if (sd >= 0)
+		sdp_close(sd);
+	if (r || v < 0) {
+		say("FAIL: the default zero-copy threshold: %s", errname(r));
+		return -1;
+	}
+	thresh = (size_t)v;
+	sizes_th = thresh ? thresh : NOMINAL_THRESH;
+	return 0;
+}
 
 /* --- the server processes ------------------------------------------------------------ */
 
@@ -2024,6 +2972,8 @@ static int server_main(int ctl_fd, int port_fd, int res_fd, int go_fd, bool mort
 		say("server: no transport");
 		return 1;
 	}
+	if (learn_thresh())
+		return 1;
 	ls = open_listener(&port);
 	if (ls < 0)
 		return 1;
@@ -2149,7 +3099,7 @@ static int run_case(int idx, struct server *srv)
 	struct cctx c = { .zc = zc, .idx = idx, .seed = base_seed + (uint32_t)idx * 7919u,
 			  .sd = -1 };
 	struct sres res = { 0 };
-	char sa[200], sb[200];
+	char sa[400], sb[400];
 	int r;
 
 	pthread_mutex_init(&c.lock, NULL);
@@ -2298,7 +3248,16 @@ int main(int argc, char **argv)
 		slow = (unsigned)atoi(f);
 	/* The tunables as this process runs with them (common/tunables.def);
 	 * the sockopt case checks that a new socket reports zcopy_thresh. */
-	thresh = env_size("SDP_ZCOPY_THRESH", 65536);
+	if (getenv("SDP_ZCOPY_THRESH") && *getenv("SDP_ZCOPY_THRESH"))
+		thresh_env = (long)env_size("SDP_ZCOPY_THRESH", 0);
+	/* The engine's trans_hold_us cannot be read back: unless the
+	 * environment sets it, it is set here, to the value
+	 * common/tunables.def gives as the default, so that both sides
+	 * agree by construction. */
+	if (!getenv("SDP_TRANS_HOLD_US") || !*getenv("SDP_TRANS_HOLD_US"))
+		setenv("SDP_TRANS_HOLD_US", "1000", 1);
+	hold_us = env_size("SDP_TRANS_HOLD_US", 1000);
+	trans_on = hold_us != 0;
 	zmax = env_size("SDP_ZCOPY_MAX", 4 * MiB);
 	zstage = env_size("SDP_ZCOPY_STAGE", 256 * KiB);
 	big = small_run ? 4 * MiB : 16 * MiB;
@@ -2329,11 +3288,13 @@ int main(int argc, char **argv)
 		say("FAIL: no usable transport");
 		return 1;
 	}
+	if (learn_thresh())
+		return 1;
 
 	say("transport %s, host %s, zcopy_thresh %zu, zcopy_max %zu, zcopy_stage %zu, big %zu, "
-	    "seed %u, time limits x%u",
+	    "trans_hold_us %zu%s, seed %u, time limits x%u",
 	    want_transport ? want_transport : "(any)", host_str, thresh, zmax, zstage, big,
-	    base_seed, slow);
+	    hold_us, trans_on ? "" : " (Transaction mode off)", base_seed, slow);
 
 	int m = 0;
 
