@@ -45,12 +45,14 @@
  *    a small send, then a recv() that advertised its buffer for the
  *    reply (the opposite direction is Pipelined);
  *  - Transaction -> Combined as soon as a held request has to go out
- *    alone (the program did something other than wait for the reply).
+ *    alone (the program did something other than wait for the reply), or
+ *    a send is large (the program streams now).
  */
 #include <errno.h>
 
 #include "engine.h"
 #include "log.h"
+#include "tunables.h"
 
 #define LOGSYS "mode"
 
@@ -165,7 +167,13 @@ void mode_note_send(struct sdp_sock *s, bool big)
 {
 	struct sdp_conn *c = s->conn;
 
-	if (!c || c->tx_mode != SDP_MODE_PIPELINED)
+	if (!c)
+		return;
+	/* Large sends are no requests: back to Combined, from where the
+	 * sink's REQ_PIPE can take this half to Pipelined. */
+	if (c->tx_mode == SDP_MODE_TRANSACTION && big)
+		mode_want(s, SDP_MODE_COMBINED);
+	if (c->tx_mode != SDP_MODE_PIPELINED)
 		return;
 	if (big) {
 		c->small_sends = 0;
@@ -193,7 +201,7 @@ void mode_note_advert(struct sdp_sock *s)
 	}
 	c->trans_last_send = false;
 	if (++c->trans_streak >= TRANS_STREAK_MIN && c->tx_mode == SDP_MODE_COMBINED &&
-	    c->rx_mode == SDP_MODE_PIPELINED)
+	    c->rx_mode == SDP_MODE_PIPELINED && tun_int(TUN_trans_hold_us) > 0)
 		mode_want(s, SDP_MODE_TRANSACTION);
 }
 

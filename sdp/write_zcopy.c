@@ -337,7 +337,10 @@ bool wz_send_ready(const struct sdp_sock *s)
 {
 	const struct sdp_conn *c = s->conn;
 
-	return c && c->psnk.active && c->tx_posted == c->tx_filled && !c->tx_sa.active &&
+	/* A socket with zero copy off sends by Bcopy, which drops the
+	 * advert. */
+	return c && s->zcopy_thresh && c->psnk.active && c->tx_posted == c->tx_filled &&
+	       !c->tx_sa.active &&
 	       ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr) && !zc_conn_dead(s);
 }
 

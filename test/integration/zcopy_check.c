@@ -2088,6 +2088,11 @@ static void cli_transaction(struct cctx *c)
 			failf(c, "%s, yet %" PRIu64 " request(s) piggybacked and %" PRIu64 " missed",
 			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.trans_piggybacks,
 			      d.trans_misses);
+		/* The requester sends small only: its half has no reason to
+		 * leave Combined but Transaction, which is off. */
+		if (d.mode_changes_sent)
+			failf(c, "%s, yet the client sent %" PRIu64 " ModeChange(s)",
+			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.mode_changes_sent);
 		goto out;
 	}
 	if (!d.mode_changes_sent)
