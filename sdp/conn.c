@@ -754,11 +754,15 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 	case SDP_MID_SINK_AVAIL:
 		if (data_len == 0 && h.mid == SDP_MID_DATA)
 			break;
-		if (data_len && c->disconn_rcvd) {
+		/* Stream bytes, inline or offered; a bare SinkAvail is about
+		 * our half and may come after the peer's DisConn. */
+		bool stream = data_len || h.mid == SDP_MID_SRC_AVAIL;
+
+		if (stream && c->disconn_rcvd) {
 			conn_protocol_error(s, "data after DisConn");
 			return;
 		}
-		if (data_len && s->app_closed) {
+		if (stream && s->app_closed) {
 			/* Nobody will read it: a closed TCP socket answers
 			 * with a reset. */
 			conn_abort(s, ECONNRESET);
