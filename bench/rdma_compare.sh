@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 #
 # rdma_compare.sh BUILDDIR [--device rxe|siw] [--duration SECONDS] [--sizes "64 4096 ..."]
-#                  [--zcopy | --no-zcopy] [--zcopy-sizes "65536 ..."]
+#                  [--zcopy | --no-zcopy] [--zcopy-sizes "65536 ..."] [--rr-sizes "65536 ..."]
+#                  [--quick]
 #
 # One soft RDMA device, four ways to move bytes over it, side by side in
 # one run:
@@ -21,9 +22,10 @@
 # ib_send_lat reports half the round trip, so the sockets' ping-pong round
 # trips are halved too), then ratios: SDP/verbs, SDP/rsocket, SDP/TCP.
 #
-# Then Read Zcopy against Bcopy, at 64 KiB to 16 MiB (--zcopy-sizes), with
+# Then zero copy against Bcopy, at 64 KiB to 16 MiB (--zcopy-sizes), with
 # the receiver reading with a buffer as large as the write (sock_bench
-# bulk), so that a zero-copy read can land straight in it:
+# bulk), so that a zero-copy read can land straight in it (and its recv()
+# may advertise it for the sender to RDMA-write into):
 #
 #   verbs    perftest's ib_read_bw: RDMA reads, what a zero-copy receive
 #            does, on the device: the ceiling
@@ -41,15 +43,44 @@
 # guest's busy time are sampled from /proc every 0.1 s, over the span in
 # which the device sent packets, so that perftest's start-up, which grows
 # with the message size under emulation, is left out.  Ratios:
-# Zcopy/Bcopy, Zcopy/rsocket, Zcopy/verbs, of both.  --zcopy runs only
-# this part (about 2½ minutes), --no-zcopy only the two above.
+# Zcopy/Bcopy, Zcopy/rsocket, Zcopy/verbs, of both.
+#
+# Then request/response at 64 KiB, 256 KiB and 1 MiB replies (--rr-sizes):
+# sock_bench rr, a 64-byte request answered by a reply of SIZE that the
+# client reads whole with recv(MSG_WAITALL) into a buffer of its size, a
+# counted number of turns (1000, 400, 150 by size, after a tenth more
+# unmeasured), for
+#
+#   Bcopy    libsdp with SDP_ZCOPY_THRESH=0
+#   Zcopy    SDP_ZCOPY_THRESH=65536 and SDP_TRANS_HOLD_US=0: zero copy (the
+#            reply RDMA-read, or RDMA-written into the recv()'s advertised
+#            buffer once the reply direction is Pipelined), no Transaction
+#   Trans    SDP_ZCOPY_THRESH=65536 and the engine's default hold: the
+#            request rides on the recv()'s SinkAvail, the reply is
+#            RDMA-written into its buffer
+#   rsocket  sock_bench under librspreload.so
+#   TCP      sock_bench on the kernel's TCP
+#
+# turns per second, turn latency (median and 99th percentile of request
+# sent to reply read), CPU microseconds per turn (both processes; in
+# brackets the guest's busy time), ratios Zcopy/Bcopy, Trans/Bcopy,
+# Trans/rsocket, Trans/TCP, and from both ends' libsdp counters (sdpstat,
+# read while the client waits on SOCK_BENCH_HOLD) the path the turns took:
+# requests carried on the SinkAvail, held requests that went alone, adverts,
+# reply bytes RDMA-written and RDMA-read, mode changes.
+#
+# --zcopy runs only the zero-copy parts (about 6½ minutes), --no-zcopy only
+# the two first ones.  --quick: 1 s per throughput point, fewer sizes (64 B
+# and 64 KiB; 64 KiB and 1 MiB for the zero-copy parts) and a fifth of the
+# request/response turns.
 #
 # Evidence of the path taken: each run's column shows the packets the
 # device sent (its hw_counters/sent_pkts) while it ran; the TCP column must
 # show ~0 and the others not.  The SDP runs also check libsdp's log for
-# "over ib".  The zero-copy table ends with the share of the bytes that the
-# receiver RDMA-read, from its libsdp counters (tools/sdpstat): ~0 under
-# Bcopy, ~100 % under Zcopy if zero copy was really used.
+# "over ib".  The zero-copy table ends with the shares of the bytes that the
+# receiver RDMA-read and that the sender RDMA-wrote into its advertised
+# buffers, from its libsdp counters (tools/sdpstat): ~0 under Bcopy, adding
+# up to ~100 % under Zcopy if zero copy was really used.
 #
 # On a machine without an RDMA device the script re-runs itself inside the
 # testbed guest (test/vm/run-in-vm --devices DEVICE).  Figures are printed,
@@ -58,11 +89,11 @@ set -u
 
 die() { echo "rdma_compare: $*" >&2; exit 1; }
 
-[ $# -ge 1 ] || die "usage: $0 BUILDDIR [--device rxe|siw] [--duration SEC] [--sizes LIST] [--zcopy | --no-zcopy] [--zcopy-sizes LIST]"
+[ $# -ge 1 ] || die "usage: $0 BUILDDIR [--device rxe|siw] [--duration SEC] [--sizes LIST] [--zcopy | --no-zcopy] [--zcopy-sizes LIST] [--rr-sizes LIST] [--quick]"
 builddir=$(cd "$1" && pwd) || die "no build directory $1"
 shift
-device=rxe duration=2 sizes="64 4096 65536 1048576"
-zc_sizes="65536 262144 1048576 4194304 16777216"
+# Empty: not given, the defaults (or --quick's) below.
+device=rxe duration='' sizes='' zc_sizes='' rr_sizes='' quick=
 # parts: "base" (throughput and latency), "zcopy", or both.
 parts="base zcopy"
 while [ $# -gt 0 ]; do
@@ -73,8 +104,20 @@ while [ $# -gt 0 ]; do
 	--zcopy) parts=zcopy; shift ;;
 	--no-zcopy) parts=base; shift ;;
 	--zcopy-sizes) zc_sizes=$2; shift 2 ;;
+	--rr-sizes) rr_sizes=$2; shift 2 ;;
+	--quick) quick=1; shift ;;
 	*) die "unknown argument $1" ;;
 	esac
+done
+if [ -n "$quick" ]; then
+	: "${duration:=1}" "${sizes:=64 65536}" "${zc_sizes:=65536 1048576}" "${rr_sizes:=65536 1048576}"
+else
+	: "${duration:=2}" "${sizes:=64 4096 65536 1048576}"
+	: "${zc_sizes:=65536 262144 1048576 4194304 16777216}" "${rr_sizes:=65536 262144 1048576}"
+fi
+for s in $rr_sizes; do
+	case $s in '' | *[!0-9]*) die "--rr-sizes takes sizes in bytes" ;; esac
+	[ "$s" -ge 16 ] || die "--rr-sizes: a reply is 16 bytes at least"
 done
 case $duration in
 '' | *[!0-9]* | 0) die "--duration takes whole seconds (perftest's -D does)" ;;
@@ -88,7 +131,8 @@ if [ -z "${VM_NAME:-}" ]; then
 	[ "$parts" = base ] && part_arg=--no-zcopy
 	exec "$srcdir/test/vm/run-in-vm" --devices "$device" -- \
 		bash "$srcdir/bench/rdma_compare.sh" "$builddir" --device "$device" \
-		--duration "$duration" --sizes "$sizes" --zcopy-sizes "$zc_sizes" $part_arg
+		--duration "$duration" --sizes "$sizes" --zcopy-sizes "$zc_sizes" \
+		--rr-sizes "$rr_sizes" $part_arg ${quick:+--quick}
 fi
 
 dev=${device}0
@@ -144,17 +188,23 @@ env_of() {
 	SDP) echo "LD_PRELOAD=$libsdp LIBSDP_CONFIG_FILE=$tmp/sdp.conf SDP_TRANSPORTS=ib SDP_STATS_DIR=$tmp/stats" ;;
 	Bcopy) echo "$(env_of SDP) SDP_ZCOPY_THRESH=0" ;;
 	Zcopy) echo "$(env_of SDP) SDP_ZCOPY_THRESH=65536" ;;
+	# request/response: zero copy without, and with, Transaction mode
+	# (the engine's default hold, whatever the caller's environment says;
+	# env's -u goes before the assignments)
+	ZcopyNT) echo "$(env_of SDP) SDP_ZCOPY_THRESH=65536 SDP_TRANS_HOLD_US=0" ;;
+	Trans) echo "-u SDP_TRANS_HOLD_US $(env_of SDP) SDP_ZCOPY_THRESH=65536" ;;
 	rsocket) echo "LD_PRELOAD=$rspreload" ;;
 	esac
 }
 
 # sock_run COLUMN MODE SIZE ARG: one sock_bench measurement, server and
 # client in this guest; prints sock_bench's result line, or nothing.  An
-# SDP bulk run's line gets two more fields: the bytes the server (the
-# receiver) RDMA-read and, of those, the bytes read straight into its
-# buffer, from its libsdp counters (sdpstat), or "- -".
+# SDP bulk run's line gets three more fields: the bytes the server (the
+# receiver) RDMA-read, of those the bytes read straight into its buffer,
+# and the bytes the client RDMA-wrote into its advertised buffers (Write
+# Zcopy), from its libsdp counters (sdpstat), or "- - -".
 sock_run() {
-	local col=$1 mode=$2 size=$3 arg=$4 out spid sdp zc
+	local col=$1 mode=$2 size=$3 arg=$4 out spid sdp json k v zc
 	port=$((port + 1))
 	: >"$tmp/sdp.log"
 	# shellcheck disable=SC2046
@@ -169,9 +219,13 @@ sock_run() {
 	if [ -n "$sdp" ] && [ "$mode" = bulk ] && [ $rc -eq 0 ]; then
 		# The server is still alive, its counters brought up to date
 		# after its last read.
-		zc=$(SDP_STATS_DIR=$tmp/stats "$sdpstat" -p "$spid" -c -a --json 2>/dev/null |
-			sed -n 's/.*"zcopy_bytes_received":\([0-9]*\).*"zcopy_direct_bytes":\([0-9]*\).*/\1 \2/p')
-		out="$out ${zc:-- -}"
+		json=$(SDP_STATS_DIR=$tmp/stats "$sdpstat" -p "$spid" -c -a --json 2>/dev/null)
+		zc=
+		for k in zcopy_bytes_received zcopy_direct_bytes zcopy_sink_bytes; do
+			v=$(jget "$k" "$json")
+			zc="$zc ${v:--}"
+		done
+		out="$out$zc"
 	fi
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
@@ -186,6 +240,66 @@ sock_run() {
 		return 1
 	fi
 	echo "$out"
+}
+
+# jget KEY JSON: a counter of sdpstat's JSON, or nothing.
+jget() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$2"; }
+
+# rr_run COLUMN SIZE COUNT: one sock_bench rr measurement, server and client
+# in this guest; prints sock_bench's line
+#   rr SIZE COUNT P50_US P99_US MEAN_US CLIENT_CPU_S SERVER_CPU_S BUSY_S SECONDS MAX_US
+# and for the SDP columns eight more fields, from the libsdp counters of the
+# client (held alive by SOCK_BENCH_HOLD until they are read) and of the
+# server, over the whole connection (the unmeasured turns too): the
+# client's requests carried on a SinkAvail, held requests that went alone,
+# SinkAvails, stale ones, bytes it RDMA-read, mode changes it sent and
+# received; the server's bytes RDMA-written; or "-" each.  Nothing if the
+# run failed.
+rr_run() {
+	local col=$1 size=$2 count=$3 spid cpid wfd line='' cc='' sc='' sdp='' rc k extra='' v
+	port=$((port + 1))
+	: >"$tmp/sdp.log"
+	case $col in Bcopy | ZcopyNT | Trans) sdp=1 ;; esac
+	# shellcheck disable=SC2046
+	env $(env_of "$col") "$bench" serve "$addr" "$port" 2>"$tmp/serve.err" &
+	spid=$!
+	pids+=("$spid")
+	# shellcheck disable=SC2046
+	coproc RR { exec env $(env_of "$col") SOCK_BENCH_HOLD=1 "$bench" rr "$addr" "$port" \
+		"$size" "$count" 2>"$tmp/client.err"; }
+	cpid=$RR_PID
+	wfd=${RR[1]}
+	pids+=("$cpid")
+	read -r -t 300 line <&"${RR[0]}"
+	if [ -n "$line" ] && [ -n "$sdp" ]; then
+		cc=$(SDP_STATS_DIR=$tmp/stats "$sdpstat" -p "$cpid" -c -a --json 2>/dev/null)
+		sc=$(SDP_STATS_DIR=$tmp/stats "$sdpstat" -p "$spid" -c -a --json 2>/dev/null)
+		for k in trans_piggybacks trans_misses zcopy_sink_adverts zcopy_sink_stale \
+			zcopy_bytes_received mode_changes_sent mode_changes_received; do
+			v=$(jget "$k" "$cc")
+			extra="$extra ${v:--}"
+		done
+		v=$(jget zcopy_bytes_written "$sc")
+		extra="$extra ${v:--}"
+	fi
+	# EOF on its stdin: the client goes.
+	exec {wfd}>&-
+	[ -z "$line" ] && kill "$cpid" 2>/dev/null
+	wait "$cpid"
+	rc=$?
+	kill "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	if [ $rc -ne 0 ] || [ -z "$line" ]; then
+		echo "rdma_compare: $col rr $size failed (exit $rc): $(cat "$tmp/client.err" "$tmp/serve.err")" >&2
+		failed "$col rr $size"
+		return 1
+	fi
+	if [ -n "$sdp" ] && ! grep -q "over ib" "$tmp/sdp.log"; then
+		echo "rdma_compare: $col rr $size did not run over ib: $(cat "$tmp/sdp.log")" >&2
+		failed "$col rr $size"
+		return 1
+	fi
+	echo "$line$extra"
 }
 
 # Busy CPU ticks of the whole guest (every CPU, not idle, not iowait):
@@ -350,9 +464,9 @@ cpu_per_gib() {
 # time is sampled over the transfer alone (sample_transfer).
 zcopy_table() {
 	local size line col p0 iters rate='' f moved starred=''
-	declare -A bw=() cpu=() gcpu=() pk=() zread=() zdirect=()
+	declare -A bw=() cpu=() gcpu=() pk=() zread=() zdirect=() zwritten=()
 	echo
-	echo "Read Zcopy vs Bcopy: streaming, the receiver reads with a buffer as large as the write"
+	echo "Zero copy vs Bcopy: streaming, the receiver reads with a buffer as large as the write"
 	echo "(verbs: ib_read_bw, RDMA reads, what a zero-copy receive does; Bcopy: libsdp with"
 	echo "SDP_ZCOPY_THRESH=0, Zcopy: SDP_ZCOPY_THRESH=65536; device packets sent during the"
 	echo "run in brackets)"
@@ -388,10 +502,11 @@ zcopy_table() {
 			p0=$(pkts)
 			line=$(sock_run "$col" bulk "$size" "$duration")
 			# bulk SIZE BYTES SECONDS GBIT_S CLIENT_CPU_S SERVER_CPU_S BUSY_S
-			# [ZC_READ_BYTES ZC_DIRECT_BYTES]
+			# [ZC_READ_BYTES ZC_DIRECT_BYTES ZC_WRITTEN_BYTES]
 			bw[$col]=$(echo "$line" | awk '{ print $5 }')
 			zread[$col:$size]=$(echo "$line" | awk '$9 ~ /^[0-9]+$/ { printf "%.1f %%", 100 * $9 / $3 }')
 			zdirect[$col:$size]=$(echo "$line" | awk '$9 > 0 && $10 ~ /^[0-9]+$/ { printf "%.1f %%", 100 * $10 / $9 }')
+			zwritten[$col:$size]=$(echo "$line" | awk '$11 ~ /^[0-9]+$/ { printf "%.1f %%", 100 * $11 / $3 }')
 			cpu[$col:$size]=$(cpu_per_gib "$(echo "$line" | awk '$7 != "" { print $6 + $7 }')" \
 				"$(echo "$line" | awk '{ print $3 }')")
 			gcpu[$col:$size]=$(cpu_per_gib "$(echo "$line" | awk '$8 >= 0 { print $8 }')" \
@@ -425,19 +540,140 @@ zcopy_table() {
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[verbs:$size]}")"
 	done
 	echo
-	echo "Zero copy used: of the bytes the receiver got, those it RDMA-read, and of those the"
-	echo "part read straight into the application's buffer (its libsdp counters, via sdpstat)"
-	printf '%-9s %12s %12s %14s\n' size "Bcopy read" "Zcopy read" "Zcopy direct"
+	echo "Zero copy used: of the bytes the receiver got, those it RDMA-read (Read Zcopy; and"
+	echo "of those the part read straight into the application's buffer) and those the sender"
+	echo "RDMA-wrote into the receiver's advertised buffer (Write Zcopy, once the receiver asked"
+	echo "for Pipelined mode) (the receiver's libsdp counters, via sdpstat)"
+	printf '%-9s %12s %14s %12s %14s %14s\n' size "Bcopy read" "Bcopy written" "Zcopy read" \
+		"Zcopy direct" "Zcopy written"
 	for size in $zc_sizes; do
-		printf '%-9s %12s %12s %14s\n' "$size" "$(fmt "${zread[Bcopy:$size]}")" \
-			"$(fmt "${zread[Zcopy:$size]}")" "$(fmt "${zdirect[Zcopy:$size]}")"
+		printf '%-9s %12s %14s %12s %14s %14s\n' "$size" "$(fmt "${zread[Bcopy:$size]}")" \
+			"$(fmt "${zwritten[Bcopy:$size]}")" "$(fmt "${zread[Zcopy:$size]}")" \
+			"$(fmt "${zdirect[Zcopy:$size]}")" "$(fmt "${zwritten[Zcopy:$size]}")"
+	done
+}
+
+# Turns of one request/response run: about as long for each size under
+# emulation.
+rr_count() {
+	local n=150
+	if [ "$1" -le 65536 ]; then n=1000; elif [ "$1" -le 262144 ]; then n=400; fi
+	[ -n "$quick" ] && n=$((n / 5))
+	echo "$n"
+}
+
+rr_table() {
+	local size col line count p0 f
+	local cols="Bcopy ZcopyNT Trans rsocket TCP"
+	declare -A tps=() p50=() p99=() mean=() cpu=() gcpu=() pk=() ctr=()
+	echo
+	echo "Request/response: a 64-byte request, a reply of SIZE bytes read whole by recv(MSG_WAITALL)"
+	echo "into a buffer of its size (Bcopy: libsdp with SDP_ZCOPY_THRESH=0; Zcopy:"
+	echo "SDP_ZCOPY_THRESH=65536 and SDP_TRANS_HOLD_US=0, no Transaction mode; Trans:"
+	echo "SDP_ZCOPY_THRESH=65536, Transaction mode with the engine's default hold; turns: 1000,"
+	echo "400, 150 by size$([ -n "$quick" ] && echo ", a fifth of it (--quick)"), after a tenth more unmeasured)"
+	echo
+	echo "Turns per second (device packets sent during the run in brackets)"
+	printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s %7s\n' size Bcopy Zcopy Trans rsocket TCP \
+		Z/B T/B T/rs T/TCP
+	for size in $rr_sizes; do
+		count=$(rr_count "$size")
+		for col in $cols; do
+			p0=$(pkts)
+			line=$(rr_run "$col" "$size" "$count")
+			pk[$col:$size]=$(($(pkts) - p0))
+			# rr SIZE COUNT P50 P99 MEAN CCPU SCPU BUSY SECS MAX [8 counters]
+			read -r -a f <<<"$line"
+			tps[$col:$size]='' p50[$col:$size]='' p99[$col:$size]='' mean[$col:$size]=''
+			cpu[$col:$size]='' gcpu[$col:$size]='' ctr[$col:$size]=''
+			[ ${#f[@]} -ge 11 ] || continue
+			tps[$col:$size]=$(awk -v n="${f[2]}" -v t="${f[9]}" 'BEGIN { if (t > 0) printf "%.0f", n / t }')
+			p50[$col:$size]=${f[3]} p99[$col:$size]=${f[4]} mean[$col:$size]=${f[5]}
+			cpu[$col:$size]=$(awk -v n="${f[2]}" -v c="${f[6]}" -v s="${f[7]}" \
+				'BEGIN { printf "%.0f", (c + s) * 1e6 / n }')
+			gcpu[$col:$size]=$(awk -v n="${f[2]}" -v b="${f[8]}" \
+				'BEGIN { if (b >= 0) printf "%.0f", b * 1e6 / n }')
+			# turns (all), max, then the counters
+			[ ${#f[@]} -ge 19 ] && ctr[$col:$size]="$((f[2] + f[2] / 10 + 1)) ${f[10]} ${f[*]:11:8}"
+		done
+		printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s %7s\n' "$size" \
+			"$(fmt "${tps[Bcopy:$size]}") [${pk[Bcopy:$size]}]" \
+			"$(fmt "${tps[ZcopyNT:$size]}") [${pk[ZcopyNT:$size]}]" \
+			"$(fmt "${tps[Trans:$size]}") [${pk[Trans:$size]}]" \
+			"$(fmt "${tps[rsocket:$size]}") [${pk[rsocket:$size]}]" \
+			"$(fmt "${tps[TCP:$size]}") [${pk[TCP:$size]}]" \
+			"$(ratio "${tps[ZcopyNT:$size]}" "${tps[Bcopy:$size]}")" \
+			"$(ratio "${tps[Trans:$size]}" "${tps[Bcopy:$size]}")" \
+			"$(ratio "${tps[Trans:$size]}" "${tps[rsocket:$size]}")" \
+			"$(ratio "${tps[Trans:$size]}" "${tps[TCP:$size]}")"
+	done
+	echo
+	echo "Turn latency, microseconds: median (99th percentile), mean; ratios of the medians,"
+	echo "lower is better for the first"
+	printf '%-9s %24s %24s %24s %24s %24s   %7s %7s %7s %7s\n' size Bcopy Zcopy Trans rsocket TCP \
+		Z/B T/B T/rs T/TCP
+	for size in $rr_sizes; do
+		local cell=()
+		for col in $cols; do
+			if [ -n "${p50[$col:$size]}" ]; then
+				cell+=("$(printf '%.0f (%.0f) %.0f' "${p50[$col:$size]}" "${p99[$col:$size]}" "${mean[$col:$size]}")")
+			else
+				cell+=(-)
+			fi
+		done
+		printf '%-9s %24s %24s %24s %24s %24s   %7s %7s %7s %7s\n' "$size" "${cell[@]}" \
+			"$(ratio "${p50[ZcopyNT:$size]}" "${p50[Bcopy:$size]}")" \
+			"$(ratio "${p50[Trans:$size]}" "${p50[Bcopy:$size]}")" \
+			"$(ratio "${p50[Trans:$size]}" "${p50[rsocket:$size]}")" \
+			"$(ratio "${p50[Trans:$size]}" "${p50[TCP:$size]}")"
+	done
+	echo
+	echo "CPU time per turn, microseconds: user + sys of client and server together (in"
+	echo "brackets: the whole guest's busy time over the turns); ratios of the first figure"
+	printf '%-9s %17s %17s %17s %17s %17s   %7s %7s %7s %7s\n' size Bcopy Zcopy Trans rsocket TCP \
+		Z/B T/B T/rs T/TCP
+	for size in $rr_sizes; do
+		printf '%-9s %17s %17s %17s %17s %17s   %7s %7s %7s %7s\n' "$size" \
+			"$(fmt "${cpu[Bcopy:$size]}") [$(fmt "${gcpu[Bcopy:$size]}")]" \
+			"$(fmt "${cpu[ZcopyNT:$size]}") [$(fmt "${gcpu[ZcopyNT:$size]}")]" \
+			"$(fmt "${cpu[Trans:$size]}") [$(fmt "${gcpu[Trans:$size]}")]" \
+			"$(fmt "${cpu[rsocket:$size]}") [$(fmt "${gcpu[rsocket:$size]}")]" \
+			"$(fmt "${cpu[TCP:$size]}") [$(fmt "${gcpu[TCP:$size]}")]" \
+			"$(ratio "${cpu[ZcopyNT:$size]}" "${cpu[Bcopy:$size]}")" \
+			"$(ratio "${cpu[Trans:$size]}" "${cpu[Bcopy:$size]}")" \
+			"$(ratio "${cpu[Trans:$size]}" "${cpu[rsocket:$size]}")" \
+			"$(ratio "${cpu[Trans:$size]}" "${cpu[TCP:$size]}")"
+	done
+	echo
+	echo "The path the turns took (libsdp counters over the whole connection, unmeasured turns"
+	echo "included: the client's requests carried on a SinkAvail, held requests that went alone,"
+	echo "SinkAvails, stale ones; of the reply bytes, those the server RDMA-wrote and those the"
+	echo "client RDMA-read; mode changes the client sent / received; the slowest measured turn)"
+	printf '%-9s %-6s %6s %9s %6s %8s %6s %8s %8s %7s %8s\n' size mode turns piggyback miss adverts \
+		stale written read modes "max us"
+	for size in $rr_sizes; do
+		for col in Bcopy ZcopyNT Trans; do
+			local label=$col
+			[ "$col" = ZcopyNT ] && label=Zcopy
+			read -r -a f <<<"${ctr[$col:$size]}"
+			if [ ${#f[@]} -lt 10 ]; then
+				printf '%-9s %-6s %s\n' "$size" "$label" -
+				continue
+			fi
+			# turns max piggy miss adverts stale read msent mrecv written
+			printf '%-9s %-6s %6s %9s %6s %8s %6s %8s %8s %7s %8.0f\n' "$size" "$label" "${f[0]}" \
+				"${f[2]}" "${f[3]}" "${f[4]}" "${f[5]}" \
+				"$(awk -v b="${f[9]}" -v t="$((f[0] * size))" 'BEGIN { if (b ~ /^[0-9]+$/) printf "%.1f %%", 100 * b / t; else print "-" }')" \
+				"$(awk -v b="${f[6]}" -v t="$((f[0] * size))" 'BEGIN { if (b ~ /^[0-9]+$/) printf "%.1f %%", 100 * b / t; else print "-" }')" \
+				"${f[7]}/${f[8]}" "${f[1]}"
+		done
 	done
 }
 
 echo "rdma_compare: $dev on $addr ($(uname -r), $(nproc) vCPU, guest ${VM_NAME:-?}); ${duration}s per throughput point"
 echo "rdma_compare: rsocket: $rspreload; libsdp: $libsdp"
 case " $parts " in *" base "*) base_tables ;; esac
-case " $parts " in *" zcopy "*) zcopy_table ;; esac
+case " $parts " in *" zcopy "*) zcopy_table; rr_table ;; esac
 echo
 if [ -s "$tmp/failures" ]; then
 	echo "rdma_compare: $(wc -l <"$tmp/failures") measurement(s) failed: $(tr '\n' ';' <"$tmp/failures")"

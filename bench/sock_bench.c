@@ -33,6 +33,25 @@
  *       ones); prints
  *         pingpong SIZE COUNT RTT_P50_US RTT_P99_US RTT_MEAN_US
  *
+ *   sock_bench rr HOST PORT SIZE COUNT
+ *       Request/response: COUNT turns (after COUNT/10 + 1 unmeasured ones)
+ *       of a 64-byte request answered by a SIZE-byte reply, which the
+ *       client reads whole with recv(MSG_WAITALL) into a buffer of SIZE
+ *       bytes (what lets a zero-copy receive advertise it, and a
+ *       Transaction-mode request ride on that advert).  The request holds
+ *       the turn's number and the server stamps it on the reply's first and
+ *       last 8 bytes, which the client checks.  Both ends measure their
+ *       process's CPU time over the measured turns; the server's comes back
+ *       after the last reply.  Prints
+ *         rr SIZE COUNT P50_US P99_US MEAN_US CLIENT_CPU_S SERVER_CPU_S BUSY_S SECONDS MAX_US
+ *       (turn latency from the request's send to the reply's last byte;
+ *       BUSY_S as for bulk; SECONDS the measured turns' wall time).
+ *
+ * With SOCK_BENCH_HOLD set in its environment, a client prints its line and
+ * then waits for EOF on its standard input before it exits, so that a
+ * preload's counters can be read from outside while the process still
+ * lives (rdma_compare.sh reads libsdp's with sdpstat).
+ *
  * TCP_NODELAY is set on both ends (what latency-minded programs do, and what
  * perftest's ping-pong is compared with).  Every failure is a message on
  * stderr and exit status 1; figures are printed, never judged.
@@ -53,9 +72,11 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MODE_STREAM = 1, MODE_PINGPONG = 2, MODE_BULK = 3 };
+enum { MODE_STREAM = 1, MODE_PINGPONG = 2, MODE_BULK = 3, MODE_RR = 4 };
 
 #define REQ_LEN 16
+/* rr: the request's size; the reply's is at least 16 (its two stamps). */
+#define RR_REQ 64
 #define MAX_SIZE (64u << 20)
 
 static void die(const char *what)
@@ -165,6 +186,12 @@ static size_t parse_size(const char *s)
 	return (size_t)v;
 }
 
+/* rr: the turns before the measured ones (as for pingpong). */
+static uint64_t rr_warm(uint64_t count)
+{
+	return count / 10 + 1;
+}
+
 static int resolve(const char *host, const char *port, struct sockaddr_storage *ss,
 		   socklen_t *len)
 {
@@ -226,6 +253,24 @@ static void serve_one(int fd, char *buf)
 			memcpy(ans + 8, &cpu_ns, 8);
 			write_full(fd, ans, sizeof(ans));
 		}
+	} else if (mode == MODE_RR) {
+		uint64_t warm = rr_warm(count), cpu_ns;
+		uint8_t rq[RR_REQ];
+		double c0 = 0;
+
+		if (size < 16)
+			fail("bad request: rr replies are 16 bytes at least");
+		for (uint64_t i = 0; i < warm + count; i++) {
+			if (i == warm)
+				c0 = cpu_s();
+			if (!read_full(fd, rq, sizeof(rq)))
+				fail("rr: EOF before the last turn");
+			memcpy(buf, rq, 8);
+			memcpy(buf + size - 8, rq, 8);
+			write_full(fd, buf, size);
+		}
+		cpu_ns = htobe64((uint64_t)((cpu_s() - c0) * 1e9));
+		write_full(fd, &cpu_ns, sizeof(cpu_ns));
 	} else if (mode == MODE_PINGPONG) {
 		for (uint64_t i = 0; i < count; i++) {
 			if (!read_full(fd, buf, size))
@@ -418,14 +463,114 @@ static int cmd_pingpong(const char *host, const char *port, size_t size, long co
 	return 0;
 }
 
+/* The whole reply: MSG_WAITALL, and a loop for what may still come short
+ * (a signal, a stack that ignores the flag). */
+static void recv_reply(int fd, char *buf, size_t size)
+{
+	size_t got = 0;
+
+	while (got < size) {
+		ssize_t n = recv(fd, buf + got, size - got, MSG_WAITALL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			die("recv");
+		if (n == 0)
+			fail("rr: EOF from the server");
+		got += (size_t)n;
+	}
+}
+
+static int cmd_rr(const char *host, const char *port, size_t size, long count)
+{
+	uint64_t warm = rr_warm((uint64_t)count), srv_ns;
+	char *buf = malloc(size), rq[RR_REQ];
+	double *lat = malloc((size_t)count * sizeof(*lat));
+	double sum = 0, c0 = 0, b0 = 0, t_start = 0;
+
+	if (size < 16)
+		fail("rr: the reply is 16 bytes at least");
+	if (!buf || !lat)
+		fail("out of memory");
+	/* Faulted in now, and never holding a stamp by chance. */
+	memset(buf, 0, size);
+	memset(rq, 0x5a, sizeof(rq));
+	int fd = dial(host, port, MODE_RR, (uint32_t)size, (uint64_t)count);
+
+	for (uint64_t i = 0; i < warm + (uint64_t)count; i++) {
+		uint64_t h, t;
+
+		if (i == warm) {
+			b0 = busy_s();
+			c0 = cpu_s();
+			t_start = now_s();
+		}
+		double t0 = now_s();
+
+		memcpy(rq, &i, 8);
+		write_full(fd, rq, sizeof(rq));
+		recv_reply(fd, buf, size);
+		double dt = (now_s() - t0) * 1e6;
+
+		memcpy(&h, buf, 8);
+		memcpy(&t, buf + size - 8, 8);
+		if (h != i || t != i) {
+			fprintf(stderr,
+				"sock_bench: rr: turn %llu: the reply is stamped %llu (head) and %llu "
+				"(tail)\n",
+				(unsigned long long)i, (unsigned long long)h, (unsigned long long)t);
+			return 1;
+		}
+		/* The next reply must overwrite both ends again. */
+		memset(buf, 0xff, 8);
+		memset(buf + size - 8, 0xff, 8);
+		if (i >= warm) {
+			lat[i - warm] = dt;
+			sum += dt;
+		}
+	}
+	double secs = now_s() - t_start, cpu = cpu_s() - c0, b1 = busy_s();
+
+	if (!read_full(fd, &srv_ns, sizeof(srv_ns)))
+		fail("rr: no CPU time from the server");
+	qsort(lat, (size_t)count, sizeof(*lat), cmp_double);
+	printf("rr %zu %ld %.2f %.2f %.2f %.4f %.4f %.2f %.4f %.2f\n", size, count,
+	       lat[count / 2], lat[(size_t)((double)count * 0.99)], sum / (double)count, cpu,
+	       (double)be64toh(srv_ns) / 1e9, b0 < 0 || b1 < 0 ? -1.0 : b1 - b0, secs,
+	       lat[count - 1]);
+	close(fd);
+	free(buf);
+	free(lat);
+	return 0;
+}
+
 static void usage(void)
 {
 	fputs("usage: sock_bench serve ADDR PORT\n"
 	      "       sock_bench stream HOST PORT SIZE SECONDS\n"
 	      "       sock_bench bulk HOST PORT SIZE SECONDS\n"
-	      "       sock_bench pingpong HOST PORT SIZE COUNT\n",
+	      "       sock_bench pingpong HOST PORT SIZE COUNT\n"
+	      "       sock_bench rr HOST PORT SIZE COUNT\n",
 	      stderr);
 	exit(2);
+}
+
+/* SOCK_BENCH_HOLD: the client's line is out; wait for EOF on stdin. */
+static int hold(int rc)
+{
+	char c[256];
+
+	if (!getenv("SOCK_BENCH_HOLD"))
+		return rc;
+	fflush(stdout);
+	for (;;) {
+		ssize_t n = read(STDIN_FILENO, c, sizeof(c));
+
+		if (n == 0 || (n < 0 && errno != EINTR))
+			break;
+	}
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -438,21 +583,28 @@ int main(int argc, char **argv)
 
 		if (!(secs > 0))
 			fail("bad duration");
-		return cmd_stream(argv[2], argv[3], parse_size(argv[4]), secs);
+		return hold(cmd_stream(argv[2], argv[3], parse_size(argv[4]), secs));
 	}
 	if (argc == 6 && !strcmp(argv[1], "bulk")) {
 		double secs = strtod(argv[5], NULL);
 
 		if (!(secs > 0))
 			fail("bad duration");
-		return cmd_bulk(argv[2], argv[3], parse_size(argv[4]), secs);
+		return hold(cmd_bulk(argv[2], argv[3], parse_size(argv[4]), secs));
 	}
 	if (argc == 6 && !strcmp(argv[1], "pingpong")) {
 		long count = strtol(argv[5], NULL, 10);
 
 		if (count < 1 || count > 10000000)
 			fail("bad count");
-		return cmd_pingpong(argv[2], argv[3], parse_size(argv[4]), count);
+		return hold(cmd_pingpong(argv[2], argv[3], parse_size(argv[4]), count));
+	}
+	if (argc == 6 && !strcmp(argv[1], "rr")) {
+		long count = strtol(argv[5], NULL, 10);
+
+		if (count < 1 || count > 10000000)
+			fail("bad count");
+		return hold(cmd_rr(argv[2], argv[3], parse_size(argv[4]), count));
 	}
 	usage();
 	return 2;
