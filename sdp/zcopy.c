@@ -560,7 +560,11 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 		return 0;
 	size_t room = iov[i].iov_len - skip;
 	uint64_t n = c->rx_sa.left;
-	bool direct = !(flags & MSG_PEEK) && room >= zc_direct_min(s);
+	/* The offer's inline bytes, just copied by this call, do not make
+	 * its buffer too small for the rest. */
+	bool direct = !(flags & MSG_PEEK) &&
+		      (room >= zc_direct_min(s) ||
+		       (skip <= SDP_SA_INLINE && room + skip >= zc_direct_min(s)));
 	struct oti_sge sge;
 	struct oti_mr *mr;
 
