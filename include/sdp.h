@@ -49,9 +49,9 @@ extern "C" {
 
 /* Socket options of SDP itself, at level SOL_SDP (OFED's numbers). */
 #define SOL_SDP 1025
-/* int: the Read Zcopy threshold of this socket's sends, in bytes (0 = off);
- * starts as the zcopy_thresh tunable.  Values other than 0 below 4096 are
- * raised to 4096. */
+/* int: the zero-copy threshold of this socket's sends and receives, in
+ * bytes (0 = off); starts as the zcopy_thresh tunable (262144).  Values
+ * other than 0 below 4096 are raised to 4096. */
 #define SDP_ZCOPY_THRESH 80
 
 /* Start-up is implicit; sdp_init() only makes its cost explicit.  Returns
