@@ -297,6 +297,21 @@ static uint32_t region_check(const uint8_t *region, size_t cap, uint32_t seed, u
 }
 
 /*
+ * How the connection ended for the victim, m being what its last
+ * xfer_recv_all() returned (or the error that stopped it): 0 end of
+ * stream, -errno, or > 0 bytes the peer should not have sent, which *how
+ * says as `data`.  Sets v->rep.end.
+ */
+static void victim_end(struct vconn *v, ssize_t m, const char *data, char *how, size_t cap)
+{
+	v->rep.end = m > 0 ? -EBADMSG : m;
+	if (m > 0)
+		snprintf(how, cap, "%zd %s", m, data);
+	else
+		snprintf(how, cap, "%s", m == 0 ? "end of stream" : strerror((int)-m));
+}
+
+/*
  * The victim receives (HOSTILE_MAGIC_RECV).  Only a well-behaved peer can
  * make this "ok"; the report says what happened for an attack.
  */
@@ -353,7 +368,7 @@ static void victim_recv(struct vconn *v, const struct xfer_hdr *h)
 			m = xfer_recv_all(&xsock_sdp, v->sd, b, sizeof(b), -1);
 		}
 	}
-	v->rep.end = m > 0 ? -EBADMSG : m;
+	victim_end(v, m, "more bytes (the peer sends no more)", how, sizeof(how));
 	if (!v->rep.flags && memcmp(region, snap, total)) {
 		size_t i = 0;
 
@@ -364,10 +379,6 @@ static void victim_recv(struct vconn *v, const struct xfer_hdr *h)
 			 i < GUARD_LEN ? i : i - GUARD_LEN, region[i]);
 		v->rep.flags |= VR_MEM_CHANGED;
 	}
-	if (m > 0)
-		snprintf(how, sizeof(how), "%zd more bytes (the peer sends no more)", m);
-	else
-		snprintf(how, sizeof(how), "%s", m == 0 ? "end of stream" : strerror((int)-m));
 	if (v->rep.r1 > 0)
 		snprintf(v->result, sizeof(v->result), "received %" PRIu64 " of %" PRIu64 " bytes "
 			 "(first recv %" PRId64 "), then %s; %s", got, h->bytes, v->rep.r1, how,
@@ -418,14 +429,10 @@ static void victim_pipe(struct vconn *v, const struct xfer_hdr *h)
 	}
 	if (m >= 0)
 		m = xfer_recv_all(&xsock_sdp, v->sd, b, sizeof(b), -1);
-	v->rep.end = m > 0 ? -EBADMSG : m;
 
 	char how[80];
 
-	if (m > 0)
-		snprintf(how, sizeof(how), "%zd bytes of data (the peer sends none)", m);
-	else
-		snprintf(how, sizeof(how), "%s", m == 0 ? "end of stream" : strerror((int)-m));
+	victim_end(v, m, "bytes of data (the peer sends none)", how, sizeof(how));
 	snprintf(v->result, sizeof(v->result), "sends returned %zd (%s) and %zd (%s) of %" PRIu64
 		 ", then %s", n1, n1 < 0 ? strerror((int)-n1) : n1 == (ssize_t)h->bytes ? "all" : "short",
 		 n2, n2 < 0 ? strerror((int)-n2) : n2 == (ssize_t)h->bytes ? "all" : "short",
@@ -782,6 +789,27 @@ static void note_event(struct hconn *h, const struct oti_event *ev)
 }
 
 /*
+ * Arm the endpoint and wait for it (200 ms at the most) unless it has
+ * something already: 0 to look again, -ETIMEDOUT once the deadline has
+ * passed, or -errno.
+ */
+static int ep_wait(struct hconn *h, uint64_t deadline)
+{
+	if (T->ep_arm(h->ep) == -EAGAIN)
+		return 0;
+	uint64_t now = xfer_now_ns();
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	struct pollfd pf = { .fd = T->ep_fd(h->ep), .events = POLLIN };
+	int ms = (int)((deadline - now) / 1000000ull) + 1;
+
+	if (poll(&pf, 1, ms > 200 ? 200 : ms) < 0 && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+/*
  * Wait for the next connection event, serving completions meanwhile.
  * 0 with *ev filled, -ETIMEDOUT, or -errno.
  */
@@ -797,17 +825,9 @@ static int wait_event(struct hconn *h, struct oti_event *ev, uint64_t deadline)
 		if (r != -EAGAIN)
 			return r;
 		drain_cq(h);
-		if (T->ep_arm(h->ep) == -EAGAIN)
-			continue;
-		uint64_t now = xfer_now_ns();
-
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		struct pollfd pf = { .fd = T->ep_fd(h->ep), .events = POLLIN };
-		int ms = (int)((deadline - now) / 1000000ull) + 1;
-
-		if (poll(&pf, 1, ms > 200 ? 200 : ms) < 0 && errno != EINTR)
-			return -errno;
+		r = ep_wait(h, deadline);
+		if (r)
+			return r;
 	}
 }
 
@@ -1408,10 +1428,40 @@ static bool victim_alive(char *why, size_t cap)
 	return false;
 }
 
+/* The connection must go down within the time limit; why says how fast,
+ * after `label`. */
+static int expect_down(struct hconn *h, const char *label, char *why, size_t cap)
+{
+	struct oti_event ev;
+	uint64_t t0 = xfer_now_ns(), deadline = deadline_after(case_timeout_ms);
+
+	while (!h->disconnected) {
+		int r = wait_event(h, &ev, deadline);
+
+		if (r == -ETIMEDOUT) {
+			snprintf(why, cap, "victim did not abort the connection within %u ms",
+				 case_timeout_ms);
+			return r;
+		}
+		if (r) {
+			snprintf(why, cap, "waiting for the abort: %s", strerror(-r));
+			return r;
+		}
+	}
+	snprintf(why, cap, "%s %.1f ms%s", label, (xfer_now_ns() - t0) / 1e6,
+		 h->saw_abort ? " (AbortConn received)" : "");
+	return 0;
+}
+
+/* After a bad message: the victim must abort the connection. */
+static int expect_abort(struct hconn *h, char *why, size_t cap)
+{
+	return expect_down(h, "aborted by the victim in", why, cap);
+}
+
 static int run_attack(int i, char *why, size_t cap)
 {
 	struct hconn h;
-	struct oti_event ev;
 	int r = hconn_open(&h, HELLO_OK, why, cap);
 
 	if (r)
@@ -1447,23 +1497,7 @@ static int run_attack(int i, char *why, size_t cap)
 		snprintf(why, cap, "post_send: %s", strerror(-r));
 		goto out;
 	}
-	uint64_t t0 = xfer_now_ns(), deadline = deadline_after(case_timeout_ms);
-
-	while (!h.disconnected) {
-		r = wait_event(&h, &ev, deadline);
-		if (r == -ETIMEDOUT) {
-			snprintf(why, cap, "victim did not abort the connection within %u ms",
-				 case_timeout_ms);
-			goto out;
-		}
-		if (r) {
-			snprintf(why, cap, "waiting for the abort: %s", strerror(-r));
-			goto out;
-		}
-	}
-	snprintf(why, cap, "aborted by the victim in %.1f ms%s",
-		 (xfer_now_ns() - t0) / 1e6, h.saw_abort ? " (AbortConn received)" : "");
-	r = 0;
+	r = expect_abort(&h, why, cap);
 out:
 	hconn_close(&h);
 	return r;
@@ -1505,6 +1539,7 @@ out:
 static int pump_until(struct hconn *h, bool (*pred)(const struct hconn *), uint64_t deadline)
 {
 	struct oti_event ev;
+	int r;
 
 	for (;;) {
 		while (T->get_event(h->ep, &ev) == 0)
@@ -1514,18 +1549,26 @@ static int pump_until(struct hconn *h, bool (*pred)(const struct hconn *), uint6
 			return 0;
 		if (h->disconnected)
 			return -ECONNRESET;
-		if (T->ep_arm(h->ep) == -EAGAIN)
-			continue;
-		uint64_t now = xfer_now_ns();
-
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		struct pollfd pf = { .fd = T->ep_fd(h->ep), .events = POLLIN };
-		int ms = (int)((deadline - now) / 1000000ull) + 1;
-
-		if (poll(&pf, 1, ms > 200 ? 200 : ms) < 0 && errno != EINTR)
-			return -errno;
+		r = ep_wait(h, deadline);
+		if (r)
+			return r;
 	}
+}
+
+/*
+ * pump_until(pred) within the case's time limit.  On failure why is fmt
+ * with its one %s saying how ("timed out" or "connection dropped").
+ */
+static int await_victim(struct hconn *h, bool (*pred)(const struct hconn *), const char *fmt,
+			char *why, size_t cap) __attribute__((format(printf, 3, 0)));
+static int await_victim(struct hconn *h, bool (*pred)(const struct hconn *), const char *fmt,
+			char *why, size_t cap)
+{
+	int r = pump_until(h, pred, deadline_after(case_timeout_ms));
+
+	if (r)
+		snprintf(why, cap, fmt, r == -ETIMEDOUT ? "timed out" : "connection dropped");
+	return r;
 }
 
 static bool got_offer_or_data(const struct hconn *h)
@@ -1582,12 +1625,9 @@ static int zc_open_offer(struct hconn *h, uint32_t magic, uint32_t tag, char *wh
 		snprintf(why, cap, "posting the request: %s", strerror(-r));
 		return r;
 	}
-	r = pump_until(h, got_offer_or_data, deadline_after(case_timeout_ms));
-	if (r) {
-		snprintf(why, cap, "no SrcAvail from the victim: %s",
-			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+	r = await_victim(h, got_offer_or_data, "no SrcAvail from the victim: %s", why, cap);
+	if (r)
 		return r;
-	}
 	if (!h->n_srcavail) {
 		snprintf(why, cap, "the victim sent its %u bytes by Bcopy, not with SrcAvail",
 			 ZC_BYTES);
@@ -1608,6 +1648,22 @@ static int zc_open_offer(struct hconn *h, uint32_t magic, uint32_t tag, char *wh
 		return -EPROTO;
 	}
 	return 0;
+}
+
+/*
+ * How the attacker's RDMA read or write ended, r being what pump_until()
+ * returned for it: 0 it completed successfully; 1 it failed, *how says
+ * how (an error completion, or "connection dropped" and `dropped`).
+ */
+static int rdma_outcome(const struct hconn *h, int r, const char *dropped, char *how, size_t cap)
+{
+	if (r == 0 && h->rd_status == 0)
+		return 0;
+	if (r == 0)
+		snprintf(how, cap, "error completion (%s)", strerror(-h->rd_status));
+	else
+		snprintf(how, cap, "connection dropped%s", dropped);
+	return 1;
 }
 
 /*
@@ -1637,13 +1693,7 @@ static int zc_read(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len,
 			 case_timeout_ms);
 		return -ETIMEDOUT;
 	}
-	if (r == 0 && h->rd_status == 0)
-		return 0;
-	if (r == 0)
-		snprintf(how, cap, "error completion (%s)", strerror(-h->rd_status));
-	else
-		snprintf(how, cap, "connection dropped");
-	return 1;
+	return rdma_outcome(h, r, "", how, cap);
 }
 
 /* The read area holds the stream's bytes [from, from + len)? */
@@ -1681,6 +1731,27 @@ static int zc_read_all(struct hconn *h, uint32_t tag, char *why, size_t cap)
 	return 0;
 }
 
+/*
+ * The verdict on `what`, an access that must fail, which zc_read() or
+ * wz_write() ended with r and *how: 0 with the refusal in why, or a
+ * failure (it worked: the victim's memory was `mem`; it could not be
+ * tried).
+ */
+static int judge_refusal(int r, const char *what, const char *mem, const char *how, char *why,
+			 size_t cap)
+{
+	if (r == 0) {
+		snprintf(why, cap, "%s SUCCEEDED: the victim's memory was %s", what, mem);
+		return -EIO;
+	}
+	if (r < 0) {
+		snprintf(why, cap, "%s: %s", what, how);
+		return r;
+	}
+	snprintf(why, cap, "%s refused: %s", what, how);
+	return 0;
+}
+
 /* A read that must fail: "ok" text in why, or a failure. */
 static int zc_bad_read(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len,
 		       const char *what, char *why, size_t cap)
@@ -1688,27 +1759,48 @@ static int zc_bad_read(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t 
 	char how[160];
 	int r = zc_read(h, raddr, rkey, len, how, sizeof(how));
 
-	if (r == 0) {
-		snprintf(why, cap, "%s SUCCEEDED: the victim's memory was readable", what);
-		return -EIO;
-	}
-	if (r < 0) {
-		snprintf(why, cap, "%s: %s", what, how);
-		return r;
-	}
 	/* An error completion may still have moved bytes on some device;
 	 * the victim's stream must not be among them. */
 	uint8_t *p = send_area(h) + RD_AREA_OFF;
 
-	for (uint32_t i = 0; i < len; i++) {
+	for (uint32_t i = 0; r > 0 && i < len; i++) {
 		if (p[i] != 0xEE) {
 			snprintf(why, cap, "%s failed (%s) but wrote into the local buffer", what,
 				 how);
 			return -EIO;
 		}
 	}
-	snprintf(why, cap, "%s refused: %s", what, how);
-	return 0;
+	return judge_refusal(r, what, "readable", how, why, cap);
+}
+
+/* The accesses of a live offer or advert at the wrong place, in the order
+ * of the ZC_ and WZ_ attacks of the same names. */
+enum misplaced {
+	MIS_BEFORE,		/* 16 bytes ending at vaddr */
+	MIS_STRADDLE_END,	/* 16 bytes across vaddr + len */
+	MIS_PAST_END,		/* 16 bytes from vaddr + len */
+	MIS_WRONG_KEY,		/* the right place, rkey + 1 */
+};
+
+/* zc_bad_read() or wz_bad_write(). */
+typedef int (*bad_access_fn)(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len,
+			     const char *what, char *why, size_t cap);
+
+/* With `bad`, an access that must fail of the offer or advert of len
+ * bytes at va with rkey; the wrong key is tried at `at`. */
+static int misplaced_access(struct hconn *h, bad_access_fn bad, enum misplaced m, uint64_t va,
+			    uint32_t len, uint32_t rkey, uint64_t at, char *why, size_t cap)
+{
+	switch (m) {
+	case MIS_BEFORE:
+		return bad(h, va - 16, rkey, 16, "16 bytes before vaddr", why, cap);
+	case MIS_STRADDLE_END:
+		return bad(h, va + len - 8, rkey, 16, "16 bytes across the end", why, cap);
+	case MIS_PAST_END:
+		return bad(h, va + len, rkey, 16, "16 bytes past the end", why, cap);
+	default:
+		return bad(h, at, rkey + 1, 16, "rkey+1", why, cap);
+	}
 }
 
 enum zc_attack {
@@ -1721,6 +1813,9 @@ enum zc_attack {
 	ZC_COMPL_NO_OFFER,	/* RdmaRdCompl after the offer completed */
 	ZC_COMPL_NEVER_OFFERED,	/* RdmaRdCompl while the victim only receives */
 };
+_Static_assert(ZC_STRADDLE_END - ZC_BEFORE == MIS_STRADDLE_END &&
+	       ZC_PAST_END - ZC_BEFORE == MIS_PAST_END && ZC_WRONG_KEY - ZC_BEFORE == MIS_WRONG_KEY,
+	       "ZC_BEFORE..ZC_WRONG_KEY in the order of enum misplaced");
 
 static const struct {
 	const char *name;
@@ -1736,37 +1831,6 @@ static const struct {
 	{ "zcopy: RdmaRdCompl, no offer ever made", ZC_COMPL_NEVER_OFFERED },
 };
 
-/* The connection must go down within the time limit; why says how fast,
- * after `label`. */
-static int expect_down(struct hconn *h, const char *label, char *why, size_t cap)
-{
-	struct oti_event ev;
-	uint64_t t0 = xfer_now_ns(), deadline = deadline_after(case_timeout_ms);
-
-	while (!h->disconnected) {
-		int r = wait_event(h, &ev, deadline);
-
-		if (r == -ETIMEDOUT) {
-			snprintf(why, cap, "victim did not abort the connection within %u ms",
-				 case_timeout_ms);
-			return r;
-		}
-		if (r) {
-			snprintf(why, cap, "waiting for the abort: %s", strerror(-r));
-			return r;
-		}
-	}
-	snprintf(why, cap, "%s %.1f ms%s", label, (xfer_now_ns() - t0) / 1e6,
-		 h->saw_abort ? " (AbortConn received)" : "");
-	return 0;
-}
-
-/* After a bad RdmaRdCompl: the victim must abort the connection. */
-static int zc_expect_abort(struct hconn *h, char *why, size_t cap)
-{
-	return expect_down(h, "aborted by the victim in", why, cap);
-}
-
 /* Complete the offer and wait for the victim's trailer: its send has
  * returned, so the key must be dead. */
 static int zc_complete(struct hconn *h, char *why, size_t cap)
@@ -1777,12 +1841,10 @@ static int zc_complete(struct hconn *h, char *why, size_t cap)
 		snprintf(why, cap, "posting RdmaRdCompl: %s", strerror(-r));
 		return r;
 	}
-	r = pump_until(h, got_trailer, deadline_after(case_timeout_ms));
-	if (r) {
-		snprintf(why, cap, "after a full RdmaRdCompl the victim's send did not complete (%s)",
-			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+	r = await_victim(h, got_trailer,
+			 "after a full RdmaRdCompl the victim's send did not complete (%s)", why, cap);
+	if (r)
 		return r;
-	}
 	uint64_t bytes, hash;
 
 	xfer_verdict_decode(h->data_head, &bytes, &hash);
@@ -1819,7 +1881,7 @@ static int run_zc_attack(int i, char *why, size_t cap)
 			snprintf(why, cap, "posting RdmaRdCompl: %s", strerror(-r));
 			goto out;
 		}
-		r = zc_expect_abort(&h, why, cap);
+		r = expect_abort(&h, why, cap);
 		goto out;
 	}
 	r = zc_open_offer(&h, HOSTILE_MAGIC_SEND, tag, why, cap);
@@ -1850,22 +1912,15 @@ static int run_zc_attack(int i, char *why, size_t cap)
 			break;
 		}
 		/* ... and nowhere else. */
-		if (a == ZC_BEFORE)
-			r = zc_bad_read(&h, va - 16, rkey, 16, "16 bytes before vaddr", why, cap);
-		else if (a == ZC_STRADDLE_END)
-			r = zc_bad_read(&h, va + len - 8, rkey, 16, "16 bytes across the end", why,
-					cap);
-		else if (a == ZC_PAST_END)
-			r = zc_bad_read(&h, va + len, rkey, 16, "16 bytes past the end", why, cap);
-		else
-			r = zc_bad_read(&h, va + h.sa_inline, rkey + 1, 16, "rkey+1", why, cap);
+		r = misplaced_access(&h, zc_bad_read, (enum misplaced)(a - ZC_BEFORE), va, len, rkey,
+				     va + h.sa_inline, why, cap);
 		break;
 	case ZC_COMPL_TOO_MUCH:
 		r = zc_read_all(&h, tag, why, cap);
 		if (!r)
 			r = send_rd_compl(&h, 4096, len - h.sa_inline + 1);
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = expect_abort(&h, why, cap);
 		break;
 	case ZC_COMPL_NO_OFFER:
 		r = zc_read_all(&h, tag, why, cap);
@@ -1874,7 +1929,7 @@ static int run_zc_attack(int i, char *why, size_t cap)
 		if (!r)
 			r = send_rd_compl(&h, 8192, 16);
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = expect_abort(&h, why, cap);
 		break;
 	default:
 		r = -EINVAL;
@@ -1932,10 +1987,15 @@ static int get_report(uint32_t tag, struct vreport *out, char *why, size_t cap)
 	}
 }
 
-/* Append the victim's report to why; -EIO when it tells of changed memory
- * or bad data, whatever the case. */
-static int judge_report(const struct vreport *vr, int r, char *why, size_t cap)
+/* The victim's report on the connection with this tag (get_report()),
+ * appended to why; -EIO when it tells of changed memory or bad data,
+ * whatever the case. */
+static int victim_word(uint32_t tag, struct vreport *vr, char *why, size_t cap)
 {
+	int r = get_report(tag, vr, why + strlen(why), cap - strlen(why));
+
+	if (r)
+		return r;
 	size_t k = strlen(why);
 
 	snprintf(why + k, cap - k, "%svictim: %s", k ? "; " : "", vr->text);
@@ -1945,7 +2005,7 @@ static int judge_report(const struct vreport *vr, int r, char *why, size_t cap)
 			 vr->flags & VR_MEM_CHANGED ? "ITS MEMORY CHANGED" : "IT GOT BAD DATA");
 		return -EIO;
 	}
-	return r;
+	return 0;
 }
 
 /* --- Write Zcopy: the attacker is the source, the victim's recv() the sink --- */
@@ -1985,12 +2045,9 @@ static int wz_open_advert(struct hconn *h, uint32_t tag, uint64_t bytes, char *w
 		snprintf(why, cap, "posting ModeChange and the request: %s", strerror(-r));
 		return r;
 	}
-	r = pump_until(h, got_sink_avail, deadline_after(case_timeout_ms));
-	if (r) {
-		snprintf(why, cap, "no SinkAvail for the victim's recv(): %s",
-			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+	r = await_victim(h, got_sink_avail, "no SinkAvail for the victim's recv(): %s", why, cap);
+	if (r)
 		return r;
-	}
 	if (h->sk.len != HOSTILE_RECV_BUF || h->sk_payload || h->sk.non_discards != 1) {
 		snprintf(why, cap, "bad SinkAvail: %u bytes for a %u-byte recv(), %u data bytes, "
 			 "non_discards %u after 1 Data message", h->sk.len, HOSTILE_RECV_BUF,
@@ -2044,14 +2101,9 @@ static int wz_write(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len
 			 case_timeout_ms, h->rd_done ? "completed, no ChRcvBufAck" : "no completion");
 		return -ETIMEDOUT;
 	}
-	if (r == 0 && h->rd_status == 0)
-		return 0;
-	if (r == 0)
-		snprintf(how, cap, "error completion (%s)", strerror(-h->rd_status));
-	else
-		snprintf(how, cap, "connection dropped%s",
-			 h->rd_done && !h->rd_status ? " (the write had completed locally)" : "");
-	return 1;
+	return rdma_outcome(h, r,
+			    h->rd_done && !h->rd_status ? " (the write had completed locally)" : "",
+			    how, cap);
 }
 
 /* The victim's stream, bytes [from, from + len), into the read area. */
@@ -2091,29 +2143,17 @@ static int wz_bad_write(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t
 
 	memset(send_area(h) + RD_AREA_OFF, EVIL_BYTE, len);
 	r = wz_write(h, raddr, rkey, len, how, sizeof(how));
-	if (r == 0) {
-		snprintf(why, cap, "%s SUCCEEDED: the victim's memory was writable", what);
-		return -EIO;
-	}
-	if (r < 0) {
-		snprintf(why, cap, "%s: %s", what, how);
-		return r;
-	}
-	snprintf(why, cap, "%s refused: %s", what, how);
-	return 0;
+	return judge_refusal(r, what, "writable", how, why, cap);
 }
 
 /* Wait for the victim's verdict after its recv()s: it received `bytes`,
  * all of them the stream's, and its buffer is intact. */
 static int wz_verdict(struct hconn *h, uint64_t bytes, char *why, size_t cap)
 {
-	int r = pump_until(h, got_trailer, deadline_after(case_timeout_ms));
+	int r = await_victim(h, got_trailer, "no verdict from the victim's recv() (%s)", why, cap);
 
-	if (r) {
-		snprintf(why, cap, "no verdict from the victim's recv() (%s)",
-			 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+	if (r)
 		return r;
-	}
 	uint64_t got, flags;
 
 	xfer_verdict_decode(h->data_head, &got, &flags);
@@ -2124,12 +2164,17 @@ static int wz_verdict(struct hconn *h, uint64_t bytes, char *why, size_t cap)
 	return 0;
 }
 
-static int send_wr_compl(struct hconn *h, uint32_t n)
+/* RdmaWrCompl{n}: 0, or -errno with why filled in. */
+static int send_wr_compl(struct hconn *h, uint32_t n, char *why, size_t cap)
 {
 	uint8_t ext[SDP_U32H_LEN];
+	int r;
 
 	sdp_u32h_encode(ext, n);
-	return send_msg(h, SDP_MID_RDMA_WR_COMPL, 0, ext, sizeof(ext), NULL, 0);
+	r = send_msg(h, SDP_MID_RDMA_WR_COMPL, 0, ext, sizeof(ext), NULL, 0);
+	if (r)
+		snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
+	return r;
 }
 
 /* The honest use of the advert: WZ_WRITE bytes, RdmaWrCompl, the
@@ -2138,8 +2183,8 @@ static int wz_honest(struct hconn *h, uint32_t tag, char *why, size_t cap)
 {
 	int r = wz_good_write(h, tag, 0, h->sk.vaddr, WZ_WRITE, why, cap);
 
-	if (!r && (r = send_wr_compl(h, WZ_WRITE)))
-		snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
+	if (!r)
+		r = send_wr_compl(h, WZ_WRITE, why, cap);
 	if (!r)
 		r = wz_verdict(h, WZ_WRITE, why, cap);
 	return r;
@@ -2156,6 +2201,9 @@ enum wz_attack {
 	WZ_COMPL_TOO_MUCH,	/* RdmaWrCompl for one byte more than advertised */
 	WZ_COMPL_NO_ADVERT,	/* RdmaWrCompl after the advert was used */
 };
+_Static_assert(WZ_STRADDLE_END - WZ_BEFORE == MIS_STRADDLE_END &&
+	       WZ_PAST_END - WZ_BEFORE == MIS_PAST_END && WZ_WRONG_KEY - WZ_BEFORE == MIS_WRONG_KEY,
+	       "WZ_BEFORE..WZ_WRONG_KEY in the order of enum misplaced");
 
 static const struct {
 	const char *name;
@@ -2234,30 +2282,23 @@ static int run_wz_attack(int i, char *why, size_t cap)
 		if (r)
 			break;
 		/* ... and nowhere else. */
-		if (a == WZ_BEFORE)
-			r = wz_bad_write(&h, va - 16, rkey, 16, "16 bytes before vaddr", why, cap);
-		else if (a == WZ_STRADDLE_END)
-			r = wz_bad_write(&h, va + len - 8, rkey, 16, "16 bytes across the end", why,
-					 cap);
-		else if (a == WZ_PAST_END)
-			r = wz_bad_write(&h, va + len, rkey, 16, "16 bytes past the end", why, cap);
-		else
-			r = wz_bad_write(&h, va, rkey + 1, 16, "rkey+1", why, cap);
+		r = misplaced_access(&h, wz_bad_write, (enum misplaced)(a - WZ_BEFORE), va, len, rkey,
+				     va, why, cap);
 		break;
 	case WZ_COMPL_TOO_MUCH:
 		r = wz_good_write(&h, tag, 0, va, len, why, cap);
-		if (!r && (r = send_wr_compl(&h, len + 1)))
-			snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = send_wr_compl(&h, len + 1, why, cap);
+		if (!r)
+			r = expect_abort(&h, why, cap);
 		break;
 	case WZ_COMPL_NO_ADVERT:
 		r = wz_honest(&h, tag, why, cap);
 		want_r1 = WZ_WRITE;
-		if (!r && (r = send_wr_compl(&h, 16)))
-			snprintf(why, cap, "posting RdmaWrCompl: %s", strerror(-r));
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = send_wr_compl(&h, 16, why, cap);
+		if (!r)
+			r = expect_abort(&h, why, cap);
 		break;
 	default:
 		r = -EINVAL;
@@ -2274,10 +2315,7 @@ static int run_wz_attack(int i, char *why, size_t cap)
 	}
 	/* The victim's word: what its recv() returned, and that its buffer and
 	 * the guards around it hold nothing but what it was given. */
-	r = get_report(tag, &vr, why + strlen(why), cap - strlen(why));
-	if (r)
-		return r;
-	r = judge_report(&vr, 0, why, cap);
+	r = victim_word(tag, &vr, why, cap);
 	if (!r && (want_r1 < 0 ? vr.r1 >= 0 : vr.r1 != want_r1)) {
 		size_t k = strlen(why);
 
@@ -2386,12 +2424,10 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 			snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
 			break;
 		}
-		r = pump_until(&h, got_wr_compl, deadline_after(case_timeout_ms));
-		if (r) {
-			snprintf(why, cap, "no RdmaWrCompl for an honest SinkAvail (%s)",
-				 r == -ETIMEDOUT ? "timed out" : "connection dropped");
+		r = await_victim(&h, got_wr_compl, "no RdmaWrCompl for an honest SinkAvail (%s)",
+				 why, cap);
+		if (r)
 			break;
-		}
 		struct xgen g;
 
 		xgen_init(&g, HOSTILE_SEED_TAG | tag);
@@ -2444,12 +2480,12 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 	case PIPE_WITH_DATA:
 		r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, 0), rkey, nond, 10);
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = expect_abort(&h, why, cap);
 		break;
 	case PIPE_EMPTY:
 		r = send_sink_avail(&h, 0, xmem_raddr(&h, 0), rkey, nond, 0);
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = expect_abort(&h, why, cap);
 		break;
 	case PIPE_SECOND:
 		/* Take the second send by reading it: the victim is left with
@@ -2476,7 +2512,7 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 		if (!r)
 			r = send_sink_avail(&h, 65536, xmem_raddr(&h, 65536), rkey, h.nond_rcvd, 0);
 		if (!r)
-			r = zc_expect_abort(&h, why, cap);
+			r = expect_abort(&h, why, cap);
 		break;
 	default:
 		r = -EINVAL;
@@ -2485,10 +2521,7 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 	hconn_close(&h);
 	if (r)
 		return r;
-	r = get_report(tag, &vr, why + strlen(why), cap - strlen(why));
-	if (r)
-		return r;
-	r = judge_report(&vr, 0, why, cap);
+	r = victim_word(tag, &vr, why, cap);
 	if (r)
 		return r;
 	size_t k = strlen(why);
@@ -2543,42 +2576,86 @@ struct good_xfer {
 	pthread_t thread;
 };
 
-static void *good_main(void *arg)
+/*
+ * Connect a well-behaved connection to the victim (with check_transport,
+ * it must go over the transport under test) and send its header: magic,
+ * gx's seed and bytes.  The socket, or -1 with gx->result said (a buffer
+ * of the caller's that could not be had, buf NULL, fails as the connect;
+ * a header that could not be sent is `hdr_what`).
+ */
+static int good_open(struct good_xfer *gx, uint32_t magic, bool check_transport, const void *buf,
+		     const char *hdr_what)
 {
-	struct good_xfer *gx = arg;
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_addr = host_addr,
 				   .sin_port = htons((uint16_t)victim_port) };
-	uint8_t hb[XFER_HDR_LEN], verdict[XFER_VERDICT_LEN + 1];
-	uint8_t *buf = malloc(65536);
-	struct xgen g;
-	struct xhash hash;
-	uint64_t rng = gx->seed;
+	uint8_t hb[XFER_HDR_LEN];
 	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
 	ssize_t n;
 
-	xgen_init(&g, gx->seed);
-	xhash_init(&hash);
 	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
 	if (r || !buf) {
 		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
-		goto out;
+		goto fail;
 	}
-	const char *tn = sdp_transport_name(sd);
+	if (check_transport) {
+		const char *tn = sdp_transport_name(sd);
 
-	if (!tn || strcmp(tn, transport_name)) {
-		snprintf(gx->result, sizeof(gx->result), "connected over %s, not over %s",
-			 tn ? tn : "no transport", transport_name);
-		goto out;
+		if (!tn || strcmp(tn, transport_name)) {
+			snprintf(gx->result, sizeof(gx->result), "connected over %s, not over %s",
+				 tn ? tn : "no transport", transport_name);
+			goto fail;
+		}
 	}
-	struct xfer_hdr h = { .magic = XFER_MAGIC_ONEWAY, .seed = gx->seed, .bytes = gx->bytes };
+	struct xfer_hdr h = { .magic = magic, .seed = gx->seed, .bytes = gx->bytes };
 
 	xfer_hdr_encode(hb, &h);
 	n = xfer_send_all(&xsock_sdp, sd, hb, sizeof(hb), -1);
 	if (n < 0) {
-		snprintf(gx->result, sizeof(gx->result), "send header: %s", strerror((int)-n));
-		goto out;
+		snprintf(gx->result, sizeof(gx->result), "%s: %s", hdr_what, strerror((int)-n));
+		goto fail;
 	}
+	return sd;
+fail:
+	if (sd >= 0)
+		sdp_close(sd);
+	return -1;
+}
+
+/*
+ * The end of a zero-copy transfer whose gx->bytes arrived intact: `moved`
+ * of them went by RDMA (`how`, "RDMA-read" or "RDMA-written", then
+ * `where`); none is a failure, because `missing`.
+ */
+static void good_moved(struct good_xfer *gx, uint64_t moved, const char *how, const char *where,
+		       const char *missing)
+{
+	if (!moved) {
+		snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes ok, but none %s: %s",
+			 gx->bytes, how, missing);
+		return;
+	}
+	snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes ok, %" PRIu64 " of them %s%s",
+		 gx->bytes, moved, how, where);
+	gx->ok = 1;
+}
+
+static void *good_main(void *arg)
+{
+	struct good_xfer *gx = arg;
+	uint8_t verdict[XFER_VERDICT_LEN + 1];
+	uint8_t *buf = malloc(65536);
+	struct xgen g;
+	struct xhash hash;
+	uint64_t rng = gx->seed;
+	int sd, r;
+	ssize_t n;
+
+	xgen_init(&g, gx->seed);
+	xhash_init(&hash);
+	sd = good_open(gx, XFER_MAGIC_ONEWAY, true, buf, "send header");
+	if (sd < 0)
+		goto out;
 	uint64_t sent = 0;
 
 	while (sent < gx->bytes) {
@@ -2640,32 +2717,19 @@ out:
 static void *good_zc_main(void *arg)
 {
 	struct good_xfer *gx = arg;
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr = host_addr,
-				   .sin_port = htons((uint16_t)victim_port) };
-	uint8_t hb[XFER_HDR_LEN], tr[XFER_VERDICT_LEN + 1];
+	uint8_t tr[XFER_VERDICT_LEN + 1];
 	size_t cap = 1u << 20;
 	uint8_t *buf = malloc(cap);
 	struct xgen g;
 	struct sdp_stats st0, st1;
-	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
+	int sd;
 	ssize_t n;
 
 	sdp_get_stats(&st0);
 	xgen_init(&g, gx->seed);
-	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
-	if (r || !buf) {
-		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
+	sd = good_open(gx, HOSTILE_MAGIC_SEND, false, buf, "send header");
+	if (sd < 0)
 		goto out;
-	}
-	struct xfer_hdr h = { .magic = HOSTILE_MAGIC_SEND, .seed = gx->seed, .bytes = gx->bytes };
-
-	xfer_hdr_encode(hb, &h);
-	n = xfer_send_all(&xsock_sdp, sd, hb, sizeof(hb), -1);
-	if (n < 0) {
-		snprintf(gx->result, sizeof(gx->result), "send header: %s", strerror((int)-n));
-		goto out;
-	}
 	uint64_t got = 0;
 
 	while (got < gx->bytes) {
@@ -2696,15 +2760,8 @@ static void *good_zc_main(void *arg)
 	}
 	sdp_shutdown(sd, SHUT_WR);
 	sdp_get_stats(&st1);
-	if (st1.zcopy_bytes_received == st0.zcopy_bytes_received) {
-		snprintf(gx->result, sizeof(gx->result),
-			 "%" PRIu64 " bytes ok, but none RDMA-read: the victim did not offer them",
-			 gx->bytes);
-		goto out;
-	}
-	snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes ok, %" PRIu64 " of them RDMA-read",
-		 gx->bytes, st1.zcopy_bytes_received - st0.zcopy_bytes_received);
-	gx->ok = 1;
+	good_moved(gx, st1.zcopy_bytes_received - st0.zcopy_bytes_received, "RDMA-read", "",
+		   "the victim did not offer them");
 out:
 	free(buf);
 	if (sd >= 0)
@@ -2723,28 +2780,19 @@ out:
 static void *good_wz_main(void *arg)
 {
 	struct good_xfer *gx = arg;
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr = host_addr,
-				   .sin_port = htons((uint16_t)victim_port) };
-	uint8_t hb[XFER_HDR_LEN], verdict[XFER_VERDICT_LEN + 1];
+	uint8_t verdict[XFER_VERDICT_LEN + 1];
 	size_t piece = 256u << 10;
 	uint8_t *buf = malloc(piece);
 	struct xgen g;
 	struct sdp_stats st0, st1;
-	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
-	ssize_t n;
+	int sd;
+	ssize_t n = 0;
 
 	sdp_get_stats(&st0);
 	xgen_init(&g, gx->seed);
-	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
-	if (r || !buf) {
-		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
+	sd = good_open(gx, HOSTILE_MAGIC_RECV, false, buf, "send");
+	if (sd < 0)
 		goto out;
-	}
-	struct xfer_hdr h = { .magic = HOSTILE_MAGIC_RECV, .seed = gx->seed, .bytes = gx->bytes };
-
-	xfer_hdr_encode(hb, &h);
-	n = xfer_send_all(&xsock_sdp, sd, hb, sizeof(hb), -1);
 	for (uint64_t sent = 0; n >= 0 && sent < gx->bytes; sent += piece) {
 		if (piece > gx->bytes - sent)
 			piece = (size_t)(gx->bytes - sent);
@@ -2768,16 +2816,8 @@ static void *good_wz_main(void *arg)
 	}
 	sdp_shutdown(sd, SHUT_WR);
 	sdp_get_stats(&st1);
-	if (st1.zcopy_bytes_written == st0.zcopy_bytes_written) {
-		snprintf(gx->result, sizeof(gx->result),
-			 "%" PRIu64 " bytes ok, but none RDMA-written: the victim did not advertise",
-			 gx->bytes);
-		goto out;
-	}
-	snprintf(gx->result, sizeof(gx->result), "%" PRIu64 " bytes ok, %" PRIu64 " of them "
-		 "RDMA-written into its recv() buffer", gx->bytes,
-		 st1.zcopy_bytes_written - st0.zcopy_bytes_written);
-	gx->ok = 1;
+	good_moved(gx, st1.zcopy_bytes_written - st0.zcopy_bytes_written, "RDMA-written",
+		   " into its recv() buffer", "the victim did not advertise");
 out:
 	free(buf);
 	if (sd >= 0)
@@ -2786,6 +2826,40 @@ out:
 }
 
 /* ======================================================================= */
+
+/* The cases run and failed, for the last line. */
+static int ran, failures;
+
+/* One case of a table, unless --only leaves it out: run it, check that the
+ * victim survived it, say the verdict. */
+static void run_case(const char *name, int (*run)(int, char *, size_t), size_t i, const char *only)
+{
+	char why[512] = "";
+
+	if (only && !strstr(name, only))
+		return;
+	ran++;
+	int r = run((int)i, why, sizeof(why));
+
+	if (r == 0 && !victim_alive(why, sizeof(why)))
+		r = -1;
+	say("%s %-40s %s", r ? "FAIL" : "ok  ", name, why);
+	if (r)
+		failures++;
+}
+
+/* A well-behaved connection after the attacks, in a thread of its own
+ * (body: good_main() or the like); its verdict, named `name`. */
+static void run_good_after(void *(*body)(void *), uint32_t seed, uint64_t bytes, const char *name)
+{
+	struct good_xfer gx = { .seed = seed, .bytes = bytes };
+
+	pthread_create(&gx.thread, NULL, body, &gx);
+	pthread_join(gx.thread, NULL);
+	say("%s %-40s %s", gx.ok ? "ok  " : "FAIL", name, gx.result);
+	if (!gx.ok)
+		failures++;
+}
 
 static void usage(FILE *out)
 {
@@ -2803,8 +2877,7 @@ int main(int argc, char **argv)
 	};
 	uint64_t good_bytes = 64u << 20;
 	const char *only = NULL;
-	int c, ctl[2], portp[2], repp[2], failures = 0, ran = 0;
-	char why[512];
+	int c, ctl[2], portp[2], repp[2];
 	char *end;
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -2913,68 +2986,19 @@ int main(int argc, char **argv)
 		poll(NULL, 0, 10);
 	uint64_t good_before = atomic_load(&gx.sent);
 
-	for (size_t i = 0; i < sizeof(hello_attacks) / sizeof(hello_attacks[0]); i++) {
-		if (only && !strstr(hello_attacks[i].name, only))
-			continue;
-		ran++;
-		int r = run_hello_attack((int)i, why, sizeof(why));
-
-		if (r == 0 && !victim_alive(why, sizeof(why)))
-			r = -1;
-		say("%s %-40s %s", r ? "FAIL" : "ok  ", hello_attacks[i].name, why);
-		if (r)
-			failures++;
-		if (!victim_pid)
-			break;
-	}
-	for (size_t i = 0; victim_pid && i < sizeof(attacks) / sizeof(attacks[0]); i++) {
-		if (only && !strstr(attacks[i].name, only))
-			continue;
-		ran++;
-		int r = run_attack((int)i, why, sizeof(why));
-
-		if (r == 0 && !victim_alive(why, sizeof(why)))
-			r = -1;
-		say("%s %-40s %s", r ? "FAIL" : "ok  ", attacks[i].name, why);
-		if (r)
-			failures++;
-	}
-	for (size_t i = 0; victim_pid && i < sizeof(zc_attacks) / sizeof(zc_attacks[0]); i++) {
-		if (only && !strstr(zc_attacks[i].name, only))
-			continue;
-		ran++;
-		int r = run_zc_attack((int)i, why, sizeof(why));
-
-		if (r == 0 && !victim_alive(why, sizeof(why)))
-			r = -1;
-		say("%s %-40s %s", r ? "FAIL" : "ok  ", zc_attacks[i].name, why);
-		if (r)
-			failures++;
-	}
-	for (size_t i = 0; victim_pid && i < sizeof(wz_attacks) / sizeof(wz_attacks[0]); i++) {
-		if (only && !strstr(wz_attacks[i].name, only))
-			continue;
-		ran++;
-		int r = run_wz_attack((int)i, why, sizeof(why));
-
-		if (r == 0 && !victim_alive(why, sizeof(why)))
-			r = -1;
-		say("%s %-40s %s", r ? "FAIL" : "ok  ", wz_attacks[i].name, why);
-		if (r)
-			failures++;
-	}
-	for (size_t i = 0; victim_pid && i < sizeof(pipe_attacks) / sizeof(pipe_attacks[0]); i++) {
-		if (only && !strstr(pipe_attacks[i].name, only))
-			continue;
-		ran++;
-		int r = run_pipe_attack((int)i, why, sizeof(why));
-
-		if (r == 0 && !victim_alive(why, sizeof(why)))
-			r = -1;
-		say("%s %-40s %s", r ? "FAIL" : "ok  ", pipe_attacks[i].name, why);
-		if (r)
-			failures++;
-	}
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+	/* Each table runs while the victim lives. */
+	for (size_t i = 0; victim_pid && i < N_OF(hello_attacks); i++)
+		run_case(hello_attacks[i].name, run_hello_attack, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(attacks); i++)
+		run_case(attacks[i].name, run_attack, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(zc_attacks); i++)
+		run_case(zc_attacks[i].name, run_zc_attack, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(wz_attacks); i++)
+		run_case(wz_attacks[i].name, run_wz_attack, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(pipe_attacks); i++)
+		run_case(pipe_attacks[i].name, run_pipe_attack, i, only);
+#undef N_OF
 	uint64_t good_after = atomic_load(&gx.sent);
 
 	/* The good connection: it must have moved during the attacks and
@@ -2992,37 +3016,14 @@ int main(int argc, char **argv)
 			failures++;
 		}
 	}
-	/* And a new connection after everything. */
-	if (victim_pid) {
-		struct good_xfer after = { .seed = 777, .bytes = 1u << 20 };
-
-		pthread_create(&after.thread, NULL, good_main, &after);
-		pthread_join(after.thread, NULL);
-		say("%s %-40s %s", after.ok ? "ok  " : "FAIL", "new connection after the attacks",
-		    after.result);
-		if (!after.ok)
-			failures++;
-	}
-	if (victim_pid) {
-		struct good_xfer zc = { .seed = 779, .bytes = (4u << 20) + 5 };
-
-		pthread_create(&zc.thread, NULL, good_zc_main, &zc);
-		pthread_join(zc.thread, NULL);
-		say("%s %-40s %s", zc.ok ? "ok  " : "FAIL", "zero-copy send from the victim after",
-		    zc.result);
-		if (!zc.ok)
-			failures++;
-	}
-	if (victim_pid) {
-		struct good_xfer wz = { .seed = 781, .bytes = (4u << 20) + 7 };
-
-		pthread_create(&wz.thread, NULL, good_wz_main, &wz);
-		pthread_join(wz.thread, NULL);
-		say("%s %-40s %s", wz.ok ? "ok  " : "FAIL", "Write Zcopy into the victim after",
-		    wz.result);
-		if (!wz.ok)
-			failures++;
-	}
+	/* And new connections after everything. */
+	if (victim_pid)
+		run_good_after(good_main, 777, 1u << 20, "new connection after the attacks");
+	if (victim_pid)
+		run_good_after(good_zc_main, 779, (4u << 20) + 5,
+			       "zero-copy send from the victim after");
+	if (victim_pid)
+		run_good_after(good_wz_main, 781, (4u << 20) + 7, "Write Zcopy into the victim after");
 
 	/* The victim reports and exits once the control pipe closes. */
 	close(ctl[1]);
