@@ -294,23 +294,31 @@ struct cctx {
 	int turns;		/* request/response cases: turns played */
 };
 
+/* Append to text (cap bytes), after sep (two characters) if it holds
+ * something already: c->why or c->info, under c->lock. */
+static void text_vappend(char *text, size_t cap, const char *sep, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
+static void text_vappend(char *text, size_t cap, const char *sep, const char *fmt, va_list ap)
+{
+	size_t n = strlen(text);
+
+	if (n && n < cap - 2) {
+		memcpy(text + n, sep, 3);
+		n += 2;
+	}
+	if (n < cap)
+		vsnprintf(text + n, cap - n, fmt, ap);
+}
+
 static void failf(struct cctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void failf(struct cctx *c, const char *fmt, ...)
 {
 	va_list ap;
-	size_t n;
 
 	pthread_mutex_lock(&c->lock);
-	n = strlen(c->why);
-	if (n && n < sizeof(c->why) - 2) {
-		memcpy(c->why + n, "; ", 3);
-		n += 2;
-	}
-	if (n < sizeof(c->why)) {
-		va_start(ap, fmt);
-		vsnprintf(c->why + n, sizeof(c->why) - n, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	text_vappend(c->why, sizeof(c->why), "; ", fmt, ap);
+	va_end(ap);
 	c->fails++;
 	pthread_mutex_unlock(&c->lock);
 }
@@ -319,19 +327,11 @@ static void infof(struct cctx *c, const char *fmt, ...) __attribute__((format(pr
 static void infof(struct cctx *c, const char *fmt, ...)
 {
 	va_list ap;
-	size_t n;
 
 	pthread_mutex_lock(&c->lock);
-	n = strlen(c->info);
-	if (n && n < sizeof(c->info) - 2) {
-		memcpy(c->info + n, ", ", 3);
-		n += 2;
-	}
-	if (n < sizeof(c->info)) {
-		va_start(ap, fmt);
-		vsnprintf(c->info + n, sizeof(c->info) - n, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	text_vappend(c->info, sizeof(c->info), ", ", fmt, ap);
+	va_end(ap);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1680,6 +1680,19 @@ static void on_sigalrm(int sig)
 	sigalrm_seen++;
 }
 
+/* SIGALRM to on_sigalrm() without SA_RESTART, so that it interrupts a
+ * blocking call; the handler it had in *old. */
+static void catch_sigalrm(struct sigaction *old)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigalrm;	/* no SA_RESTART */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGALRM, &sa, old);
+	sigalrm_seen = 0;
+}
+
 struct sig_shooter {
 	pthread_t target;
 	struct sdp_stats st0;
@@ -1721,7 +1734,7 @@ static void cli_cancel(struct cctx *c, bool by_signal)
 	struct xgen g;
 	struct sdp_stats before, after, d;
 	struct sig_shooter sh = { .target = pthread_self(), .first_ms = 100 };
-	struct sigaction sa, old;
+	struct sigaction old;
 	pthread_t th;
 	ssize_t n;
 
@@ -1731,11 +1744,7 @@ static void cli_cancel(struct cctx *c, bool by_signal)
 	xgen_fill(&g, buf, len);
 	sdp_get_stats(&before);
 	if (by_signal) {
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = on_sigalrm;	/* no SA_RESTART */
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGALRM, &sa, &old);
-		sigalrm_seen = 0;
+		catch_sigalrm(&old);
 		sh.st0 = before;
 		pthread_create(&th, NULL, shooter_main, &sh);
 	} else {
@@ -1987,6 +1996,35 @@ struct tr_turn_res {
 	uint64_t ns;		/* request to the whole reply */
 };
 
+/* The client's side begins: 0, or -1 after failf(). */
+static int tr_start(struct tr_state *ts, struct cctx *c)
+{
+	*ts = (struct tr_state){ .c = c, .rep = xalloc(TR_REPLY) };
+	if (!ts->rep) {
+		failf(c, "out of memory");
+		return -1;
+	}
+	xgen_init(&ts->gout, seed_a2b(c));
+	xgen_init(&ts->gin, seed_b2a(c));
+	return 0;
+}
+
+/* Why no request may piggyback or miss: Transaction mode or zero copy is
+ * off. */
+static const char *tr_off_why(void)
+{
+	return thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off";
+}
+
+/* With either off, the client's counters d must show no piggyback and no
+ * miss. */
+static void tr_check_none(struct cctx *c, const struct sdp_stats *d)
+{
+	if (d->trans_piggybacks || d->trans_misses)
+		failf(c, "%s, yet %" PRIu64 " request(s) piggybacked and %" PRIu64 " missed",
+		      tr_off_why(), d->trans_piggybacks, d->trans_misses);
+}
+
 /* One turn: request, then the whole reply (polled: poll() for POLLIN
  * between the two).  0, or -1 after failf(). */
 static int tr_turn(struct tr_state *ts, bool polled, struct tr_turn_res *res)
@@ -2053,18 +2091,14 @@ static int tr_warm_up(struct tr_state *ts, int min)
  */
 static void cli_transaction(struct cctx *c)
 {
-	struct tr_state ts = { .c = c, .rep = xalloc(TR_REPLY) };
+	struct tr_state ts;
 	struct tr_turn_res r;
 	struct sdp_stats d;
 	int n = tr_turns(), piggy = 0, warm;
 	uint64_t worst = 0, t0;
 
-	if (!ts.rep) {
-		failf(c, "out of memory");
+	if (tr_start(&ts, c))
 		return;
-	}
-	xgen_init(&ts.gout, seed_a2b(c));
-	xgen_init(&ts.gin, seed_b2a(c));
 	if (tr_warm_up(&ts, TR_WARM))
 		goto out;
 	warm = ts.turns;
@@ -2084,15 +2118,12 @@ static void cli_transaction(struct cctx *c)
 	      "in %.0f ms (slowest %.2f ms)", warm, piggy, n, TR_REQ, TR_REPLY / KiB, ms,
 	      worst / 1e6);
 	if (!thresh || !trans_on) {
-		if (d.trans_piggybacks || d.trans_misses)
-			failf(c, "%s, yet %" PRIu64 " request(s) piggybacked and %" PRIu64 " missed",
-			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.trans_piggybacks,
-			      d.trans_misses);
+		tr_check_none(c, &d);
 		/* The requester sends small only: its half has no reason to
 		 * leave Combined but Transaction, which is off. */
 		if (d.mode_changes_sent)
-			failf(c, "%s, yet the client sent %" PRIu64 " ModeChange(s)",
-			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.mode_changes_sent);
+			failf(c, "%s, yet the client sent %" PRIu64 " ModeChange(s)", tr_off_why(),
+			      d.mode_changes_sent);
 		goto out;
 	}
 	if (!d.mode_changes_sent)
@@ -2120,19 +2151,15 @@ out:
  */
 static void cli_transaction_miss(struct cctx *c)
 {
-	struct tr_state ts = { .c = c, .rep = xalloc(TR_REPLY) };
+	struct tr_state ts;
 	struct tr_turn_res r;
 	struct sdp_stats d;
 	bool trans = thresh && trans_on;
 	int piggy = 0, misses = 0, slow_turns = 0;
 	uint64_t polled_ns = 0, worst = 0;
 
-	if (!ts.rep) {
-		failf(c, "out of memory");
+	if (tr_start(&ts, c))
 		return;
-	}
-	xgen_init(&ts.gout, seed_a2b(c));
-	xgen_init(&ts.gin, seed_b2a(c));
 	for (int t = 0; t < TR_POLLED; t++) {
 		if (tr_warm_up(&ts, trans ? 1 : t ? 0 : TR_WARM) || tr_turn(&ts, true, &r))
 			goto out;
@@ -2149,10 +2176,7 @@ static void cli_transaction_miss(struct cctx *c)
 	      "(%zu us) or longer, together %.0f ms (slowest %.2f ms)", ts.turns, TR_POLLED, misses,
 	      piggy, slow_turns, hold_us, polled_ns / 1e6, worst / 1e6);
 	if (!trans) {
-		if (d.trans_piggybacks || d.trans_misses)
-			failf(c, "%s, yet %" PRIu64 " request(s) piggybacked and %" PRIu64 " missed",
-			      thresh ? "SDP_TRANS_HOLD_US=0" : "zero copy off", d.trans_piggybacks,
-			      d.trans_misses);
+		tr_check_none(c, &d);
 	} else {
 		if (piggy)
 			failf(c, "%d polled turn(s) piggybacked: poll() did not send the held request",
@@ -2203,21 +2227,47 @@ static void check_transaction(struct cctx *c)
 
 #define SC_WARM 4	/* 1-MiB messages before the advert that is cancelled */
 
+/*
+ * The server's first n messages of 1 MiB (g: its stream, from the start),
+ * which make the client's receive half Pipelined: they are read straight
+ * into the client's waiting recv() buffers.  0, or -errno after failf().
+ */
+static int srv_warm_up(struct cctx *c, struct xgen *g, uint8_t *buf, int n)
+{
+	xgen_init(g, seed_b2a(c));
+	for (int i = 0; i < n; i++) {
+		int r = send_one(c, g, buf, MiB, 0, "send");
+
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* The client's side of srv_warm_up(): *d its counters since the case
+ * began.  0, or -1 after failf(). */
+static int cli_warm_up(struct cctx *c, struct xgen *g, uint8_t *buf, int n, struct sdp_stats *d)
+{
+	xgen_init(g, seed_b2a(c));
+	for (int i = 0; i < n; i++)
+		if (recv_msg(c, g, buf, MiB, "warm-up recv"))
+			return -1;
+	stats_now_delta(c, d);
+	if (thresh && !d->mode_changes_received)
+		failf(c, "no ModeChange from the server after %d direct reads: not Pipelined", n);
+	return 0;
+}
+
 /* The server sends SC_WARM messages, then nothing until the client's
  * cancelled recv() has returned (the go pipe), then one more. */
 static void srv_sink_cancel(struct cctx *c)
 {
 	uint8_t *buf = xalloc(MiB);
 	struct xgen g;
-	int i;
 
 	if (!buf)
 		return;
-	xgen_init(&g, seed_b2a(c));
-	for (i = 0; i < SC_WARM; i++)
-		if (send_one(c, &g, buf, MiB, 0, "send"))
-			break;
-	if (i == SC_WARM) {
+	if (!srv_warm_up(c, &g, buf, SC_WARM)) {
 		wait_go(c, 30);
 		if (!send_one(c, &g, buf, MiB, 0, "send after the cancel"))
 			finish(c);
@@ -2238,26 +2288,16 @@ static void cli_sink_cancel(struct cctx *c, bool by_signal)
 	uint8_t *buf = xalloc(MiB);
 	struct xgen g;
 	struct sdp_stats before, after, d;
-	struct sigaction sa, old;
+	struct sigaction old;
 	struct itimerval it = { .it_value = { .tv_sec = 0, .tv_usec = 200000 } }, off = { 0 };
 
 	if (!buf)
 		return;
-	xgen_init(&g, seed_b2a(c));
-	for (int i = 0; i < SC_WARM; i++)
-		if (recv_msg(c, &g, buf, MiB, "warm-up recv"))
-			goto out;
-	stats_now_delta(c, &d);
-	if (thresh && !d.mode_changes_received)
-		failf(c, "no ModeChange from the server after %d direct reads: not Pipelined",
-		      SC_WARM);
+	if (cli_warm_up(c, &g, buf, SC_WARM, &d))
+		goto out;
 	sdp_get_stats(&before);
 	if (by_signal) {
-		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = on_sigalrm;	/* no SA_RESTART */
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGALRM, &sa, &old);
-		sigalrm_seen = 0;
+		catch_sigalrm(&old);
 		setitimer(ITIMER_REAL, &it, NULL);
 	} else {
 		set_timeo(c->sd, SO_RCVTIMEO, 200);
@@ -2470,6 +2510,26 @@ static void *killer_main(void *arg)
 }
 
 /*
+ * The client's call that the kill was to end has returned (now, *t_ret):
+ * wait for the killer and pass on its complaint.  When it killed, or 0 if
+ * it never did.
+ */
+static uint64_t killer_join(struct cctx *c, struct killer *k, pthread_t th, uint64_t *t_ret)
+{
+	*t_ret = now_ns();
+	pthread_join(th, NULL);
+	if (k->why[0])
+		failf(c, "%s", k->why);
+	return atomic_load(&k->t_kill);
+}
+
+/* Milliseconds from the kill to t_ret, for the case line (0 if none). */
+static double ms_after_kill(uint64_t t_kill, uint64_t t_ret)
+{
+	return t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0;
+}
+
+/*
  * The client sends big zero-copy messages into a receiver that is killed
  * with -9: asleep with the offer pending, or while it reads.  The send in
  * progress (or, if it had just completed, the next one) must fail with a
@@ -2512,13 +2572,8 @@ static void cli_death_rcv(struct cctx *c, bool reading)
 			break;
 		}
 	}
-	uint64_t t_ret = now_ns();
+	uint64_t t_ret, t_kill = killer_join(c, &k, th, &t_ret);
 
-	pthread_join(th, NULL);
-	uint64_t t_kill = atomic_load(&k.t_kill);
-
-	if (k.why[0])
-		failf(c, "%s", k.why);
 	if (!t_kill) {
 		failf(c, "the receiver was never killed");
 	} else if (n >= 0 || !dead_peer_err(n)) {
@@ -2534,7 +2589,7 @@ static void cli_death_rcv(struct cctx *c, bool reading)
 		failf(c, "no SrcAvail was made: not a zero-copy send");
 	infof(c, "killed %s; %s %.0f ms after the kill (send #%d%s%s)",
 	      reading ? "while reading" : "asleep with an offer pending", n < 0 ? errname(n) : "ok",
-	      t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0, sends + 1,
+	      ms_after_kill(t_kill, t_ret), sends + 1,
 	      k.send_at_kill ? ", in send at the kill" : ", between sends at the kill",
 	      partial ? ", after a partial send" : "");
 	free(buf);
@@ -2629,13 +2684,8 @@ static void cli_death_sender(struct cctx *c)
 		got += (uint64_t)n;
 		atomic_store(&progress, got);
 	}
-	uint64_t t_ret = now_ns();
+	uint64_t t_ret, t_kill = killer_join(c, &k, th, &t_ret);
 
-	pthread_join(th, NULL);
-	uint64_t t_kill = atomic_load(&k.t_kill);
-
-	if (k.why[0])
-		failf(c, "%s", k.why);
 	if (!t_kill)
 		failf(c, "the sender was never killed");
 	else if (last != 0 && !dead_peer_err(last) && last != -EIO)
@@ -2649,7 +2699,7 @@ static void cli_death_sender(struct cctx *c)
 		failf(c, "the client never RDMA-read: not a zero-copy stream");
 	infof(c, "%.1f MiB intact, then recv %s %.0f ms after the kill (%s at the kill)",
 	      got / 1048576.0, last ? errname(last) : "0 (end of stream)",
-	      t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0,
+	      ms_after_kill(t_kill, t_ret),
 	      k.send_at_kill ? "in recv" : "between recvs");
 	free(buf);
 }
@@ -2668,12 +2718,8 @@ static void srv_death_advert(struct cctx *c)
 	uint8_t *buf = xalloc(MiB);
 	struct xgen g;
 
-	if (buf) {
-		xgen_init(&g, seed_b2a(c));
-		for (int i = 0; i < DA_WARM; i++)
-			if (send_one(c, &g, buf, MiB, 0, "send"))
-				break;
-	}
+	if (buf)
+		srv_warm_up(c, &g, buf, DA_WARM);
 	for (;;)
 		pause();
 }
@@ -2691,14 +2737,8 @@ static void cli_death_advert(struct cctx *c)
 
 	if (!buf)
 		return;
-	xgen_init(&g, seed_b2a(c));
-	for (int i = 0; i < DA_WARM; i++)
-		if (recv_msg(c, &g, buf, MiB, "warm-up recv"))
-			goto out;
-	stats_now_delta(c, &d);
-	if (thresh && !d.mode_changes_received)
-		failf(c, "no ModeChange from the server after %d direct reads: not Pipelined",
-		      DA_WARM);
+	if (cli_warm_up(c, &g, buf, DA_WARM, &d))
+		goto out;
 	/* Kill once this recv() has advertised (100 ms later), or, with
 	 * zero copy off, once the killer gives up waiting for that. */
 	sdp_get_stats(&k.st0);
@@ -2708,14 +2748,9 @@ static void cli_death_advert(struct cctx *c)
 	do
 		n = sdp_recv(c->sd, buf, MiB, 0);
 	while (n == -EINTR);
-	uint64_t t_ret = now_ns();
-
-	pthread_join(th, NULL);
-	uint64_t t_kill = atomic_load(&k.t_kill);
+	uint64_t t_ret, t_kill = killer_join(c, &k, th, &t_ret);
 
 	stats_now_delta(c, &c->mine);
-	if (k.why[0])
-		failf(c, "%s", k.why);
 	if (!t_kill)
 		failf(c, "the sender was never killed");
 	else if (n != -ECONNRESET)
@@ -2729,7 +2764,7 @@ static void cli_death_advert(struct cctx *c)
 		failf(c, "the last recv did not advertise its buffer");
 	infof(c, "%d x 1 MiB intact, then the advertised recv: %s %.0f ms after the kill",
 	      DA_WARM, n < 0 ? errname(n) : n ? "data" : "0",
-	      t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0);
+	      ms_after_kill(t_kill, t_ret));
 out:
 	free(buf);
 }
@@ -2794,14 +2829,9 @@ static void cli_death_writes(struct cctx *c)
 			break;
 		}
 	}
-	uint64_t t_ret = now_ns();
-
-	pthread_join(th, NULL);
-	uint64_t t_kill = atomic_load(&k.t_kill);
+	uint64_t t_ret, t_kill = killer_join(c, &k, th, &t_ret);
 
 	stats_now_delta(c, &c->mine);
-	if (k.why[0])
-		failf(c, "%s", k.why);
 	if (!t_kill)
 		failf(c, "the receiver was never killed");
 	else if (n >= 0 || !dead_peer_err(n))
@@ -2812,7 +2842,7 @@ static void cli_death_writes(struct cctx *c)
 	if (thresh && !c->mine.zcopy_writes)
 		failf(c, "no RDMA write was made: not a Write Zcopy stream");
 	infof(c, "killed after %d sends; %s %.0f ms after the kill (%s at the kill)", sends,
-	      n < 0 ? errname(n) : "ok", t_kill && t_ret > t_kill ? (t_ret - t_kill) / 1e6 : 0.0,
+	      n < 0 ? errname(n) : "ok", ms_after_kill(t_kill, t_ret),
 	      k.send_at_kill ? "in send" : "between sends");
 	free(buf);
 }
