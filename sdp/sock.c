@@ -658,16 +658,14 @@ static void trans_hold(struct sdp_sock *s, size_t more)
 	long hold_us = tun_int(TUN_trans_hold_us);
 
 	if (c->tx_mode != SDP_MODE_TRANSACTION || !hold_us || c->rx_mode != SDP_MODE_PIPELINED) {
-		if (c->trans_held)
-			conn_push(s);
+		conn_end_hold(s);
 		return;
 	}
 	uint32_t held = c->trans_held ? c->tx_len[(c->tx_filled - 1) % c->ntx] : 0;
 	bool alone = c->trans_held ? c->tx_posted + 1 == c->tx_filled : c->tx_posted == c->tx_filled;
 
 	if (!alone || held + more > conn_piggyback_max(c)) {
-		if (c->trans_held)
-			conn_push(s);
+		conn_end_hold(s);
 		return;
 	}
 	if (!c->trans_held) {
@@ -925,8 +923,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			continue;
 		}
 		/* Nobody will carry a held request: it goes now. */
-		if (s->conn && s->conn->trans_held)
-			conn_push(s);
+		conn_end_hold(s);
 		if (spin_wait(s, &spin_until)) {
 			driven = false;
 			continue;
@@ -943,9 +940,8 @@ out:
 	if (s->conn) {
 		/* A request still held was not followed by its reply's
 		 * recv(): it goes alone; and the next advert is no reply. */
-		if (s->conn->trans_held)
-			conn_push(s);
-		if (s->conn->trans_last_send) {
+		conn_end_hold(s);
+		if (s->conn && s->conn->trans_last_send) {
 			s->conn->trans_last_send = false;
 			s->conn->trans_streak = 0;
 		}
