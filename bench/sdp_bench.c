@@ -191,12 +191,14 @@ static int make_listener(const struct xsock_ops *o, int *port)
 
 /* --- server child ------------------------------------------------------- */
 
-static int serve_stream(const struct xsock_ops *o, int sd, uint8_t *buf)
+/* Read sd in calls of `size` bytes until EOF, then answer with the byte
+ * count (8 B, big-endian). */
+static int drain_and_count(const struct xsock_ops *o, int sd, uint8_t *buf, size_t size)
 {
 	uint64_t total = 0, be;
 
 	for (;;) {
-		ssize_t n = o->recv(sd, buf, SERVER_BUF, 0);
+		ssize_t n = o->recv(sd, buf, size, 0);
 
 		if (n == -EINTR)
 			continue;
@@ -212,6 +214,11 @@ static int serve_stream(const struct xsock_ops *o, int sd, uint8_t *buf)
 	return w < 0 ? (int)w : 0;
 }
 
+static int serve_stream(const struct xsock_ops *o, int sd, uint8_t *buf)
+{
+	return drain_and_count(o, sd, buf, SERVER_BUF);
+}
+
 /*
  * Reads of exactly the write size, so that the engine may place a
  * zero-copy read straight into buf; the clock and counters run from the
@@ -222,27 +229,15 @@ static int serve_bulk(const struct xsock_ops *o, int sd, uint8_t *buf, size_t si
 		      struct reply *r)
 {
 	struct sdp_stats s0, s1;
-	uint64_t total = 0, be, c0 = cpu_ns();
+	uint64_t c0 = cpu_ns();
 
 	sdp_get_stats(&s0);
-	for (;;) {
-		ssize_t n = o->recv(sd, buf, size, 0);
-
-		if (n == -EINTR)
-			continue;
-		if (n < 0)
-			return (int)n;
-		if (n == 0)
-			break;
-		total += (uint64_t)n;
-	}
-	be = htobe64(total);
-	ssize_t w = xfer_send_all(o, sd, &be, sizeof(be), -1);
+	int ret = drain_and_count(o, sd, buf, size);
 
 	r->cpu_ns = cpu_ns() - c0;
 	sdp_get_stats(&s1);
 	stats_delta(&r->stats, &s0, &s1);
-	return w < 0 ? (int)w : 0;
+	return ret;
 }
 
 static int serve_pingpong(const struct xsock_ops *o, int sd, uint8_t *buf, size_t size)
