@@ -395,6 +395,8 @@ perf_run() {
 }
 
 fmt() { [ -n "$1" ] && printf '%s' "$1" || printf -- '-'; }
+# "CPU [guest busy]" of one run, cpu[KEY] and gcpu[KEY] of the caller's tables.
+cpu_cell() { printf '%s [%s]' "$(fmt "${cpu[$1]}")" "$(fmt "${gcpu[$1]}")"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
 
 base_tables() {
@@ -530,11 +532,11 @@ zcopy_table() {
 		Z/B Z/rs Z/verbs
 	for size in $zc_sizes; do
 		printf '%-9s %15s %15s %15s %15s %15s   %7s %7s %7s\n' "$size" \
-			"$(fmt "${cpu[verbs:$size]}") [$(fmt "${gcpu[verbs:$size]}")]" \
-			"$(fmt "${cpu[Bcopy:$size]}") [$(fmt "${gcpu[Bcopy:$size]}")]" \
-			"$(fmt "${cpu[Zcopy:$size]}") [$(fmt "${gcpu[Zcopy:$size]}")]" \
-			"$(fmt "${cpu[rsocket:$size]}") [$(fmt "${gcpu[rsocket:$size]}")]" \
-			"$(fmt "${cpu[TCP:$size]}") [$(fmt "${gcpu[TCP:$size]}")]" \
+			"$(cpu_cell "verbs:$size")" \
+			"$(cpu_cell "Bcopy:$size")" \
+			"$(cpu_cell "Zcopy:$size")" \
+			"$(cpu_cell "rsocket:$size")" \
+			"$(cpu_cell "TCP:$size")" \
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[Bcopy:$size]}")" \
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[rsocket:$size]}")" \
 			"$(ratio "${cpu[Zcopy:$size]}" "${cpu[verbs:$size]}")"
@@ -634,11 +636,11 @@ rr_table() {
 		Z/B T/B T/rs T/TCP
 	for size in $rr_sizes; do
 		printf '%-9s %17s %17s %17s %17s %17s   %7s %7s %7s %7s\n' "$size" \
-			"$(fmt "${cpu[Bcopy:$size]}") [$(fmt "${gcpu[Bcopy:$size]}")]" \
-			"$(fmt "${cpu[ZcopyNT:$size]}") [$(fmt "${gcpu[ZcopyNT:$size]}")]" \
-			"$(fmt "${cpu[Trans:$size]}") [$(fmt "${gcpu[Trans:$size]}")]" \
-			"$(fmt "${cpu[rsocket:$size]}") [$(fmt "${gcpu[rsocket:$size]}")]" \
-			"$(fmt "${cpu[TCP:$size]}") [$(fmt "${gcpu[TCP:$size]}")]" \
+			"$(cpu_cell "Bcopy:$size")" \
+			"$(cpu_cell "ZcopyNT:$size")" \
+			"$(cpu_cell "Trans:$size")" \
+			"$(cpu_cell "rsocket:$size")" \
+			"$(cpu_cell "TCP:$size")" \
 			"$(ratio "${cpu[ZcopyNT:$size]}" "${cpu[Bcopy:$size]}")" \
 			"$(ratio "${cpu[Trans:$size]}" "${cpu[Bcopy:$size]}")" \
 			"$(ratio "${cpu[Trans:$size]}" "${cpu[rsocket:$size]}")" \
