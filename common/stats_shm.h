@@ -212,6 +212,7 @@ static inline const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_MODE_CHANGES_RECEIVED: return "mode_changes_received";
 	case OPS_C_TRANS_PIGGYBACKS: return "trans_piggybacks";
 	case OPS_C_TRANS_MISSES: return "trans_misses";
+	case OPS_C_ZCOPY_PEER_ADVERTS: return "zcopy_peer_adverts";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

@@ -194,6 +194,8 @@ struct sdp_stats {
 	uint64_t regcache_misses;
 	uint64_t regcache_evictions;	/* dropped to stay within bounds */
 	uint64_t regcache_invalidations;	/* dropped because the memory was freed or unmapped */
+	/* Added later, so at the end. */
+	uint64_t zcopy_peer_adverts;		/* SinkAvails the peer sent us (used or stale) */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -280,6 +280,7 @@ void wz_sink_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint
 
 	sdp_sinkah_decode(ext, &a);
 	(void)payload;		/* checked by wz_sink_avail_check() */
+	SDP_STAT_INC(zcopy_peer_adverts, 1);
 	if (c->tx_mode != SDP_MODE_PIPELINED) {
 		/* Sent before the peer saw our ModeChange out of Pipelined:
 		 * stale (it learns from the ModeChange); after: an error. */

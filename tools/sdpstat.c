@@ -106,11 +106,14 @@ static void print_summary(const struct sdp_stats_snap *s)
 		       "/%" PRIu64 "/%" PRIu64,
 		       ctr(s, OPS_C_REGCACHE_HITS), ctr(s, OPS_C_REGCACHE_MISSES),
 		       ctr(s, OPS_C_REGCACHE_EVICTIONS), ctr(s, OPS_C_REGCACHE_INVALIDATIONS));
-	if (ctr(s, OPS_C_ZCOPY_WRITES) || ctr(s, OPS_C_ZCOPY_SINK_ADVERTS))
+	if (ctr(s, OPS_C_ZCOPY_WRITES) || ctr(s, OPS_C_ZCOPY_SINK_ADVERTS) ||
+	    ctr(s, OPS_C_ZCOPY_PEER_ADVERTS))
 		printf(", sink adverts/stale/cancels %" PRIu64 "/%" PRIu64 "/%" PRIu64
+		       ", peer adverts %" PRIu64
 		       ", zcopy writes %" PRIu64 ", written-bytes tx/rx %" PRIu64 "/%" PRIu64,
 		       ctr(s, OPS_C_ZCOPY_SINK_ADVERTS), ctr(s, OPS_C_ZCOPY_SINK_STALE),
-		       ctr(s, OPS_C_ZCOPY_SINK_CANCELS), ctr(s, OPS_C_ZCOPY_WRITES),
+		       ctr(s, OPS_C_ZCOPY_SINK_CANCELS), ctr(s, OPS_C_ZCOPY_PEER_ADVERTS),
+		       ctr(s, OPS_C_ZCOPY_WRITES),
 		       ctr(s, OPS_C_ZCOPY_BYTES_WRITTEN), ctr(s, OPS_C_ZCOPY_SINK_BYTES));
 	if (ctr(s, OPS_C_MODE_CHANGES_SENT) || ctr(s, OPS_C_MODE_CHANGES_RECEIVED))
 		printf(", mode changes tx/rx %" PRIu64 "/%" PRIu64
