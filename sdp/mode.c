@@ -153,6 +153,9 @@ void mode_change_rcvd(struct sdp_sock *s, int send_half, enum sdp_mode m)
 	c->rx_mode = (uint8_t)m;
 	c->req_pipe = false;
 	SDP_STAT_INC(mode_changes_received, 1);
+	/* A recv() already waiting may advertise its buffer now. */
+	if (m == SDP_MODE_PIPELINED)
+		sock_changed(s, false);
 }
 
 void mode_req_pipe_rcvd(struct sdp_sock *s)
