@@ -1,0 +1,1344 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * SDP over RDMA verbs, shared by the "ib" transport (InfiniBand, RoCE,
+ * rxe: devices whose transport type is IB) and the "iwarp" transport
+ * (iWARP RNICs, siw): librdmacm for connections and libibverbs for the
+ * data path.  What differs between the two is a struct vb_flavor
+ * (verbs.h): which devices are served, the capability flags, the rdma_cm
+ * port an SDP port maps to, the private data room, how a consumer reject
+ * is told from "no listener".
+ *
+ * Connection management: RDMA_PS_TCP port space.  On IB and RoCE the
+ * rdma_cm port space is a space of its own, so the SDP port is the
+ * rdma_cm port.  On iWARP the connection is set up over a real TCP
+ * connection on that port, which would collide with a native TCP listener
+ * on the same port: the flavor shifts it by an offset (doc/port-scheme.md).
+ * Each endpoint has its own event channel (a passive one is migrated to
+ * it from the listener's), one CQ with a completion channel, and one RC QP.
+ *
+ * Private data: the transport frames what the engine gives it as one
+ * length byte followed by the bytes, so the receiver gets exactly what was
+ * sent whatever padding the wire adds (librdmacm pads a connect request's
+ * data on IB/RoCE to its full 56 bytes).  The engine sees
+ * max_private_data = room - 1 and picks the compact Hello if the full one
+ * does not fit.
+ *
+ * One pollable fd per endpoint: an epoll set holding the event channel's
+ * fd, the completion channel's fd, the device's async-event fd and an
+ * eventfd through which another endpoint's thread hands over an async
+ * event that concerns this one.
+ *
+ * Completions: RC completes each work queue in order, so the transport
+ * keeps the engine's context and the operation of every posted request in
+ * two rings (send queue, receive queue) and answers completions, error and
+ * flush completions included (whose opcode verbs leaves undefined), from
+ * the head of the matching ring.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "oti.h"
+#include "verbs.h"
+
+/* Room for framed private data: rdma_conn_param's length is one byte. */
+#define VB_PDATA_BUF 256
+#define VB_RESOLVE_MS 2000
+#define VB_SQ_DEPTH 256
+#define VB_RQ_DEPTH 256
+#define VB_CQ_DEPTH (VB_SQ_DEPTH + VB_RQ_DEPTH)
+#define VB_WC_BATCH 32
+
+/* --- devices: the contexts in use (protection domains are per ep) ------------- */
+
+struct vb_dev {
+	struct ibv_context *ctx;
+	struct vb_dev *next;
+};
+
+/* Protects vb_devs and the async-event dispatch. */
+static pthread_mutex_t vb_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vb_dev *vb_devs;
+static int vb_nup;	/* flavors up: the device list goes with the last */
+
+static struct vb_dev *vb_dev_of(struct ibv_context *ctx)
+{
+	struct vb_dev *d;
+
+	pthread_mutex_lock(&vb_lock);
+	for (d = vb_devs; d; d = d->next)
+		if (d->ctx == ctx)
+			break;
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (d) {
+			d->ctx = ctx;
+			/* The async fd is polled, never waited on
+			 * directly: non-blocking. */
+			int fl = fcntl(ctx->async_fd, F_GETFL);
+
+			if (fl >= 0)
+				fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+			d->next = vb_devs;
+			vb_devs = d;
+		}
+	}
+	pthread_mutex_unlock(&vb_lock);
+	return d;
+}
+
+/* --- objects ------------------------------------------------------------------- */
+
+struct vb_listener {
+	const struct vb_flavor *fl;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	uint16_t port_off;	/* rdma_cm port - SDP port, read at listen */
+};
+
+struct oti_connreq {
+	struct rdma_cm_id *id;	/* the new connection's id */
+};
+
+struct vb_slot {
+	uint64_t ctx;
+	enum oti_wc_op op;
+};
+
+enum vb_state {
+	VB_RESOLVING_ADDR,
+	VB_RESOLVING_ROUTE,
+	VB_RESOLVED,		/* QP made, connect() may be called */
+	VB_CONNECTING,
+	VB_CONNECTED,
+	VB_DOWN,
+};
+
+struct vb_ep {
+	const struct vb_flavor *fl;
+	uint16_t port_off;	/* rdma_cm port - SDP port of the listening side */
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct vb_dev *dev;
+	struct vb_pd *pd;	/* this connection's own (see struct vb_pd) */
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	unsigned cq_events;	/* to acknowledge before destroying the cq */
+	int epfd;
+	/*
+	 * An async event for this ep read by another ep's thread, which
+	 * holds only its own connection's lock: it sets async_err and
+	 * writes wakefd; this ep's owner turns it into OTI_EV_ERROR.
+	 */
+	atomic_int async_err;
+	int wakefd;
+	enum vb_state state;
+	bool passive;
+	bool disconnect_called;
+	uint32_t max_inline;
+
+	/* Events translated but not yet taken by get_event(). */
+	struct oti_event pending[4];
+	int npending;
+
+	/* Completions polled by ep_arm() ahead of poll_cq(). */
+	struct ibv_wc wc[VB_WC_BATCH];
+	int nwc, wc_next;
+
+	struct vb_slot sq[VB_SQ_DEPTH], rq[VB_RQ_DEPTH];
+	unsigned sq_head, sq_tail, rq_head, rq_tail;
+
+	struct vb_ep *next_ep;	/* eps with a QP, for async events (vb_lock) */
+};
+
+/*
+ * Every connection has a protection domain of its own, so that a remote
+ * key is good on the one connection it was given to: a peer on another
+ * connection that guesses it (rxe keys carry 8 random bits) reaches
+ * nothing.  The engine deregisters memory after ep_close() (the contract
+ * in oti.h), so the domain is shared by the ep and its registrations and
+ * freed by the last of them.
+ */
+struct vb_pd {
+	struct ibv_pd *pd;
+	atomic_int refs;
+};
+
+static struct vb_pd *vb_pd_new(struct ibv_context *ctx)
+{
+	struct vb_pd *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->pd = ibv_alloc_pd(ctx);
+	if (!p->pd) {
+		free(p);
+		return NULL;
+	}
+	atomic_init(&p->refs, 1);
+	return p;
+}
+
+static void vb_pd_put(struct vb_pd *p)
+{
+	if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
+		ibv_dealloc_pd(p->pd);
+		free(p);
+	}
+}
+
+struct vb_mr {
+	struct oti_mr pub;	/* first: the engine's view */
+	struct ibv_mr *mr;
+	struct vb_pd *pd;	/* a reference */
+};
+
+static struct vb_ep *vb_eps;	/* vb_lock */
+
+static struct vb_ep *vb_ep(struct oti_ep *ep)
+{
+	return (struct vb_ep *)ep;
+}
+
+static int neg_errno(int fallback)
+{
+	return errno ? -errno : -fallback;
+}
+
+static int set_nonblock_cloexec(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	fl = fcntl(fd, F_GETFD);
+	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
+		return -errno;
+	return 0;
+}
+
+static struct rdma_event_channel *new_channel(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+
+	if (ch && set_nonblock_cloexec(ch->fd) < 0) {
+		rdma_destroy_event_channel(ch);
+		return NULL;
+	}
+	return ch;
+}
+
+/* Private data framing: [len][bytes], at most room bytes in all. */
+static int frame_pdata(uint8_t *out, uint32_t room, const void *pdata, size_t len)
+{
+	if (len + 1 > room || len + 1 > VB_PDATA_BUF - 1)
+		return -EINVAL;
+	out[0] = (uint8_t)len;
+	if (len)
+		memcpy(out + 1, pdata, len);
+	return (int)len + 1;
+}
+
+/* out holds OTI_MAX_PRIVATE_DATA (256) bytes: more than a length byte can say. */
+static size_t unframe_pdata(const void *in, size_t inlen, uint8_t *out)
+{
+	const uint8_t *p = in;
+
+	if (!p || inlen < 1 || p[0] > inlen - 1)
+		return 0;
+	memcpy(out, p + 1, p[0]);
+	return p[0];
+}
+
+/* --- init and probe ------------------------------------------------------------ */
+
+/* A device of this type is present. */
+static bool have_device(enum ibv_transport_type type)
+{
+	int n = 0;
+	bool found = false;
+	struct ibv_device **list = ibv_get_device_list(&n);
+
+	for (int i = 0; list && i < n; i++)
+		if (list[i]->transport_type == type)
+			found = true;
+	if (list)
+		ibv_free_device_list(list);
+	return found;
+}
+
+int vb_init(struct vb_flavor *fl)
+{
+	pthread_mutex_lock(&vb_lock);
+	if (fl->up) {
+		pthread_mutex_unlock(&vb_lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&vb_lock);
+	if (!have_device(fl->dev_type))
+		return -ENODEV;
+	pthread_mutex_lock(&vb_lock);
+	if (!fl->up) {
+		fl->up = true;
+		vb_nup++;
+	}
+	pthread_mutex_unlock(&vb_lock);
+	return 0;
+}
+
+void vb_fini(struct vb_flavor *fl)
+{
+	pthread_mutex_lock(&vb_lock);
+	if (fl->up) {
+		fl->up = false;
+		vb_nup--;
+	}
+	while (!vb_nup && vb_devs) {
+		struct vb_dev *d = vb_devs;
+
+		vb_devs = d->next;
+		free(d);
+	}
+	pthread_mutex_unlock(&vb_lock);
+}
+
+/* The rdma_cm port for SDP port p, and back. */
+static uint16_t port_off_of(const struct vb_flavor *fl)
+{
+	return fl->port_offset ? fl->port_offset() : 0;
+}
+
+static uint16_t sa_port(const struct sockaddr *a)
+{
+	return ntohs(a->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
+					      : ((const struct sockaddr_in *)a)->sin_port);
+}
+
+static void sa_set_port(struct sockaddr *a, uint16_t port)
+{
+	if (a->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)a)->sin6_port = htons(port);
+	else if (a->sa_family == AF_INET)
+		((struct sockaddr_in *)a)->sin_port = htons(port);
+}
+
+static socklen_t sa_len(const struct sockaddr *a)
+{
+	return a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/*
+ * Does a device of the flavor's type serve this local address (or, for a
+ * remote one, the local address the kernel would send from)?
+ * rdma_bind_addr() answers: it binds the id to the device of the
+ * address's net device.
+ */
+static int serves_local(const struct vb_flavor *fl, const struct sockaddr *local)
+{
+	struct rdma_event_channel *ch = new_channel();
+	struct rdma_cm_id *id = NULL;
+	int ret = -ENODEV;
+
+	if (!ch)
+		return -ENODEV;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0) {
+		struct sockaddr_storage a;
+
+		memcpy(&a, local, local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							     : sizeof(struct sockaddr_in));
+		if (a.ss_family == AF_INET6)
+			((struct sockaddr_in6 *)&a)->sin6_port = 0;
+		else
+			((struct sockaddr_in *)&a)->sin_port = 0;
+		/* A wildcard binds without a device: every device may serve. */
+		if (rdma_bind_addr(id, (struct sockaddr *)&a) == 0 &&
+		    (!id->verbs || id->verbs->device->transport_type == fl->dev_type))
+			ret = 0;
+		rdma_destroy_id(id);
+	}
+	rdma_destroy_event_channel(ch);
+	return ret;
+}
+
+/* The source address the kernel would use towards remote. */
+static int route_source(const struct sockaddr *remote, struct sockaddr_storage *src)
+{
+	socklen_t len = remote->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						      : sizeof(struct sockaddr_in);
+	int fd = socket(remote->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int ret = -ENETUNREACH;
+
+	if (fd < 0)
+		return -errno;
+	socklen_t sl = sizeof(*src);
+
+	if (connect(fd, remote, len) == 0 && getsockname(fd, (struct sockaddr *)src, &sl) == 0)
+		ret = 0;
+	close(fd);
+	return ret;
+}
+
+static bool is_loopback(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+	if (a->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
+	return false;
+}
+
+int vb_probe(const struct vb_flavor *fl, const struct sockaddr *local,
+	     const struct sockaddr *remote)
+{
+	struct sockaddr_storage src;
+
+	if (!fl->up)
+		return -ENODEV;
+	/* rdma_cm binds a loopback address to some device, but RoCE (rxe
+	 * included) cannot resolve a route to it (ENODEV at connect), and an
+	 * iWARP device would have to carry it over the loopback interface:
+	 * loopback is left to the other transports.  An RDMA connection to
+	 * this host uses an interface address. */
+	if ((local && is_loopback(local)) || (remote && is_loopback(remote)))
+		return -ENODEV;
+	if (local && local->sa_family != AF_INET && local->sa_family != AF_INET6)
+		return -ENODEV;
+	if (remote) {
+		if (remote->sa_family != AF_INET && remote->sa_family != AF_INET6)
+			return -ENODEV;
+		if (!local) {
+			if (route_source(remote, &src) < 0)
+				return -ENETUNREACH;
+			local = (struct sockaddr *)&src;
+		}
+	}
+	if (!local)
+		return 0;
+	return serves_local(fl, local);
+}
+
+void vb_query_caps(const struct vb_flavor *fl, struct oti_caps *caps)
+{
+	*caps = (struct oti_caps){
+		.flags = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE | fl->cap_flags,
+		.max_private_data = fl->pdata_room - 1,	/* one byte frames the length */
+		.max_inline = 64,
+		.max_send_wr = VB_SQ_DEPTH,
+		.max_recv_wr = VB_RQ_DEPTH,
+		.max_msg_size = 1u << 30,
+	};
+}
+
+/* --- listener -------------------------------------------------------------------- */
+
+/*
+ * Bind the listener's id to addr with its port shifted.  Port 0 lets
+ * rdma_cm choose; the one port it may choose whose SDP port would be 0
+ * is held while another is taken, then given back.
+ */
+static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
+{
+	struct sockaddr_storage a;
+	struct rdma_cm_id *held;
+	uint16_t p = sa_port(addr);
+	int ret = 0;
+
+	memset(&a, 0, sizeof(a));
+	memcpy(&a, addr, sa_len(addr));
+	if (p) {
+		uint16_t cm = (uint16_t)(p + l->port_off);
+
+		if (!cm)
+			return -EADDRNOTAVAIL;
+		sa_set_port((struct sockaddr *)&a, cm);
+	}
+	errno = 0;
+	if (rdma_bind_addr(l->id, (struct sockaddr *)&a))
+		return neg_errno(EADDRNOTAVAIL);
+	if (p || !l->port_off || sa_port(rdma_get_local_addr(l->id)) != l->port_off)
+		return 0;
+	held = l->id;
+	errno = 0;
+	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
+		ret = neg_errno(ENOMEM);
+		l->id = held;
+		return ret;
+	}
+	errno = 0;
+	if (rdma_bind_addr(l->id, (struct sockaddr *)&a))
+		ret = neg_errno(EADDRNOTAVAIL);
+	rdma_destroy_id(held);
+	return ret;
+}
+
+int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t addrlen,
+	      int backlog, struct oti_listener **out)
+{
+	struct vb_listener *l;
+	int ret;
+
+	(void)addrlen;
+	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->fl = fl;
+	l->port_off = port_off_of(fl);
+	l->ch = new_channel();
+	if (!l->ch) {
+		ret = -ENODEV;
+		goto free_l;
+	}
+	errno = 0;
+	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
+		ret = neg_errno(ENOMEM);
+		goto destroy_ch;
+	}
+	ret = listen_bind(l, addr);
+	if (ret)
+		goto destroy_id;
+	errno = 0;
+	if (rdma_listen(l->id, backlog > 0 ? backlog : 128)) {
+		ret = neg_errno(EADDRINUSE);
+		goto destroy_id;
+	}
+	*out = (struct oti_listener *)l;
+	return 0;
+
+destroy_id:
+	rdma_destroy_id(l->id);
+destroy_ch:
+	rdma_destroy_event_channel(l->ch);
+free_l:
+	free(l);
+	return ret;
+}
+
+int vb_listener_name(struct oti_listener *ol, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct vb_listener *l = (struct vb_listener *)ol;
+	struct sockaddr *a = rdma_get_local_addr(l->id);
+	socklen_t len = a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						 : sizeof(struct sockaddr_in);
+
+	if (*addrlen < len)
+		return -EINVAL;
+	memcpy(addr, a, len);
+	*addrlen = len;
+	sa_set_port(addr, (uint16_t)(sa_port(a) - l->port_off));
+	return 0;
+}
+
+int vb_listener_fd(struct oti_listener *ol)
+{
+	return ((struct vb_listener *)ol)->ch->fd;
+}
+
+int vb_listener_arm(struct oti_listener *ol)
+{
+	/* The channel's fd is readable while events are queued. */
+	(void)ol;
+	return 0;
+}
+
+int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdata,
+			  size_t *pdata_len, struct sockaddr_storage *peer)
+{
+	struct vb_listener *l = (struct vb_listener *)ol;
+	struct rdma_cm_event *ev;
+
+	for (;;) {
+		if (rdma_get_cm_event(l->ch, &ev))
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+			/* Nothing else is expected here (children are
+			 * migrated before they could have events). */
+			rdma_ack_cm_event(ev);
+			continue;
+		}
+		struct oti_connreq *r = NULL;
+
+		/* A wildcard listen hears every device: one of the other
+		 * flavor's is not ours to answer. */
+		if (ev->id->verbs && ev->id->verbs->device->transport_type == l->fl->dev_type)
+			r = malloc(sizeof(*r));
+		if (!r) {
+			rdma_reject(ev->id, NULL, 0);
+			rdma_ack_cm_event(ev);
+			rdma_destroy_id(ev->id);
+			continue;
+		}
+		r->id = ev->id;
+		*pdata_len = unframe_pdata(ev->param.conn.private_data,
+					   ev->param.conn.private_data_len, pdata);
+		struct sockaddr *pa = rdma_get_peer_addr(ev->id);
+
+		memset(peer, 0, sizeof(*peer));
+		memcpy(peer, pa, pa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							    : sizeof(struct sockaddr_in));
+		rdma_ack_cm_event(ev);
+		*req = r;
+		return 0;
+	}
+}
+
+int vb_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdata,
+		     size_t len)
+{
+	struct vb_listener *l = (struct vb_listener *)ol;
+	uint8_t buf[VB_PDATA_BUF];
+	int n = frame_pdata(buf, l->fl->pdata_room, pdata, len);
+	int ret = 0;
+
+	if (n < 0)
+		n = frame_pdata(buf, l->fl->pdata_room, NULL, 0);
+	if (rdma_reject(req->id, buf, (uint8_t)n))
+		ret = -errno;
+	rdma_destroy_id(req->id);
+	free(req);
+	return ret;
+}
+
+void vb_listener_close(struct oti_listener *ol)
+{
+	struct vb_listener *l = (struct vb_listener *)ol;
+	struct rdma_cm_event *ev;
+
+	if (!l)
+		return;
+	/* Pending requests are refused. */
+	while (rdma_get_cm_event(l->ch, &ev) == 0) {
+		struct rdma_cm_id *id = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+
+		if (id)
+			rdma_reject(id, NULL, 0);
+		rdma_ack_cm_event(ev);
+		if (id)
+			rdma_destroy_id(id);
+	}
+	rdma_destroy_id(l->id);
+	rdma_destroy_event_channel(l->ch);
+	free(l);
+}
+
+/* --- endpoints ------------------------------------------------------------------- */
+
+static void ep_list_add(struct vb_ep *e)
+{
+	pthread_mutex_lock(&vb_lock);
+	e->next_ep = vb_eps;
+	vb_eps = e;
+	pthread_mutex_unlock(&vb_lock);
+}
+
+static void ep_list_del(struct vb_ep *e)
+{
+	pthread_mutex_lock(&vb_lock);
+	for (struct vb_ep **p = &vb_eps; *p; p = &(*p)->next_ep)
+		if (*p == e) {
+			*p = e->next_ep;
+			break;
+		}
+	pthread_mutex_unlock(&vb_lock);
+}
+
+static void push_event(struct vb_ep *e, enum oti_event_type type, int status, const void *pdata,
+		       size_t pdlen)
+{
+	if (e->npending == (int)(sizeof(e->pending) / sizeof(e->pending[0])))
+		return;
+	struct oti_event *ev = &e->pending[e->npending++];
+
+	memset(ev, 0, sizeof(*ev));
+	ev->type = type;
+	ev->status = status;
+	ev->private_data_len = unframe_pdata(pdata, pdlen, ev->private_data);
+}
+
+static struct vb_ep *ep_alloc(void)
+{
+	struct vb_ep *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (e->epfd < 0) {
+		free(e);
+		return NULL;
+	}
+	e->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (e->wakefd < 0) {
+		close(e->epfd);
+		free(e);
+		return NULL;
+	}
+	e->ch = new_channel();
+	if (!e->ch) {
+		close(e->wakefd);
+		close(e->epfd);
+		free(e);
+		return NULL;
+	}
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->ch->fd, &ev);
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->wakefd, &ev);
+	return e;
+}
+
+/* The verbs objects once the id is bound to a device: CQ and QP. */
+static int ep_make_qp(struct vb_ep *e)
+{
+	struct ibv_context *ctx = e->id->verbs;
+
+	e->dev = vb_dev_of(ctx);
+	if (!e->dev)
+		return -ENOMEM;
+	e->pd = vb_pd_new(ctx);
+	if (!e->pd)
+		return -ENOMEM;
+	e->cc = ibv_create_comp_channel(ctx);
+	if (!e->cc)
+		return -ENOMEM;
+	if (set_nonblock_cloexec(e->cc->fd) < 0)
+		return -EIO;
+	e->cq = ibv_create_cq(ctx, VB_CQ_DEPTH, e, e->cc, 0);
+	if (!e->cq)
+		return -ENOMEM;
+	if (ibv_req_notify_cq(e->cq, 0))
+		return -EIO;
+
+	struct ibv_qp_init_attr attr = {
+		.send_cq = e->cq,
+		.recv_cq = e->cq,
+		.cap = { .max_send_wr = VB_SQ_DEPTH, .max_recv_wr = VB_RQ_DEPTH,
+			 .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64 },
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1,
+	};
+
+	if (rdma_create_qp(e->id, e->pd->pd, &attr)) {
+		/* Some devices cannot inline: try without. */
+		attr.cap.max_inline_data = 0;
+		if (rdma_create_qp(e->id, e->pd->pd, &attr))
+			return neg_errno(ENOMEM);
+	}
+	e->max_inline = attr.cap.max_inline_data;
+
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cc->fd, &ev);
+	epoll_ctl(e->epfd, EPOLL_CTL_ADD, ctx->async_fd, &ev);
+	ep_list_add(e);
+	return 0;
+}
+
+static void ep_destroy(struct vb_ep *e)
+{
+	if (e->id && e->id->qp) {
+		ep_list_del(e);
+		rdma_destroy_qp(e->id);
+	}
+	if (e->cq) {
+		ibv_ack_cq_events(e->cq, e->cq_events);
+		ibv_destroy_cq(e->cq);
+	}
+	if (e->cc)
+		ibv_destroy_comp_channel(e->cc);
+	vb_pd_put(e->pd);
+	if (e->id)
+		rdma_destroy_id(e->id);
+	if (e->ch)
+		rdma_destroy_event_channel(e->ch);
+	close(e->wakefd);
+	close(e->epfd);
+	free(e);
+}
+
+int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
+			     struct oti_ep **out)
+{
+	struct vb_listener *l = (struct vb_listener *)ol;
+	struct vb_ep *e = ep_alloc();
+	int ret;
+
+	if (!e) {
+		rdma_reject(req->id, NULL, 0);
+		rdma_destroy_id(req->id);
+		free(req);
+		return -ENOMEM;
+	}
+	e->id = req->id;
+	e->passive = true;
+	e->fl = l->fl;
+	e->port_off = l->port_off;
+	free(req);
+	/* Its events from now on come to the ep's own channel. */
+	if (rdma_migrate_id(e->id, e->ch)) {
+		ret = neg_errno(EIO);
+		rdma_reject(e->id, NULL, 0);
+		ep_destroy(e);
+		return ret;
+	}
+	e->id->context = e;
+	ret = ep_make_qp(e);
+	if (ret) {
+		rdma_reject(e->id, NULL, 0);
+		ep_destroy(e);
+		return ret;
+	}
+	e->state = VB_RESOLVED;
+	*out = (struct oti_ep *)e;
+	return 0;
+}
+
+static struct rdma_conn_param conn_param(const uint8_t *pdata, int len)
+{
+	return (struct rdma_conn_param){
+		.private_data = pdata,
+		.private_data_len = (uint8_t)len,
+		.responder_resources = 4,
+		.initiator_depth = 4,
+		.retry_count = 7,
+		.rnr_retry_count = 7,
+	};
+}
+
+int vb_accept(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct vb_ep *e = vb_ep(oep);
+	uint8_t buf[VB_PDATA_BUF];
+	int n = frame_pdata(buf, e->fl->pdata_room, pdata, len);
+
+	if (n < 0)
+		return n;
+	struct rdma_conn_param p = conn_param(buf, n);
+
+	if (rdma_accept(e->id, &p))
+		return neg_errno(EIO);
+	e->state = VB_CONNECTING;
+	return 0;
+}
+
+int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t dstlen,
+	       const struct sockaddr *src, socklen_t srclen, struct oti_ep **out)
+{
+	struct sockaddr_storage to;
+	struct vb_ep *e;
+	int ret;
+
+	(void)dstlen;
+	(void)srclen;
+	if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	e = ep_alloc();
+	if (!e)
+		return -ENOMEM;
+	e->fl = fl;
+	e->port_off = port_off_of(fl);
+	memset(&to, 0, sizeof(to));
+	memcpy(&to, dst, sa_len(dst));
+	sa_set_port((struct sockaddr *)&to, (uint16_t)(sa_port(dst) + e->port_off));
+	if (rdma_create_id(e->ch, &e->id, e, RDMA_PS_TCP)) {
+		ret = neg_errno(ENOMEM);
+		ep_destroy(e);
+		return ret;
+	}
+	e->state = VB_RESOLVING_ADDR;
+	if (rdma_resolve_addr(e->id, (struct sockaddr *)src, (struct sockaddr *)&to,
+			      VB_RESOLVE_MS)) {
+		ret = neg_errno(EHOSTUNREACH);
+		ep_destroy(e);
+		return ret;
+	}
+	*out = (struct oti_ep *)e;
+	return 0;
+}
+
+int vb_connect(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct vb_ep *e = vb_ep(oep);
+	uint8_t buf[VB_PDATA_BUF];
+	int n = frame_pdata(buf, e->fl->pdata_room, pdata, len);
+
+	if (n < 0)
+		return n;
+	if (e->state != VB_RESOLVED)
+		return -EINVAL;
+	struct rdma_conn_param p = conn_param(buf, n);
+
+	if (rdma_connect(e->id, &p))
+		return neg_errno(EIO);
+	e->state = VB_CONNECTING;
+	return 0;
+}
+
+int vb_ep_names(struct oti_ep *oep, struct sockaddr_storage *local,
+		struct sockaddr_storage *peer)
+{
+	struct vb_ep *e = vb_ep(oep);
+
+	/* The listening side's port is an SDP port shifted by port_off; the
+	 * connecting side's is whatever source port was chosen, as is. */
+	if (local) {
+		struct sockaddr *a = rdma_get_local_addr(e->id);
+
+		memset(local, 0, sizeof(*local));
+		memcpy(local, a, sa_len(a));
+		if (e->passive)
+			sa_set_port((struct sockaddr *)local,
+				    (uint16_t)(sa_port(a) - e->port_off));
+	}
+	if (peer) {
+		struct sockaddr *a = rdma_get_peer_addr(e->id);
+
+		memset(peer, 0, sizeof(*peer));
+		memcpy(peer, a, sa_len(a));
+		if (!e->passive)
+			sa_set_port((struct sockaddr *)peer,
+				    (uint16_t)(sa_port(a) - e->port_off));
+	}
+	return 0;
+}
+
+int vb_ep_fd(struct oti_ep *oep)
+{
+	return vb_ep(oep)->epfd;
+}
+
+/* --- events ------------------------------------------------------------------------ */
+
+/* One rdma_cm event into the pending queue (or an internal step). */
+static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
+{
+	int r;
+
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		e->state = VB_RESOLVING_ROUTE;
+		if (rdma_resolve_route(e->id, VB_RESOLVE_MS))
+			push_event(e, OTI_EV_UNREACHABLE, neg_errno(EHOSTUNREACH), NULL, 0);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		/* The route leads to another flavor's device. */
+		if (e->id->verbs->device->transport_type != e->fl->dev_type) {
+			push_event(e, OTI_EV_UNREACHABLE, -ENETUNREACH, NULL, 0);
+			break;
+		}
+		r = ep_make_qp(e);
+		if (r) {
+			push_event(e, OTI_EV_UNREACHABLE, r, NULL, 0);
+			break;
+		}
+		e->state = VB_RESOLVED;
+		push_event(e, OTI_EV_RESOLVED, 0, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		push_event(e, OTI_EV_UNREACHABLE, ev->status < 0 ? ev->status : -EHOSTUNREACH,
+			   NULL, 0);
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		push_event(e, OTI_EV_UNREACHABLE, -ETIMEDOUT, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		/* A consumer reject carries our framing; anything else (no
+		 * listener) is a refusal without an SDP peer. */
+		if (e->fl->consumer_reject(ev) && ev->param.conn.private_data_len)
+			push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, ev->param.conn.private_data,
+				   ev->param.conn.private_data_len);
+		else
+			push_event(e, OTI_EV_UNREACHABLE, -ECONNREFUSED, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		e->state = VB_CONNECTED;
+		push_event(e, OTI_EV_ESTABLISHED, 0, ev->param.conn.private_data,
+			   ev->param.conn.private_data_len);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (!e->disconnect_called) {
+			/* Answer the peer's DREQ so its side completes. */
+			e->disconnect_called = true;
+			rdma_disconnect(e->id);
+		}
+		e->state = VB_DOWN;
+		push_event(e, OTI_EV_DISCONNECTED, 0, NULL, 0);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		e->state = VB_DOWN;
+		push_event(e, OTI_EV_ERROR, -ENODEV, NULL, 0);
+		break;
+	default:
+		/* CONNECT_RESPONSE (not with a QP made by rdma_create_qp),
+		 * TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing for the engine. */
+		break;
+	}
+}
+
+static void drain_cm(struct vb_ep *e)
+{
+	struct rdma_cm_event *ev;
+
+	while (e->npending < (int)(sizeof(e->pending) / sizeof(e->pending[0])) &&
+	       rdma_get_cm_event(e->ch, &ev) == 0) {
+		handle_cm_event(e, ev);
+		rdma_ack_cm_event(ev);
+	}
+}
+
+/* Asynchronous device events: QP fatal, port down.  Any ep may read
+ * them; each is handed to the ep it concerns (async_err, wakefd), whose
+ * owner makes it an OTI_EV_ERROR: the reader holds no lock of the others,
+ * so it must not touch their event queues or state. */
+static void drain_async(struct vb_ep *self)
+{
+	struct ibv_async_event aev;
+	const uint64_t one = 1;
+
+	if (!self->dev)
+		return;
+	pthread_mutex_lock(&vb_lock);
+	while (ibv_get_async_event(self->dev->ctx, &aev) == 0) {
+		for (struct vb_ep *e = vb_eps; e; e = e->next_ep) {
+			bool hit = false;
+
+			switch (aev.event_type) {
+			case IBV_EVENT_QP_FATAL:
+			case IBV_EVENT_QP_REQ_ERR:
+			case IBV_EVENT_QP_ACCESS_ERR:
+				hit = e->id && e->id->qp == aev.element.qp;
+				break;
+			case IBV_EVENT_CQ_ERR:
+				hit = e->cq == aev.element.cq;
+				break;
+			case IBV_EVENT_PORT_ERR:
+				hit = e->dev == self->dev && e->id &&
+				      e->id->port_num == aev.element.port_num;
+				break;
+			case IBV_EVENT_DEVICE_FATAL:
+				hit = e->dev == self->dev;
+				break;
+			default:
+				break;
+			}
+			/* Set before the wake-up: the owner reads wakefd
+			 * first, then the flag. */
+			if (hit && !atomic_exchange(&e->async_err, 1) &&
+			    write(e->wakefd, &one, sizeof(one)) < 0) {
+				/* The counter is non-zero already: it wakes. */
+			}
+		}
+		ibv_ack_async_event(&aev);
+	}
+	pthread_mutex_unlock(&vb_lock);
+}
+
+/* An async event handed to this ep, as an OTI_EV_ERROR.  Owner only. */
+static void take_async(struct vb_ep *e)
+{
+	uint64_t n;
+
+	if (read(e->wakefd, &n, sizeof(n)) < 0) {
+		/* Nothing to reset. */
+	}
+	if (atomic_exchange(&e->async_err, 0) && e->state != VB_DOWN) {
+		e->state = VB_DOWN;
+		push_event(e, OTI_EV_ERROR, -EIO, NULL, 0);
+	}
+}
+
+int vb_get_event(struct oti_ep *oep, struct oti_event *ev)
+{
+	struct vb_ep *e = vb_ep(oep);
+
+	if (!e->npending)
+		drain_cm(e);
+	if (!e->npending)
+		drain_async(e);
+	if (!e->npending)
+		take_async(e);
+	if (!e->npending)
+		return -EAGAIN;
+	*ev = e->pending[0];
+	memmove(&e->pending[0], &e->pending[1], (size_t)(e->npending - 1) * sizeof(e->pending[0]));
+	e->npending--;
+	return 0;
+}
+
+/* --- completions ------------------------------------------------------------------ */
+
+static void drain_cc(struct vb_ep *e)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	while (e->cc && ibv_get_cq_event(e->cc, &cq, &ctx) == 0)
+		e->cq_events++;
+	if (e->cq_events >= 64) {
+		ibv_ack_cq_events(e->cq, e->cq_events);
+		e->cq_events = 0;
+	}
+}
+
+int vb_ep_arm(struct oti_ep *oep)
+{
+	struct vb_ep *e = vb_ep(oep);
+
+	drain_cm(e);
+	if (e->npending || atomic_load(&e->async_err))
+		return -EAGAIN;
+	if (!e->cq)
+		return 0;
+	drain_cc(e);
+	if (e->wc_next < e->nwc)
+		return -EAGAIN;
+	if (ibv_req_notify_cq(e->cq, 0))
+		return -EAGAIN;
+	/* What arrived before the notification was armed. */
+	int n = ibv_poll_cq(e->cq, VB_WC_BATCH, e->wc);
+
+	if (n > 0) {
+		e->nwc = n;
+		e->wc_next = 0;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static int wc_status(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_SUCCESS:
+		return 0;
+	case IBV_WC_WR_FLUSH_ERR:
+		return -ECANCELED;
+	case IBV_WC_LOC_LEN_ERR:
+		return -EMSGSIZE;
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+		return -EACCES;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return -ETIMEDOUT;
+	default:
+		return -EIO;
+	}
+}
+
+int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
+{
+	struct vb_ep *e = vb_ep(oep);
+	int got = 0;
+
+	if (!e->cq)
+		return 0;
+	while (got < n) {
+		if (e->wc_next >= e->nwc) {
+			int m = ibv_poll_cq(e->cq, VB_WC_BATCH, e->wc);
+
+			if (m < 0)
+				return got ? got : -EIO;
+			if (m == 0)
+				break;
+			e->nwc = m;
+			e->wc_next = 0;
+		}
+		struct ibv_wc *w = &e->wc[e->wc_next++];
+		struct vb_slot *slot;
+
+		if (w->wr_id == 1) {
+			if (e->rq_head == e->rq_tail)
+				continue;	/* cannot happen: nothing posted */
+			slot = &e->rq[e->rq_head++ % VB_RQ_DEPTH];
+		} else {
+			if (e->sq_head == e->sq_tail)
+				continue;
+			slot = &e->sq[e->sq_head++ % VB_SQ_DEPTH];
+		}
+		wc[got] = (struct oti_wc){
+			.ctx = slot->ctx,
+			.op = slot->op,
+			.status = wc_status(w->status),
+			.len = slot->op == OTI_WC_RECV ? w->byte_len : 0,
+		};
+		got++;
+	}
+	return got;
+}
+
+/* --- data ---------------------------------------------------------------------------- */
+
+int vb_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
+		     struct oti_mr **out)
+{
+	struct vb_ep *e = vb_ep(oep);
+	struct vb_mr *m;
+	int flags = 0;
+
+	if (!e->pd)
+		return -EINVAL;	/* not bound to a device yet */
+	if (access & OTI_ACCESS_LOCAL_WRITE)
+		flags |= IBV_ACCESS_LOCAL_WRITE;
+	if (access & OTI_ACCESS_REMOTE_READ)
+		flags |= IBV_ACCESS_REMOTE_READ;
+	if (access & OTI_ACCESS_REMOTE_WRITE)
+		flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	errno = 0;
+	m->mr = ibv_reg_mr(e->pd->pd, addr, len, flags);
+	if (!m->mr) {
+		int ret = neg_errno(ENOMEM);
+
+		free(m);
+		return ret;
+	}
+	m->pd = e->pd;
+	atomic_fetch_add(&m->pd->refs, 1);
+	m->pub = (struct oti_mr){ .addr = addr, .len = len, .rkey = m->mr->rkey,
+				  .raddr_base = (uint64_t)(uintptr_t)addr, .access = access };
+	*out = &m->pub;
+	return 0;
+}
+
+int vb_mr_dereg(struct oti_mr *omr)
+{
+	struct vb_mr *m = (struct vb_mr *)omr;
+	int ret = 0;
+
+	if (!m)
+		return 0;
+	if (ibv_dereg_mr(m->mr))
+		ret = -EIO;
+	vb_pd_put(m->pd);
+	free(m);
+	return ret;
+}
+
+static struct ibv_sge to_sge(const struct oti_sge *s)
+{
+	return (struct ibv_sge){ .addr = (uint64_t)(uintptr_t)s->addr, .length = s->len,
+				 .lkey = ((struct vb_mr *)s->mr)->mr->lkey };
+}
+
+int vb_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx)
+{
+	struct vb_ep *e = vb_ep(oep);
+	struct ibv_sge s = to_sge(sge);
+	struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &s, .num_sge = 1 }, *bad;
+
+	if (!e->id || !e->id->qp)
+		return -ENOTCONN;
+	if (e->rq_tail - e->rq_head >= VB_RQ_DEPTH)
+		return -EAGAIN;
+	int r = ibv_post_recv(e->id->qp, &wr, &bad);
+
+	if (r)
+		return -r;
+	e->rq[e->rq_tail++ % VB_RQ_DEPTH] = (struct vb_slot){ ctx, OTI_WC_RECV };
+	return 0;
+}
+
+static int post_sq(struct vb_ep *e, struct ibv_send_wr *wr, uint64_t ctx, enum oti_wc_op op)
+{
+	struct ibv_send_wr *bad;
+
+	if (!e->id || !e->id->qp)
+		return -ENOTCONN;
+	if (e->state == VB_DOWN)
+		return -ECANCELED;
+	if (e->sq_tail - e->sq_head >= VB_SQ_DEPTH)
+		return -EAGAIN;
+	wr->wr_id = 0;
+	int r = ibv_post_send(e->id->qp, wr, &bad);
+
+	if (r)
+		return -r;
+	e->sq[e->sq_tail++ % VB_SQ_DEPTH] = (struct vb_slot){ ctx, op };
+	return 0;
+}
+
+int vb_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
+			unsigned flags)
+{
+	struct vb_ep *e = vb_ep(oep);
+	struct ibv_sge s = to_sge(sge);
+	struct ibv_send_wr wr = { .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED };
+
+	if ((flags & OTI_SEND_INLINE) && sge->len <= e->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	if (flags & OTI_SEND_SOLICITED)
+		wr.send_flags |= IBV_SEND_SOLICITED;
+	return post_sq(e, &wr, ctx, OTI_WC_SEND);
+}
+
+static int vb_rdma(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+		   uint32_t rkey, uint64_t ctx, bool write)
+{
+	struct vb_ep *e = vb_ep(oep);
+	struct ibv_sge s = to_sge(local);
+	struct ibv_send_wr wr = {
+		.sg_list = &s,
+		.num_sge = 1,
+		.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
+	};
+
+	return post_sq(e, &wr, ctx, write ? OTI_WC_RDMA_WRITE : OTI_WC_RDMA_READ);
+}
+
+int vb_rdma_read(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+			uint32_t rkey, uint64_t ctx)
+{
+	return vb_rdma(oep, local, raddr, rkey, ctx, false);
+}
+
+int vb_rdma_write(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+			 uint32_t rkey, uint64_t ctx)
+{
+	return vb_rdma(oep, local, raddr, rkey, ctx, true);
+}
+
+/* --- teardown -------------------------------------------------------------------------- */
+
+int vb_disconnect(struct oti_ep *oep)
+{
+	struct vb_ep *e = vb_ep(oep);
+
+	if (e->disconnect_called || e->state == VB_DOWN)
+		return 0;
+	if (e->state != VB_CONNECTED && e->state != VB_CONNECTING)
+		return -ENOTCONN;
+	e->disconnect_called = true;
+	return rdma_disconnect(e->id) ? neg_errno(EIO) : 0;
+}
+
+void vb_ep_close(struct oti_ep *oep)
+{
+	struct vb_ep *e = vb_ep(oep);
+
+	if (!e)
+		return;
+	if (!e->disconnect_called && (e->state == VB_CONNECTED || e->state == VB_CONNECTING)) {
+		e->disconnect_called = true;
+		rdma_disconnect(e->id);
+	}
+	ep_destroy(e);
+}
