@@ -22,6 +22,7 @@
  */
 static const struct oti_ops *const oti_builtin[] = {
 	&ib_transport_ops,
+	&iwarp_transport_ops,
 	&tcpf_transport_ops,
 };
 

@@ -307,6 +307,7 @@ int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, uint64_t raddr,
 
 /* Backends. */
 extern const struct oti_ops ib_transport_ops;
+extern const struct oti_ops iwarp_transport_ops;
 extern const struct oti_ops tcpf_transport_ops;
 
 #endif /* OTI_H */

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The "iwarp" transport: SDP over RDMA verbs on iWARP RNICs and soft-iWARP
+ * (siw): any device whose transport type is iWARP.  The verbs body is
+ * shared with the "ib" transport (transports/verbs/verbs.c); this file
+ * says what is iWARP's own.
+ *
+ * Ports: an iWARP connection is set up over a real TCP connection to the
+ * rdma_cm port, in the host's TCP port space.  An SDP listener on port P
+ * therefore listens on rdma_cm port (P + iwarp_port_offset) mod 65536, so
+ * that it never collides with a native TCP listener on P (the preload
+ * listens on both stacks on one port); a connect to SDP port P goes to the
+ * same shifted port.  The default offset, 30000, differs from
+ * tcp-fallback's 20000, which listens over TCP on the same host too
+ * (doc/port-scheme.md).
+ *
+ * Private data travels in the MPA request and reply.  librdmacm adds no
+ * header of its own on iWARP, but the room is bounded three times: the
+ * length in struct rdma_conn_param is one byte (255), the rdma_ucm ABI
+ * carries 256 (RDMA_MAX_PRIVATE_DATA), and MPA v2's enhanced connection
+ * setup spends 4 of the provider's 256 (MPA_MAX_PRIVDATA in siw, erdma)
+ * on IRD/ORD.  248 stays below all of them with room to spare, and the
+ * full Hello (92 bytes) and HelloAck (196) fit: no compact Hello on iWARP.
+ *
+ * iWARP rules (OTI_CAP_IWARP_RULES): the sink of an RDMA read needs remote
+ * write access (the engine asks for it, sdp/zcopy.c), no RDMA write with
+ * immediate data (the verbs body never posts one).
+ */
+#include "tunables.h"
+#include "verbs/verbs.h"
+
+#define IW_PRIVATE_DATA 248
+
+static uint16_t iw_port_offset(void)
+{
+	return (uint16_t)(tun_int(TUN_iwarp_port_offset) & 0xffff);
+}
+
+/* An MPA reply with the reject bit (status -ECONNRESET from siw,
+ * -ECONNREFUSED from others) carries the rejecting peer's data; a TCP
+ * connection refused (no listener) carries none, which verbs.c checks. */
+static bool iw_consumer_reject(const struct rdma_cm_event *ev)
+{
+	(void)ev;
+	return true;
+}
+
+static struct vb_flavor iw_flavor = {
+	.name = "iwarp",
+	.dev_type = IBV_TRANSPORT_IWARP,
+	.cap_flags = OTI_CAP_IWARP_RULES,
+	.pdata_room = IW_PRIVATE_DATA,
+	.port_offset = iw_port_offset,
+	.consumer_reject = iw_consumer_reject,
+};
+
+static int iw_init(void)
+{
+	return vb_init(&iw_flavor);
+}
+
+static void iw_fini(void)
+{
+	vb_fini(&iw_flavor);
+}
+
+static int iw_probe(const struct sockaddr *local, const struct sockaddr *remote)
+{
+	return vb_probe(&iw_flavor, local, remote);
+}
+
+static void iw_query_caps(struct oti_caps *caps)
+{
+	vb_query_caps(&iw_flavor, caps);
+}
+
+static int iw_listen(const struct sockaddr *addr, socklen_t addrlen, int backlog,
+		     struct oti_listener **out)
+{
+	return vb_listen(&iw_flavor, addr, addrlen, backlog, out);
+}
+
+static int iw_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
+		      socklen_t srclen, struct oti_ep **out)
+{
+	return vb_ep_open(&iw_flavor, dst, dstlen, src, srclen, out);
+}
+
+const struct oti_ops iwarp_transport_ops = {
+	.size = sizeof(struct oti_ops),
+	.version = OTI_VERSION,
+	.name = "iwarp",
+	.init = iw_init,
+	.fini = iw_fini,
+	.probe = iw_probe,
+	.query_caps = iw_query_caps,
+	.listen = iw_listen,
+	.ep_open = iw_ep_open,
+	VB_SHARED_OPS,
+};
