@@ -23,21 +23,24 @@ TEST_NAME=$(basename "$0" .sh)
 : "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 # TEST_TRANSPORT is the one transport the suite runs on (tcp-fallback,
-# the software one, by default; "ib" over rxe in the VM testbed): the
-# engine may use it and nothing else, so that a transport that does not
-# come up fails the tests instead of leaving them to another one.
+# the software one, by default; "ib" over rxe or "iwarp" over siw in the
+# VM testbed): the engine may use it and nothing else, so that a transport
+# that does not come up fails the tests instead of leaving them to another
+# one.
 # TEST_HOST is the address servers listen on and clients connect to:
 # loopback for tcp-fallback; RDMA devices serve no loopback, so on any
-# other transport the guest's interface address (VM_ADDR, set by
-# test/vm/run-in-vm).
+# other transport the guest's interface address set by test/vm/run-in-vm:
+# that of the interface the transport's device is on (VM_ADDR_RXE for ib,
+# VM_ADDR_SIW for iwarp, when the guest has both), else VM_ADDR.
 : "${TEST_TRANSPORT:=tcp-fallback}"
 SDP_TRANSPORTS=$TEST_TRANSPORT
 if [ -z "${TEST_HOST:-}" ]; then
-	if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
-		TEST_HOST=127.0.0.1
-	else
-		TEST_HOST=${VM_ADDR:-}
-	fi
+	case $TEST_TRANSPORT in
+	tcp-fallback) TEST_HOST=127.0.0.1 ;;
+	ib) TEST_HOST=${VM_ADDR_RXE:-${VM_ADDR:-}} ;;
+	iwarp) TEST_HOST=${VM_ADDR_SIW:-${VM_ADDR:-}} ;;
+	*) TEST_HOST=${VM_ADDR:-} ;;
+	esac
 fi
 # TEST_SLOW: a factor for every time limit of the suite (TEST_LIMIT,
 # run_with_timeout, wait_*, the programs' own timeouts through slow).  In
