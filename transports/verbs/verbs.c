@@ -554,7 +554,7 @@ int vb_listener_arm(struct oti_listener *ol)
 }
 
 int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdata,
-			  size_t *pdata_len, struct sockaddr_storage *peer)
+		   size_t *pdata_len, struct sockaddr_storage *peer)
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
 	struct rdma_cm_event *ev;
@@ -595,7 +595,7 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 }
 
 int vb_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdata,
-		     size_t len)
+	      size_t len)
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
 	uint8_t buf[VB_PDATA_BUF];
@@ -768,7 +768,7 @@ static void ep_destroy(struct vb_ep *e)
 }
 
 int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
-			     struct oti_ep **out)
+		      struct oti_ep **out)
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
 	struct vb_ep *e = ep_alloc();
@@ -1183,7 +1183,7 @@ int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 /* --- data ---------------------------------------------------------------------------- */
 
 int vb_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
-		     struct oti_mr **out)
+	      struct oti_mr **out)
 {
 	struct vb_ep *e = vb_ep(oep);
 	struct vb_mr *m;
@@ -1274,7 +1274,7 @@ static int post_sq(struct vb_ep *e, struct ibv_send_wr *wr, uint64_t ctx, enum o
 }
 
 int vb_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
-			unsigned flags)
+		 unsigned flags)
 {
 	struct vb_ep *e = vb_ep(oep);
 	struct ibv_sge s = to_sge(sge);
@@ -1305,13 +1305,13 @@ static int vb_rdma(struct oti_ep *oep, const struct oti_sge *local, uint64_t rad
 }
 
 int vb_rdma_read(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
-			uint32_t rkey, uint64_t ctx)
+		 uint32_t rkey, uint64_t ctx)
 {
 	return vb_rdma(oep, local, raddr, rkey, ctx, false);
 }
 
 int vb_rdma_write(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
-			 uint32_t rkey, uint64_t ctx)
+		  uint32_t rkey, uint64_t ctx)
 {
 	return vb_rdma(oep, local, raddr, rkey, ctx, true);
 }
