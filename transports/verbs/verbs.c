@@ -111,10 +111,22 @@ struct oti_connreq {
 	struct rdma_cm_id *id;	/* the new connection's id */
 };
 
+/*
+ * A posted work request.  Receives complete in order (one wr_id, a
+ * FIFO).  Send-queue requests need not: siw completes a Send as soon as
+ * TCP took it, while an RDMA Read posted before it completes only when its
+ * response has arrived.  So a send-queue request's wr_id names its slot
+ * (VB_WRID_SQ + index), and the ring's head moves past a slot only once
+ * every slot before it has completed too.
+ */
 struct vb_slot {
 	uint64_t ctx;
 	enum oti_wc_op op;
+	bool busy;		/* send queue: posted, not completed */
 };
+
+#define VB_WRID_RQ 1
+#define VB_WRID_SQ 2
 
 enum vb_state {
 	VB_RESOLVING_ADDR,
@@ -1139,6 +1151,21 @@ static int wc_status(enum ibv_wc_status st)
 	}
 }
 
+static const char *wc_op_name(enum oti_wc_op op)
+{
+	switch (op) {
+	case OTI_WC_SEND:
+		return "send";
+	case OTI_WC_RECV:
+		return "receive";
+	case OTI_WC_RDMA_READ:
+		return "RDMA read";
+	case OTI_WC_RDMA_WRITE:
+		return "RDMA write";
+	}
+	return "?";
+}
+
 int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 {
 	struct vb_ep *e = vb_ep(oep);
@@ -1160,15 +1187,21 @@ int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 		struct ibv_wc *w = &e->wc[e->wc_next++];
 		struct vb_slot *slot;
 
-		if (w->wr_id == 1) {
+		if (w->wr_id == VB_WRID_RQ) {
 			if (e->rq_head == e->rq_tail)
 				continue;	/* cannot happen: nothing posted */
 			slot = &e->rq[e->rq_head++ % VB_RQ_DEPTH];
 		} else {
-			if (e->sq_head == e->sq_tail)
-				continue;
-			slot = &e->sq[e->sq_head++ % VB_SQ_DEPTH];
+			uint64_t i = w->wr_id - VB_WRID_SQ;
+
+			if (w->wr_id < VB_WRID_SQ || i >= VB_SQ_DEPTH || !e->sq[i].busy)
+				continue;	/* cannot happen: not ours */
+			slot = &e->sq[i];
+			slot->busy = false;
 		}
+		if (w->status != IBV_WC_SUCCESS && w->status != IBV_WC_WR_FLUSH_ERR)
+			sdp_dbg(e->fl->name, "%s completion: %s (vendor error 0x%x)",
+				wc_op_name(slot->op), ibv_wc_status_str(w->status), w->vendor_err);
 		wc[got] = (struct oti_wc){
 			.ctx = slot->ctx,
 			.op = slot->op,
@@ -1176,6 +1209,8 @@ int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 			.len = slot->op == OTI_WC_RECV ? w->byte_len : 0,
 		};
 		got++;
+		while (e->sq_head != e->sq_tail && !e->sq[e->sq_head % VB_SQ_DEPTH].busy)
+			e->sq_head++;
 	}
 	return got;
 }
@@ -1240,7 +1275,7 @@ int vb_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx)
 {
 	struct vb_ep *e = vb_ep(oep);
 	struct ibv_sge s = to_sge(sge);
-	struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &s, .num_sge = 1 }, *bad;
+	struct ibv_recv_wr wr = { .wr_id = VB_WRID_RQ, .sg_list = &s, .num_sge = 1 }, *bad;
 
 	if (!e->id || !e->id->qp)
 		return -ENOTCONN;
@@ -1250,7 +1285,7 @@ int vb_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx)
 
 	if (r)
 		return -r;
-	e->rq[e->rq_tail++ % VB_RQ_DEPTH] = (struct vb_slot){ ctx, OTI_WC_RECV };
+	e->rq[e->rq_tail++ % VB_RQ_DEPTH] = (struct vb_slot){ .ctx = ctx, .op = OTI_WC_RECV };
 	return 0;
 }
 
@@ -1264,12 +1299,15 @@ static int post_sq(struct vb_ep *e, struct ibv_send_wr *wr, uint64_t ctx, enum o
 		return -ECANCELED;
 	if (e->sq_tail - e->sq_head >= VB_SQ_DEPTH)
 		return -EAGAIN;
-	wr->wr_id = 0;
+	unsigned i = e->sq_tail % VB_SQ_DEPTH;
+
+	wr->wr_id = VB_WRID_SQ + i;
 	int r = ibv_post_send(e->id->qp, wr, &bad);
 
 	if (r)
 		return -r;
-	e->sq[e->sq_tail++ % VB_SQ_DEPTH] = (struct vb_slot){ ctx, op };
+	e->sq[i] = (struct vb_slot){ .ctx = ctx, .op = op, .busy = true };
+	e->sq_tail++;
 	return 0;
 }
 
