@@ -22,6 +22,12 @@
  * on IRD/ORD.  248 stays below all of them with room to spare, and the
  * full Hello (92 bytes) and HelloAck (196) fit: no compact Hello on iWARP.
  *
+ * Source ports: rdma_cm picks a connecting id's port from its own port
+ * space, which knows nothing of the host's TCP sockets; siw then binds a
+ * kernel TCP socket to it and fails with EADDRINUSE when TCP has that port
+ * (a TIME_WAIT of an earlier native connection, say).  So the verbs body
+ * asks the TCP stack for a free port first (tcp_source_ports).
+ *
  * iWARP rules (OTI_CAP_IWARP_RULES): the sink of an RDMA read needs remote
  * write access (the engine asks for it, sdp/zcopy.c), no RDMA write with
  * immediate data (the verbs body never posts one).
@@ -52,6 +58,7 @@ static struct vb_flavor iw_flavor = {
 	.pdata_room = IW_PRIVATE_DATA,
 	.port_offset = iw_port_offset,
 	.consumer_reject = iw_consumer_reject,
+	.tcp_source_ports = true,
 };
 
 static int iw_init(void)

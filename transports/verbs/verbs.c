@@ -844,6 +844,44 @@ int vb_accept(struct oti_ep *oep, const void *pdata, size_t len)
 	return 0;
 }
 
+/*
+ * For tcp_source_ports: bind id to a port the host's TCP stack has free
+ * right now (a socket bound to port 0 gets one that no socket, TIME_WAIT
+ * included, holds), on src's address or the wildcard; rdma_resolve_addr()
+ * then keeps the port.  Tried a few times: rdma_cm may hold the port in
+ * its own space.  Failing that, rdma_cm picks as before.  The port is
+ * free again between close() and the device's bind, a window other
+ * programs could hit only by binding that very port in it.
+ */
+#define VB_TCP_PORT_TRIES 8
+
+static void bind_tcp_free_port(struct rdma_cm_id *id, int family, const struct sockaddr *src)
+{
+	for (int i = 0; i < VB_TCP_PORT_TRIES; i++) {
+		struct sockaddr_storage a;
+		socklen_t alen = sizeof(a);
+		int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd < 0)
+			return;
+		memset(&a, 0, sizeof(a));
+		if (src)
+			memcpy(&a, src, sa_len(src));
+		a.ss_family = (sa_family_t)family;
+		sa_set_port((struct sockaddr *)&a, 0);
+		if (bind(fd, (struct sockaddr *)&a, sa_len((struct sockaddr *)&a)) ||
+		    getsockname(fd, (struct sockaddr *)&a, &alen)) {
+			close(fd);
+			return;
+		}
+		close(fd);
+		if (rdma_bind_addr(id, (struct sockaddr *)&a) == 0)
+			return;
+		if (errno != EADDRINUSE)
+			return;
+	}
+}
+
 int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t dstlen,
 	       const struct sockaddr *src, socklen_t srclen, struct oti_ep **out)
 {
@@ -867,6 +905,11 @@ int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t
 		ret = neg_errno(ENOMEM);
 		ep_destroy(e);
 		return ret;
+	}
+	if (fl->tcp_source_ports && (!src || sa_port(src) == 0)) {
+		bind_tcp_free_port(e->id, dst->sa_family, src);
+		if (rdma_get_local_addr(e->id)->sa_family != AF_UNSPEC)
+			src = NULL;	/* bound: resolve from there */
 	}
 	e->state = VB_RESOLVING_ADDR;
 	if (rdma_resolve_addr(e->id, (struct sockaddr *)src, (struct sockaddr *)&to,

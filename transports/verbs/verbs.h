@@ -38,6 +38,10 @@ struct vb_flavor {
 	/* Is this REJECTED event the peer's reject() (which carries our
 	 * framing), rather than "no listener there"? */
 	bool (*consumer_reject)(const struct rdma_cm_event *ev);
+	/* Connections are TCP connections of the host (iWARP): a connecting
+	 * id takes its source port from the TCP stack, not from rdma_cm's
+	 * port space alone, where it could be one TCP already uses. */
+	bool tcp_source_ports;
 	bool up;		/* init() succeeded */
 };
 
