@@ -59,6 +59,7 @@ static struct vb_flavor iw_flavor = {
 	.port_offset = iw_port_offset,
 	.consumer_reject = iw_consumer_reject,
 	.tcp_source_ports = true,
+	.split_dual_stack = true,
 };
 
 static int iw_init(void)

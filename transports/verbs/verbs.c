@@ -104,6 +104,7 @@ struct vb_listener {
 	const struct vb_flavor *fl;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
+	struct rdma_cm_id *id4;	/* split_dual_stack: the IPv4 half of [::] */
 	uint16_t port_off;	/* rdma_cm port - SDP port, read at listen */
 };
 
@@ -487,6 +488,11 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 		l->id = held;
 		return ret;
 	}
+	if (l->id4) {
+		int one = 1;
+
+		rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one));
+	}
 	errno = 0;
 	if (rdma_bind_addr(l->id, (struct sockaddr *)&a))
 		ret = neg_errno(EADDRNOTAVAIL);
@@ -518,6 +524,25 @@ int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t
 		ret = neg_errno(ENOMEM);
 		goto destroy_ch;
 	}
+	if (fl->split_dual_stack && addr->sa_family == AF_INET6 &&
+	    IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
+		/* Both halves AF-only, else rdma_cm refuses the second on the
+		 * port; its bind follows the first's, whose port it takes. */
+		int one = 1;
+
+		errno = 0;
+		if (rdma_create_id(l->ch, &l->id4, l, RDMA_PS_TCP)) {
+			ret = neg_errno(ENOMEM);
+			goto destroy_id;
+		}
+		if (rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				    sizeof(one)) ||
+		    rdma_set_option(l->id4, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				    sizeof(one))) {
+			ret = neg_errno(EINVAL);
+			goto destroy_id;
+		}
+	}
 	ret = listen_bind(l, addr);
 	if (ret)
 		goto destroy_id;
@@ -526,10 +551,25 @@ int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t
 		ret = neg_errno(EADDRINUSE);
 		goto destroy_id;
 	}
+	if (l->id4) {
+		struct sockaddr_in a4 = {
+			.sin_family = AF_INET,
+			.sin_port = htons(sa_port(rdma_get_local_addr(l->id))),
+		};
+
+		errno = 0;
+		if (rdma_bind_addr(l->id4, (struct sockaddr *)&a4) ||
+		    rdma_listen(l->id4, backlog > 0 ? backlog : 128)) {
+			ret = neg_errno(EADDRINUSE);
+			goto destroy_id;
+		}
+	}
 	*out = (struct oti_listener *)l;
 	return 0;
 
 destroy_id:
+	if (l->id4)
+		rdma_destroy_id(l->id4);
 	rdma_destroy_id(l->id);
 destroy_ch:
 	rdma_destroy_event_channel(l->ch);
@@ -640,6 +680,8 @@ void vb_listener_close(struct oti_listener *ol)
 		if (id)
 			rdma_destroy_id(id);
 	}
+	if (l->id4)
+		rdma_destroy_id(l->id4);
 	rdma_destroy_id(l->id);
 	rdma_destroy_event_channel(l->ch);
 	free(l);

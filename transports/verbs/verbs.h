@@ -42,6 +42,10 @@ struct vb_flavor {
 	 * id takes its source port from the TCP stack, not from rdma_cm's
 	 * port space alone, where it could be one TCP already uses. */
 	bool tcp_source_ports;
+	/* A listen on the IPv6 wildcard does not hear IPv4 connections (siw
+	 * refused them, over loopback at least): listen on [::] and 0.0.0.0
+	 * apart, each address family only. */
+	bool split_dual_stack;
 	bool up;		/* init() succeeded */
 };
 
