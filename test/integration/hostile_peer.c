@@ -2540,11 +2540,14 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 	}
 	/* ... and a send whose bytes were never placed must not return
 	 * them as sent.  On tcp-fallback a write completes once it is handed
-	 * to the kernel (tcpf.c), so there the send may have returned before
-	 * the peer refused the write; the application must learn at its next
-	 * call. */
+	 * to the kernel (tcpf.c), and on iWARP once it is handed to TCP (siw
+	 * completes it when TCP took it; the peer's refusal comes back later
+	 * as a Terminate): there the send may have returned before the peer
+	 * refused the write, and the application must learn at its next
+	 * call.  On InfiniBand the write completes only when the peer acked
+	 * it. */
 	if (write_fails && vr.r2 == (int64_t)ZC_BYTES) {
-		if (!(caps.flags & OTI_CAP_SOFTWARE) || vr.end == 0) {
+		if (!(caps.flags & (OTI_CAP_SOFTWARE | OTI_CAP_IWARP_RULES)) || vr.end == 0) {
 			snprintf(why + k, cap - k, " -- its send() RETURNED SUCCESS for bytes never "
 				 "delivered");
 			return -EIO;
