@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause
-# 100 concurrent SDP connections in one process (conn_storm): a server
+# 100 concurrent SDP connections in one process (conn_storm; 25 on siw in
+# the guest, see below): a server
 # thread serves them all from one sdp_poll() loop while 100 client threads
 # connect at the same moment and each streams its own seeded data (random
 # write sizes) and checks the server's verdict (count + XXH64).  Every
@@ -18,8 +19,18 @@ log "reference: the same storm over the kernel's TCP"
 if ! run_with_timeout 60 "$STORM" --tcp --conns 100 --bytes "$bytes" --timeout "$(slow 45)"; then
 	fail "the storm fails over kernel TCP: the test program is broken"
 fi
-log "SDP: 100 concurrent connections"
-run_with_timeout 150 "$STORM" --conns 100 --bytes "$bytes" --timeout "$(slow 120)"
+# siw gives an accepting side 5 s (MPAREP_TIMEOUT, fixed in the kernel)
+# from a connection's MPA request to its rdma_accept(), and each accept
+# registers the connection's buffers first.  In the emulated guest 100
+# connects at once overran that: 4 of 100 failed with ETIMEDOUT on a quiet
+# host, 64 of 100 with a second guest running beside it.  So on iWARP in
+# the guest the storm is 25; rxe and tcp-fallback keep 100.
+conns=100
+if [ "$TEST_TRANSPORT" = iwarp ] && [ -n "${VM_NAME:-}" ]; then
+	conns=25
+fi
+log "SDP: $conns concurrent connections"
+run_with_timeout 150 "$STORM" --conns "$conns" --bytes "$bytes" --timeout "$(slow 120)"
 rc=$?
 [ "$rc" -eq 0 ] || fail "conn_storm exit $(status_text "$rc")"
 log "a second storm in a fresh process, 20 connections of 1 MiB"
