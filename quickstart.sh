@@ -14,6 +14,8 @@
 #   rxe        the integration tests again on the verbs transport over
 #              Soft-RoCE in a QEMU guest (test/vm/run-in-vm), and SDP
 #              between two guests (test/vm/cross_kernel.sh)
+#   siw        the same on the iwarp transport over soft-iWARP (siw), and
+#              SDP between two guests over siw
 #   sanitizers make check in build-asan/         (--enable-sanitizers, ASan+UBSan+LSan)
 #   tsan       integration tests in build-tsan/  (--enable-sanitizers=thread, test/tsan.supp)
 #   valgrind   make check-valgrind in build/     (memcheck over real workloads, test/valgrind.sh)
@@ -362,13 +364,30 @@ stage_rxe() {
 		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" rxe
 }
 
+# The integration suite on the iwarp transport over soft-iWARP (siw) in the
+# guest, then SDP between two kernels over siw: as stage_rxe.
+stage_siw() {
+	if ! build_dir "$srcdir/build"; then
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' siw)")
+		return
+	fi
+	# shellcheck disable=SC2016
+	stage_limit=3000 RUN_IN_VM_TIMEOUT=2900 RUN_IN_VM_RW="$srcdir/build" RUN_IN_VM_MEM=3072 \
+		run_cmd_tests siw "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices siw -- \
+		make -C "$srcdir/build" check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT=iwarp
+	stage_limit=900 run_cmd_tests cross-siw "$srcdir/build" bash -c \
+		'"$@"; rc=$?; if [ $rc -eq 0 ]; then echo "# PASS:  1"; else echo "# FAIL:  1"; fi; exit $rc' \
+		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" siw
+}
+
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe sanitizers tsan valgrind distcheck clang} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw sanitizers tsan valgrind distcheck clang} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | rxe | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
+		check | rxe | siw | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done
