@@ -28,6 +28,10 @@
  * (a TIME_WAIT of an earlier native connection, say).  So the verbs body
  * asks the TCP stack for a free port first (tcp_source_ports).
  *
+ * Wildcard listens: an rdma_cm listen on [::] refused IPv4 connects on siw
+ * (to the guest's own address, at least), where one on 0.0.0.0 took them;
+ * so a listen on [::] is two, one per address family (split_dual_stack).
+ *
  * iWARP rules (OTI_CAP_IWARP_RULES): the sink of an RDMA read needs remote
  * write access (the engine asks for it, sdp/zcopy.c), no RDMA write with
  * immediate data (the verbs body never posts one).

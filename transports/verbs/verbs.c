@@ -28,11 +28,12 @@
  * eventfd through which another endpoint's thread hands over an async
  * event that concerns this one.
  *
- * Completions: RC completes each work queue in order, so the transport
- * keeps the engine's context and the operation of every posted request in
- * two rings (send queue, receive queue) and answers completions, error and
- * flush completions included (whose opcode verbs leaves undefined), from
- * the head of the matching ring.
+ * Completions: the transport keeps the engine's context and the operation
+ * of every posted request in two rings (send queue, receive queue) and
+ * answers completions, error and flush completions included (whose opcode
+ * verbs leaves undefined), from them: the receive ring's head (receives
+ * complete in order), the send ring's slot that the wr_id names (send-queue
+ * requests need not complete in order on iWARP: struct vb_slot).
  */
 #include <errno.h>
 #include <fcntl.h>
