@@ -238,17 +238,24 @@ sock_run() {
 	fi
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
-	if [ $rc -ne 0 ] || [ -z "$out" ]; then
-		echo "rdma_compare: $col $mode $size failed (exit $rc): $(cat "$tmp/client.err" "$tmp/serve.err")" >&2
-		failed "$col $mode $size"
-		return 1
-	fi
-	if [ -n "$sdp" ] && ! grep -q "over $transport" "$tmp/sdp.log"; then
-		echo "rdma_compare: $col $mode $size did not run over $transport: $(cat "$tmp/sdp.log")" >&2
-		failed "$col $mode $size"
-		return 1
-	fi
+	run_ok "$col $mode $size" "$rc" "$out" "$sdp" || return 1
 	echo "$out"
+}
+
+# run_ok WHAT RC OUTPUT SDP: did a sock_bench run succeed (exit 0, some
+# output) and, for an SDP column (SDP not empty), run over the transport?
+# Says why not, and counts the failure.
+run_ok() {
+	local why=''
+	if [ "$2" -ne 0 ] || [ -z "$3" ]; then
+		why="failed (exit $2): $(cat "$tmp/client.err" "$tmp/serve.err")"
+	elif [ -n "$4" ] && ! grep -q "over $transport" "$tmp/sdp.log"; then
+		why="did not run over $transport: $(cat "$tmp/sdp.log")"
+	fi
+	[ -z "$why" ] && return 0
+	echo "rdma_compare: $1 $why" >&2
+	failed "$1"
+	return 1
 }
 
 # jget KEY JSON: a counter of sdpstat's JSON, or nothing.
@@ -298,16 +305,7 @@ rr_run() {
 	rc=$?
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
-	if [ $rc -ne 0 ] || [ -z "$line" ]; then
-		echo "rdma_compare: $col rr $size failed (exit $rc): $(cat "$tmp/client.err" "$tmp/serve.err")" >&2
-		failed "$col rr $size"
-		return 1
-	fi
-	if [ -n "$sdp" ] && ! grep -q "over $transport" "$tmp/sdp.log"; then
-		echo "rdma_compare: $col rr $size did not run over $transport: $(cat "$tmp/sdp.log")" >&2
-		failed "$col rr $size"
-		return 1
-	fi
+	run_ok "$col rr $size" "$rc" "$line" "$sdp" || return 1
 	echo "$line$extra"
 }
 
