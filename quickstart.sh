@@ -341,44 +341,39 @@ stage_clang() {
 	run_build_stage clang build_clang
 }
 
-# The integration suite again, on the verbs transport (ib) over Soft-RoCE
-# inside a QEMU guest (test/vm/run-in-vm: its first run installs what it
-# needs and builds the guest, cached after), then SDP between two kernels
-# (test/vm/cross_kernel.sh, two guests).  run-in-vm's exit 125 means the
-# testbed itself failed: that fails the stage, it is never a skip.
-stage_rxe() {
+# The integration suite again on a verbs transport inside a QEMU guest
+# (test/vm/run-in-vm: its first run installs what it needs and builds the
+# guest, cached after), then SDP between two kernels (test/vm/cross_kernel.sh,
+# two guests): stage_vm STAGE DEVICE TRANSPORT CROSS-STAGE.  run-in-vm's
+# exit 125 means the testbed itself failed: that fails the stage, it is
+# never a skip.
+stage_vm() {
+	local name=$1 device=$2 transport=$3 cross=$4
 	if ! build_dir "$srcdir/build"; then
 		failed_any=1 tot_error=$((tot_error + 1))
-		summary+=("$(printf '%-11s FAILED  (build)' rxe)")
+		summary+=("$(printf '%-11s FAILED  (build)' "$name")")
 		return
 	fi
 	# 3 GiB: on verbs every SDP connection pins its buffers (8 MiB), and
 	# many_conns' 100 loopback connections alone pin over 1 GiB.
 	# shellcheck disable=SC2016
 	stage_limit=3000 RUN_IN_VM_TIMEOUT=2900 RUN_IN_VM_RW="$srcdir/build" RUN_IN_VM_MEM=3072 \
-		run_cmd_tests rxe "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices rxe -- \
-		make -C "$srcdir/build" check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT=ib
+		run_cmd_tests "$name" "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices "$device" -- \
+		make -C "$srcdir/build" check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT="$transport"
 	# One test, counted the automake way so the totals include it.
-	stage_limit=900 run_cmd_tests cross-kernel "$srcdir/build" bash -c \
+	stage_limit=900 run_cmd_tests "$cross" "$srcdir/build" bash -c \
 		'"$@"; rc=$?; if [ $rc -eq 0 ]; then echo "# PASS:  1"; else echo "# FAIL:  1"; fi; exit $rc' \
-		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" rxe
+		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" "$device"
 }
 
-# The integration suite on the iwarp transport over soft-iWARP (siw) in the
-# guest, then SDP between two kernels over siw: as stage_rxe.
+# The ib transport over Soft-RoCE.
+stage_rxe() {
+	stage_vm rxe rxe ib cross-kernel
+}
+
+# The iwarp transport over soft-iWARP.
 stage_siw() {
-	if ! build_dir "$srcdir/build"; then
-		failed_any=1 tot_error=$((tot_error + 1))
-		summary+=("$(printf '%-11s FAILED  (build)' siw)")
-		return
-	fi
-	# shellcheck disable=SC2016
-	stage_limit=3000 RUN_IN_VM_TIMEOUT=2900 RUN_IN_VM_RW="$srcdir/build" RUN_IN_VM_MEM=3072 \
-		run_cmd_tests siw "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices siw -- \
-		make -C "$srcdir/build" check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT=iwarp
-	stage_limit=900 run_cmd_tests cross-siw "$srcdir/build" bash -c \
-		'"$@"; rc=$?; if [ $rc -eq 0 ]; then echo "# PASS:  1"; else echo "# FAIL:  1"; fi; exit $rc' \
-		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" siw
+	stage_vm siw siw iwarp cross-siw
 }
 
 cmd_test() {
