@@ -301,6 +301,13 @@ struct sdp_regcache *regcache_new(const struct oti_ops *t, struct oti_ep *ep, un
 		rc->access = access;
 		rc->max_entries = (size_t)tun_int(TUN_regcache_entries);
 		rc->max_bytes = (size_t)tun_int(TUN_regcache_max_bytes);
+		/* Only local access is cached (regcache.h).  On iWARP a read's
+		 * sink needs remote write, and its key goes to the peer in
+		 * the read request: kept, it would let the peer write into
+		 * the application's buffer long after the read.  Such a
+		 * cache registers for each use instead. */
+		if (access & (OTI_ACCESS_REMOTE_READ | OTI_ACCESS_REMOTE_WRITE))
+			rc->max_entries = 0;
 	}
 	return rc;
 }

@@ -7,7 +7,10 @@
  *
  * Only local access is ever cached.  A registration a peer can use (the
  * remote key of a SrcAvail or SinkAvail) is made for exactly one operation
- * and destroyed when it ends (sdp/zcopy.c); it never comes from here.
+ * and destroyed when it ends (sdp/zcopy.c); it never comes from here.  A
+ * cache made with remote access (a read's sink on iWARP, whose key the
+ * read request carries to the peer) caches nothing: each get registers,
+ * each put deregisters.
  *
  * A cached registration must never outlive the memory it names: after
  * free(), munmap() or mremap() the same addresses may be backed by other

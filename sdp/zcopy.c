@@ -483,7 +483,10 @@ void zc_cancel_rcvd(struct sdp_sock *s)
 }
 
 /* Access for the local side of a read: iWARP also wants remote write on
- * a read's sink. */
+ * a read's sink.  Application buffers are then registered for one read
+ * each (regcache.c caches no remote access); the staging buffer keeps its
+ * registration: it only ever holds this peer's bytes, so a write of the
+ * peer's into it can do no more than its data could. */
 static unsigned zc_sink_access(const struct sdp_conn *c)
 {
 	struct oti_caps caps;

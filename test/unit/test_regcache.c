@@ -353,6 +353,28 @@ Test(regcache, tracking_off_means_no_caching)
 	cr_assert_eq(deregs(), 2);
 }
 
+/* iWARP: a read's sink has remote write, and the peer learns its key
+ * from the read request: such registrations are never kept. */
+Test(regcache, remote_access_means_no_caching)
+{
+	if (sysconf(_SC_PAGESIZE) != PG)
+		cr_skip_test("the page geometry of these tests is for 4 KiB pages");
+	sdp_regcache_tracking_on();
+	struct sdp_regcache *rc =
+		regcache_new(&fake, NULL, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE);
+	struct oti_mr *a;
+
+	cr_assert_not_null(rc);
+	a = touch(rc, arena + 100, 5000);
+	cr_assert_eq(a->access, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE);
+	cr_assert_eq(deregs(), 1, "deregistered at put, though tracking is on");
+	touch(rc, arena + 100, 5000);
+	cr_assert_eq(regs(), 2, "registered again: nothing was kept");
+	cr_assert_eq(deregs(), 2);
+	regcache_free(rc);
+	cr_assert_eq(deregs(), 2);
+}
+
 Test(regcache, exact_range_without_caching)
 {
 	struct sdp_regcache *rc = regcache_new(&fake, NULL, OTI_ACCESS_LOCAL_WRITE);
