@@ -362,11 +362,13 @@ Test(regcache, remote_access_means_no_caching)
 	sdp_regcache_tracking_on();
 	struct sdp_regcache *rc =
 		regcache_new(&fake, NULL, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE);
-	struct oti_mr *a;
+	struct sdp_reg *r;
 
 	cr_assert_not_null(rc);
-	a = touch(rc, arena + 100, 5000);
+	struct oti_mr *a = get(rc, arena + 100, 5000, &r);
+
 	cr_assert_eq(a->access, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE);
+	regcache_put(rc, r);
 	cr_assert_eq(deregs(), 1, "deregistered at put, though tracking is on");
 	touch(rc, arena + 100, 5000);
 	cr_assert_eq(regs(), 2, "registered again: nothing was kept");
