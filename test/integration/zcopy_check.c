@@ -2997,10 +2997,13 @@ static void serve_one(int sd, int res_fd, int go_fd)
 	pthread_mutex_init(&c.lock, NULL);
 	sdp_get_stats(&c.st0);
 	set_timeo(sd, SO_RCVTIMEO, 20000 * slow);
+	uint64_t t0 = now_ns();
+
 	n = sdp_recv(sd, hdr, sizeof(hdr), MSG_WAITALL);
 	if (n != HDR_LEN) {
-		snprintf(res.msg, sizeof(res.msg), "no case header: %s",
-			 n < 0 ? errname(n) : "short");
+		snprintf(res.msg, sizeof(res.msg), "no case header: %s after %.0f ms",
+			 n < 0 ? errname(n) : n ? "short" : "end of stream",
+			 (now_ns() - t0) / 1e6);
 		goto out;
 	}
 	uint32_t magic = ntohl(*(uint32_t *)hdr), idx = ntohl(*(uint32_t *)(hdr + 4));
@@ -3220,12 +3223,17 @@ static int run_case(int idx, struct server *srv)
 		srv->pid = 0;
 		goto report;
 	}
-	/* A result of an earlier case that timed out is skipped. */
+	/* A result of an earlier case that timed out is skipped; one
+	 * without a case (the server read no header) is this connection's. */
 	do
 		r = read_result(srv, &res, 90);
-	while (!r && res.idx != idx);
+	while (!r && res.idx != idx && res.idx != -1);
 	if (r) {
 		failf(&c, "no result from the server within %u s", 90 * slow);
+		goto report;
+	}
+	if (res.idx == -1) {
+		failf(&c, "server: %s", res.msg);
 		goto report;
 	}
 	c.peer = res.d;
