@@ -148,6 +148,38 @@ unsigned sdp_watch_changes(const struct sdp_watch *w);
 unsigned sdp_watch_edges(const struct sdp_watch *w);
 void sdp_watch_del(struct sdp_watch *w);
 
+/*
+ * Converting a connected TCP socket into an SDP connection between the
+ * same two hosts (doc/conversion.md).  The peer must run libsdp and make
+ * the matching call: one end sdp_convert_accept(), the other
+ * sdp_convert_connect().
+ *
+ * sdp_convert_accept() first sends final_msg (final_len bytes, may be 0):
+ * the last bytes of the TCP stream, which the other end's program reads
+ * before it calls sdp_convert_connect().  Then both agree over the socket
+ * and an SDP connection is made between the socket's two addresses.
+ *
+ * On success the call returns the new connection's sd, blocking or not
+ * as fd was, with fd's SO_KEEPALIVE, TCP_NODELAY, SO_OOBINLINE,
+ * SO_LINGER, SO_RCVTIMEO and SO_SNDTIMEO; the TCP connection has ended
+ * in order and fd is closed.
+ *
+ * On failure fd is open and as it was, usable for streaming, and nothing
+ * the consumer sent has been read from it:
+ *   -ETIMEDOUT     no agreement within timeout_ms
+ *   -ECONNREFUSED  the peer refused, or the SDP connection failed
+ *   -EPROTO        the peer sent stream data where its part of the
+ *                  handshake belonged: it does not convert (its bytes are
+ *                  left for the caller to read)
+ *   -EPROTONOSUPPORT  the peer speaks another version of the handshake
+ *   -EINVAL        timeout_ms 0
+ *   -ENOTCONN, -ENOTSOCK, -EOPNOTSUPP (not a connected TCP socket),
+ *   -ECONNRESET    the TCP connection ended
+ * timeout_ms < 0 waits for ever.  Signals do not interrupt the calls.
+ */
+int sdp_convert_connect(int fd, int timeout_ms);
+int sdp_convert_accept(int fd, const void *final_msg, size_t final_len, int timeout_ms);
+
 /* Is sd a socket of this engine? 1 or 0. */
 int sdp_is_socket(int sd);
 
