@@ -167,7 +167,8 @@ void sdp_watch_del(struct sdp_watch *w);
  * On failure fd is open and as it was, usable for streaming, and nothing
  * the consumer sent has been read from it:
  *   -ETIMEDOUT     no agreement within timeout_ms
- *   -ECONNREFUSED  the peer refused, or the SDP connection failed
+ *   -ECONNREFUSED  the peer refused, or the SDP connection failed (the
+ *                  connect side returns sdp_connect()'s error then)
  *   -EPROTO        the peer sent stream data where its part of the
  *                  handshake belonged: it does not convert (its bytes are
  *                  left for the caller to read)
