@@ -97,15 +97,20 @@ static size_t body_len(uint8_t type)
 
 size_t conv_encode(uint8_t *buf, const struct conv_frame *f)
 {
-	size_t n = body_len(f->type);
+	size_t fixed = body_len(f->type), n = fixed;
 	uint8_t *b = buf + CONV_HDR_LEN;
+
+	if (f->type != CONV_FIN)
+		n += f->pdata_len;
 
 	memcpy(buf, CONV_MAGIC, CONV_MAGIC_LEN);
 	buf[6] = f->type;
 	buf[7] = CONV_VERSION;
 	put16(buf + 8, (uint16_t)n);
 	put16(buf + 10, 0);
-	memset(b, 0, n);
+	memset(b, 0, fixed);
+	if (n > fixed)
+		memcpy(b + fixed, f->pdata, n - fixed);
 	switch (f->type) {
 	case CONV_REQ:
 		memcpy(b, f->nonce, CONV_NONCE_LEN);
@@ -154,6 +159,10 @@ int conv_decode(const uint8_t *buf, size_t len, struct conv_frame *f)
 	f->version = buf[7];
 	if (!body_len(f->type) || n < body_len(f->type))
 		return -EPROTO;
+	if (f->type != CONV_FIN) {
+		f->pdata_len = (uint16_t)(n - body_len(f->type));
+		memcpy(f->pdata, b + body_len(f->type), f->pdata_len);
+	}
 	switch (f->type) {
 	case CONV_REQ:
 		memcpy(f->nonce, b, CONV_NONCE_LEN);

@@ -14,12 +14,15 @@
  *   8  length  u16      of the body, big-endian, at most CONV_MAX_BODY
  *  10  zero    u16
  *
- *   CONV_REQ  nonce[16], flags u32 (0)
- *   CONV_RSP  status u8, reason u8, port u16, nonce[16] (the request's)
+ *   CONV_REQ  nonce[16], flags u32 (0), then private data
+ *   CONV_RSP  status u8, reason u8, port u16, nonce[16] (the request's),
+ *             then private data
  *   CONV_FIN  status u8, reason u8, zero u16
  *
- * A longer body than this version's is read and the rest ignored, so a
- * later version may append fields.
+ * The private data is the rest of the body (up to CONV_MAX_PDATA bytes):
+ * what a consumer hands the peer with its request or its answer, as DAT
+ * connection requests carry it.  sdp_convert_*() send none.  A FIN body
+ * longer than this version's is read and the rest ignored.
  */
 #ifndef LIBSDP_SDP_CONVERT_H
 #define LIBSDP_SDP_CONVERT_H
@@ -33,6 +36,7 @@
 #define CONV_MAX_BODY 256
 #define CONV_VERSION 1
 #define CONV_NONCE_LEN 16
+#define CONV_MAX_PDATA (CONV_MAX_BODY - CONV_NONCE_LEN - 4)
 
 enum conv_type {
 	CONV_REQ = 1,
@@ -64,10 +68,12 @@ struct conv_frame {
 	uint16_t port;		/* RSP: the SDP listener's port, host order */
 	uint32_t flags;		/* REQ */
 	uint8_t nonce[CONV_NONCE_LEN];
+	uint16_t pdata_len;	/* REQ, RSP */
+	uint8_t pdata[CONV_MAX_PDATA];
 };
 
 /* The frame's bytes into buf (room >= CONV_HDR_LEN + CONV_MAX_BODY):
- * their count. */
+ * their count.  f->pdata_len must be <= CONV_MAX_PDATA. */
 size_t conv_encode(uint8_t *buf, const struct conv_frame *f);
 
 /*

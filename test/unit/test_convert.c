@@ -144,3 +144,31 @@ Test(convert, hostile_lengths_and_types)
 	cr_assert_eq(out.status, CONV_FAILED);
 	free(p);
 }
+
+/* A request's private data is the rest of its body, up to the limit. */
+Test(convert, private_data)
+{
+	struct conv_frame in = { .type = CONV_REQ, .pdata_len = CONV_MAX_PDATA }, out;
+	uint8_t buf[CONV_HDR_LEN + CONV_MAX_BODY];
+
+	for (int i = 0; i < CONV_MAX_PDATA; i++)
+		in.pdata[i] = (uint8_t)(i * 7);
+	size_t n = conv_encode(buf, &in);
+
+	cr_assert_eq(n, CONV_HDR_LEN + CONV_MAX_BODY);
+	cr_assert_eq(buf[8] << 8 | buf[9], CONV_MAX_BODY);
+	uint8_t *p = copy(buf, n);
+
+	cr_assert_eq(conv_decode(p, n, &out), 0);
+	cr_assert_eq(out.pdata_len, CONV_MAX_PDATA);
+	cr_assert_arr_eq(out.pdata, in.pdata, CONV_MAX_PDATA);
+	free(p);
+	/* None: the body is the fixed part alone. */
+	in.pdata_len = 0;
+	n = conv_encode(buf, &in);
+	p = copy(buf, n);
+	cr_assert_eq(n, CONV_HDR_LEN + 20);
+	cr_assert_eq(conv_decode(p, n, &out), 0);
+	cr_assert_eq(out.pdata_len, 0);
+	free(p);
+}
