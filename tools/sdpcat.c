@@ -4,9 +4,15 @@
  * with --tcp, the kernel's TCP for comparison) and say whether every byte
  * arrived, in order, and how fast.
  *
- *   sdpcat [--tcp] -l [ADDR:]PORT [--port-file FILE] [--count N] [--echo]
- *   sdpcat [--tcp] -c HOST:PORT [--bytes N] [--seed S] [--wsize MIN[-MAX]]
- *          [--rsize MIN[-MAX]] [--bidir] [--nonblock]
+ *   sdpcat [--tcp|--convert] -l [ADDR:]PORT [--port-file FILE] [--count N]
+ *          [--echo]
+ *   sdpcat [--tcp|--convert] -c HOST:PORT [--bytes N] [--seed S]
+ *          [--wsize MIN[-MAX]] [--rsize MIN[-MAX]] [--bidir] [--nonblock]
+ *
+ * --convert: the connection is made with the kernel's TCP, the server
+ * sends a greeting line over it, and both ends convert it to SDP
+ * (sdp_convert_accept/sdp_convert_connect, doc/conversion.md); the stream
+ * then goes over SDP.
  *
  * The protocol is described in xfer.h.  The client exits 0 only when the
  * server's verdict (byte count and XXH64 of what it received) matches what
@@ -28,8 +34,13 @@
 
 #define MAX_IO_SIZE (64u << 20)
 
+/* --convert: the server's last line over TCP, read before converting. */
+static const char convert_greeting[] = "sdpcat: converting to SDP\n";
+#define CONVERT_GREETING_LEN (sizeof(convert_greeting) - 1)
+
 struct opts {
 	const struct xsock_ops *ops;
+	bool convert;		/* TCP first, then converted to SDP */
 	bool listen;
 	const char *addr;
 	const char *port_file;
@@ -82,13 +93,15 @@ static const char *transport_of(int sd)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: sdpcat [--tcp] -l [ADDR:]PORT [--port-file FILE] [--count N] [--echo]\n"
-		"       sdpcat [--tcp] -c HOST:PORT [--bytes N] [--seed S] [--wsize MIN[-MAX]]\n"
-		"              [--rsize MIN[-MAX]] [--bidir] [--nonblock]\n"
+		"usage: sdpcat [--tcp|--convert] -l [ADDR:]PORT [--port-file FILE] [--count N]\n"
+		"              [--echo]\n"
+		"       sdpcat [--tcp|--convert] -c HOST:PORT [--bytes N] [--seed S]\n"
+		"              [--wsize MIN[-MAX]] [--rsize MIN[-MAX]] [--bidir] [--nonblock]\n"
 		"\n"
 		"  -l, --listen ADDR    serve on [ADDR:]PORT (PORT 0: pick one; see --port-file)\n"
 		"  -c, --connect ADDR   send to HOST:PORT ([IPV6]:PORT for IPv6)\n"
 		"  --tcp                use the kernel's TCP instead of SDP (for comparison)\n"
+		"  --convert            connect with TCP, then convert the connection to SDP\n"
 		"  --port-file FILE     write the listening port to FILE once listening\n"
 		"  --count N            serve N connections, then exit (status 1 if any failed)\n"
 		"  --echo               echo every byte back instead of checking a stream\n"
@@ -315,42 +328,46 @@ static int run_server(void)
 	long served = 0, failed = 0;
 	struct conn *conns = NULL;
 
+	/* With --convert the listener is the kernel's; the connections it
+	 * gives become SDP ones. */
+	const struct xsock_ops *lops = opt.convert ? &xsock_tcp : opt.ops;
+
 	ret = xfer_parse_addr(opt.addr, true, &ss, &len);
 	if (ret) {
 		msg("bad listen address '%s': %s", opt.addr, strerror(-ret));
 		return 2;
 	}
-	ls = opt.ops->socket(ss.ss_family, SOCK_STREAM, 0);
+	ls = lops->socket(ss.ss_family, SOCK_STREAM, 0);
 	if (ls < 0) {
 		msg("socket: %s", strerror(-ls));
 		return 1;
 	}
-	(void)opt.ops->setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	ret = opt.ops->bind(ls, (struct sockaddr *)&ss, len);
+	(void)lops->setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	ret = lops->bind(ls, (struct sockaddr *)&ss, len);
 	if (!ret)
-		ret = opt.ops->listen(ls, 128);
+		ret = lops->listen(ls, 128);
 	if (ret) {
 		msg("listen on %s: %s", opt.addr, strerror(-ret));
-		opt.ops->close(ls);
+		lops->close(ls);
 		return 1;
 	}
 	len = sizeof(ss);
-	ret = opt.ops->getsockname(ls, (struct sockaddr *)&ss, &len);
+	ret = lops->getsockname(ls, (struct sockaddr *)&ss, &len);
 	if (ret) {
 		msg("getsockname: %s", strerror(-ret));
-		opt.ops->close(ls);
+		lops->close(ls);
 		return 1;
 	}
 	char name[80];
 
 	xfer_format_addr((struct sockaddr *)&ss, name, sizeof(name));
 	if (opt.verbose)
-		msg("%s: listening on %s", api_name(), name);
+		msg("%s: listening on %s", lops->name, name);
 	if (opt.port_file) {
 		ret = write_port_file(opt.port_file, xfer_addr_port((struct sockaddr *)&ss));
 		if (ret) {
 			msg("%s: %s", opt.port_file, strerror(-ret));
-			opt.ops->close(ls);
+			lops->close(ls);
 			return 1;
 		}
 	}
@@ -358,7 +375,7 @@ static int run_server(void)
 	while (!opt.count || served < opt.count) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
-		int sd = opt.ops->accept(ls, (struct sockaddr *)&peer, &plen, 0);
+		int sd = lops->accept(ls, (struct sockaddr *)&peer, &plen, 0);
 
 		if (sd == -EINTR || sd == -ECONNABORTED)
 			continue;
@@ -366,6 +383,19 @@ static int run_server(void)
 			msg("accept: %s", strerror(-sd));
 			failed++;
 			break;
+		}
+		if (opt.convert) {
+			int fd = sd;
+
+			sd = sdp_convert_accept(fd, convert_greeting, CONVERT_GREETING_LEN,
+						opt.timeout_ms > 0 ? opt.timeout_ms : 30000);
+			if (sd < 0) {
+				msg("converting the connection to SDP: %s", strerror(-sd));
+				close(fd);
+				served++;
+				failed++;
+				continue;
+			}
 		}
 		struct conn *c = calloc(1, sizeof(*c));
 
@@ -407,13 +437,41 @@ static int run_server(void)
 			failed++;
 		free(c);
 	}
-	opt.ops->close(ls);
+	lops->close(ls);
 	if (opt.verbose || failed)
 		msg("served %ld connection(s), %ld failed", served, failed);
 	return failed ? 1 : 0;
 }
 
 /* --- client ------------------------------------------------------------- */
+
+/* --convert: a kernel TCP connection, the server's greeting read off it,
+ * then converted; the SDP sd, or a negative errno. */
+static int connect_converted(const struct sockaddr_storage *ss, socklen_t len)
+{
+	char greeting[CONVERT_GREETING_LEN];
+	int fd = xsock_tcp.socket(ss->ss_family, SOCK_STREAM, 0), ret;
+
+	if (fd < 0)
+		return fd;
+	ret = xfer_connect(&xsock_tcp, fd, (const struct sockaddr *)ss, len, opt.timeout_ms);
+	if (!ret) {
+		ssize_t n = xfer_recv_all(&xsock_tcp, fd, greeting, sizeof(greeting),
+					  opt.timeout_ms);
+
+		if (n != (ssize_t)sizeof(greeting) || memcmp(greeting, convert_greeting, n))
+			ret = n < 0 ? (int)n : -EPROTO;
+	}
+	if (!ret) {
+		int sd = sdp_convert_connect(fd, opt.timeout_ms > 0 ? opt.timeout_ms : 30000);
+
+		if (sd >= 0)
+			return sd;	/* fd is closed */
+		ret = sd;
+	}
+	xsock_tcp.close(fd);
+	return ret;
+}
 
 static int run_client(void)
 {
@@ -429,9 +487,11 @@ static int run_client(void)
 		msg("bad address '%s': %s", opt.addr, strerror(-ret));
 		return 2;
 	}
-	sd = opt.ops->socket(ss.ss_family, SOCK_STREAM, 0);
+	uint64_t t0 = xfer_now_ns();
+
+	sd = opt.convert ? connect_converted(&ss, len) : opt.ops->socket(ss.ss_family, SOCK_STREAM, 0);
 	if (sd < 0) {
-		msg("socket: %s", strerror(-sd));
+		msg("%s: %s", opt.convert ? "conversion" : "socket", strerror(-sd));
 		return 1;
 	}
 	xfer_pump_init(&p, opt.ops, sd);
@@ -447,9 +507,8 @@ static int run_client(void)
 		}
 		p.nonblock = true;
 	}
-	uint64_t t0 = xfer_now_ns();
-
-	ret = xfer_connect(opt.ops, sd, (struct sockaddr *)&ss, len, opt.timeout_ms);
+	ret = opt.convert ? 0 : xfer_connect(opt.ops, sd, (struct sockaddr *)&ss, len,
+					     opt.timeout_ms);
 	if (ret) {
 		msg("connect to %s: %s", opt.addr, strerror(-ret));
 		goto out;
@@ -550,7 +609,7 @@ out:
 /* --- main ----------------------------------------------------------------- */
 
 enum {
-	OPT_TCP = 256, OPT_PORT_FILE, OPT_COUNT, OPT_ECHO, OPT_BYTES, OPT_SEED,
+	OPT_TCP = 256, OPT_CONVERT, OPT_PORT_FILE, OPT_COUNT, OPT_ECHO, OPT_BYTES, OPT_SEED,
 	OPT_WSIZE, OPT_RSIZE, OPT_BIDIR, OPT_NONBLOCK, OPT_TIMEOUT,
 };
 
@@ -558,6 +617,7 @@ static const struct option longopts[] = {
 	{ "listen", required_argument, NULL, 'l' },
 	{ "connect", required_argument, NULL, 'c' },
 	{ "tcp", no_argument, NULL, OPT_TCP },
+	{ "convert", no_argument, NULL, OPT_CONVERT },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 	{ "count", required_argument, NULL, OPT_COUNT },
 	{ "echo", no_argument, NULL, OPT_ECHO },
@@ -593,6 +653,9 @@ int main(int argc, char **argv)
 				return bad_arg("usage: -l and -c together", optarg);
 			mode = c;
 			opt.addr = optarg;
+			break;
+		case OPT_CONVERT:
+			opt.convert = true;
 			break;
 		case OPT_TCP:
 			opt.ops = &xsock_tcp;
@@ -657,6 +720,10 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc || !mode) {
 		usage(stderr);
+		return 2;
+	}
+	if (opt.convert && opt.ops == &xsock_tcp) {
+		msg("--convert and --tcp exclude each other");
 		return 2;
 	}
 	/* Errors are reported by send(); a dead peer must not kill us

@@ -14,6 +14,8 @@
 #   3. socat under sdp_run (the preload, unmodified program) carrying a
 #      32 MiB file that both sides generate from one seed; A compares the
 #      sha256 of what it received
+#   4. sdpcat --convert: a kernel TCP connection between the two guests,
+#      converted to SDP (sdp_convert_*), then 32 MiB each way over it
 #
 # Every case must name the transport it ran on (sdpcat's summary, libsdp's
 # log "over ib"): a run that fell back to TCP fails.  Output lines are
@@ -118,6 +120,16 @@ if [ "$VM_NAME" = vm-a ]; then
 	else
 		ok "socat under sdp_run: 32 MiB received over $transport, sha256 matches"
 	fi
+	timeout 600 "$sdpcat" --convert -l "$addr:7473" --count 1 -v >"$tmp/convert.out" 2>&1
+	rc=$?
+	sed 's/^/  sdpcat --convert server: /' "$tmp/convert.out"
+	if [ $rc -ne 0 ]; then
+		bad "sdpcat --convert server exit $rc"
+	elif ! grep -q "accepted sdp connection .* over $transport\$" "$tmp/convert.out"; then
+		bad "sdpcat --convert server: the converted connection is not over $transport"
+	else
+		ok "sdpcat --convert server: a TCP connection converted to SDP over $transport, verified"
+	fi
 else
 	sdpcat_case "sdpcat 64 MiB" "$transport" c1 "$sdpcat" -c "$peer:7471" --bytes 64M
 	sdpcat_case "sdpcat bidir 16 MiB" "$transport" c2 "$sdpcat" -c "$peer:7471" --bidir \
@@ -134,6 +146,8 @@ else
 	else
 		bad "socat client: $(cat "$tmp/c3.out")"
 	fi
+	sdpcat_case "sdpcat --convert bidir 32 MiB" "$transport" c4 "$sdpcat" --convert \
+		-c "$peer:7473" --bidir --bytes 32M
 fi
 if [ "$failures" -ne 0 ]; then
 	echo "cross_kernel: FAIL: $failures case(s) on $VM_NAME"
