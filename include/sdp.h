@@ -54,6 +54,25 @@ extern "C" {
  * other than 0 below 4096 are raised to 4096. */
 #define SDP_ZCOPY_THRESH 80
 
+/*
+ * Under the preload (LD_PRELOAD=libsdp.so) only, on a connected TCP
+ * socket: convert its connection to SDP in place (doc/conversion.md),
+ *   struct sdp_convert_arg a = { .timeout_ms = 5000 };
+ *   setsockopt(fd, SOL_SDP, SDP_CONVERT_CONNECT, &a, sizeof(a));
+ * on one end, SDP_CONVERT_ACCEPT (with the final streaming-mode message
+ * in a) on the other: sdp_convert_connect() and sdp_convert_accept() on
+ * the fd.  On success the same fd carries the SDP connection; on failure
+ * setsockopt() returns -1 with those calls' errno and fd is untouched.
+ * EISCONN: the socket is SDP already.  Write-only.
+ */
+#define SDP_CONVERT_CONNECT 90
+#define SDP_CONVERT_ACCEPT 91
+struct sdp_convert_arg {
+	int timeout_ms;
+	unsigned int final_len;		/* SDP_CONVERT_ACCEPT */
+	const void *final_msg;		/* SDP_CONVERT_ACCEPT */
+};
+
 /* Start-up is implicit; sdp_init() only makes its cost explicit.  Returns
  * the number of usable transports, or a negative errno. */
 int sdp_init(void);

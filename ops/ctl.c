@@ -233,6 +233,9 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+	if (level == SOL_SDP && (name == SDP_CONVERT_CONNECT || name == SDP_CONVERT_ACCEPT))
+		return ops_convert(fd, name, val, len);
+
 	struct ops_sock *s = ops_fd_get(fd);
 	int r;
 

@@ -51,6 +51,10 @@ int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len);
 int ops_getpeername(int fd, struct sockaddr *addr, socklen_t *len);
 int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
 int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+/* setsockopt(fd, SOL_SDP, SDP_CONVERT_*): fd's TCP connection converted
+ * to SDP in place (ops/convert.c), also for a TCP socket the preload has
+ * not seen.  0 or a negative errno, never OPS_PASS. */
+int ops_convert(int fd, int name, const void *val, socklen_t len);
 int ops_shutdown(int fd, int how);
 
 /* close/dup: also for fds that are not ours (they keep the table right

@@ -110,6 +110,9 @@ void ops_connect_advance(int fd, struct ops_sock *s);
 /* Deadline of a connect in flight that ops_connect_advance() must see
  * (ns, CLOCK_MONOTONIC), or 0. */
 uint64_t ops_connect_deadline(struct ops_sock *s);
+/* fd's TCP connection was converted to the SDP connection sd: s names
+ * sd from now on.  Caller holds s->lock. */
+void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd);
 /* Set a socket's stack, fallback reason and statistics together. */
 void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why);
 void ops_set_state(struct ops_sock *s, enum ops_sock_state st);

@@ -748,6 +748,19 @@ static void sdp_connected(int fd, struct ops_sock *s)
 		     ENGINE(sdp_transport_name(s->sd)) ?: "?");
 }
 
+/* fd's TCP connection was converted to the SDP connection sd (ops/convert.c):
+ * s now names sd.  Caller holds s->lock. */
+void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd)
+{
+	s->sd = sd;
+	s->conn = OPS_CONN_DONE;
+	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_state(s, OPS_ST_ESTABLISHED);
+	(void)ENGINE(sdp_set_nonblock(sd, app_nonblock(fd, s)));
+	ops_epoll_restack(s);
+	publish_conn(fd, s);
+}
+
 /*
  * One step of a connect in flight, without waiting.  Caller holds
  * s->lock.  Returns 0 when it is settled (on SDP, failed, or handed to

@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "native.h"
 #include "ops.h"
+#include "sdp.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -158,6 +159,10 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+	/* Conversion also takes TCP sockets the preload has not seen. */
+	if (!bypass() && level == SOL_SDP &&
+	    (name == SDP_CONVERT_CONNECT || name == SDP_CONVERT_ACCEPT))
+		return (int)ret(ops_convert(fd, name, val, len));
 	if (fd_bypass(fd))
 		return native.setsockopt(fd, level, name, val, len);
 	PASS_OR(ops_setsockopt(fd, level, name, val, len),
