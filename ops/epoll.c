@@ -337,7 +337,8 @@ int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	if (!s)
 		return OPS_PASS;
-	/* A socket settled on TCP never moves: the kernel has it alone. */
+	/* A socket settled on TCP moves only by a conversion, which puts its
+	 * memberships back itself (ops/convert.c): the kernel has it alone. */
 	if (s->stack == OPS_STACK_TCP && !ops_fd_is_emulated_epoll(epfd)) {
 		ops_sock_put(s);
 		return OPS_PASS;

@@ -9,7 +9,9 @@
  * Cases, each on its own TCP connection between a forked client and
  * server:
  *   convert      the server's final message, both convert (the client's
- *                fd non-blocking, which it must stay); before, SOL_SDP
+ *                fd non-blocking, which it must stay; the server's in an
+ *                epoll set, which must report the client's data on the
+ *                converted connection); before, SOL_SDP
  *                options are not the socket's, after they are; 4 MiB each
  *                way with send/recv and poll on the same fd; converting
  *                again is EISCONN
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -167,13 +170,24 @@ static void s_convert(int fd)
 {
 	struct sdp_convert_arg a = { .timeout_ms = 20000, .final_msg = FINAL,
 				     .final_len = sizeof(FINAL) };
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd }, got;
+	int ep = epoll_create1(0);
 
+	/* In an epoll set before, still there after. */
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev))
+		failf("epoll: %s", strerror(errno));
 	if (setsockopt(fd, SOL_SDP, SDP_CONVERT_ACCEPT, &a, sizeof(a))) {
 		failf("SDP_CONVERT_ACCEPT: %s", strerror(errno));
 		return;
 	}
 	if (!is_sdp(fd))
 		failf("the fd does not answer SOL_SDP options after the conversion");
+	int n = epoll_wait(ep, &got, 1, 60000);
+
+	if (n != 1 || got.data.fd != fd || !(got.events & EPOLLIN))
+		failf("epoll_wait after the conversion: %d event(s), not the converted fd readable",
+		      n);
+	close(ep);
 	transfer(fd, true);
 }
 
