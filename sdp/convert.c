@@ -224,13 +224,14 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns)
 	}
 }
 
-int conv_send(int fd, const struct conv_frame *f, uint64_t deadline_ns)
+/* All of buf onto the TCP socket, blocking or not, before the deadline. */
+static int send_bytes(int fd, const void *buf, size_t len, uint64_t deadline_ns)
 {
-	uint8_t buf[CONV_HDR_LEN + CONV_MAX_BODY];
-	size_t len = conv_encode(buf, f), off = 0;
+	size_t off = 0;
 
 	while (off < len) {
-		ssize_t n = send(fd, buf + off, len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t n = send(fd, (const uint8_t *)buf + off, len - off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (n > 0) {
 			off += (size_t)n;
@@ -246,6 +247,13 @@ int conv_send(int fd, const struct conv_frame *f, uint64_t deadline_ns)
 			return r ? r : -ETIMEDOUT;
 	}
 	return 0;
+}
+
+int conv_send(int fd, const struct conv_frame *f, uint64_t deadline_ns)
+{
+	uint8_t buf[CONV_HDR_LEN + CONV_MAX_BODY];
+
+	return send_bytes(fd, buf, conv_encode(buf, f), deadline_ns);
 }
 
 int conv_recv(int fd, struct conv_frame *f, uint64_t deadline_ns)
@@ -595,31 +603,6 @@ int sdp_convert_connect(int fd, int timeout_ms)
 
 /* --- the accept side -------------------------------------------------------------- */
 
-/* Send all of the final streaming-mode message before the deadline. */
-static int send_final(int fd, const void *msg, size_t len, uint64_t deadline_ns)
-{
-	size_t off = 0;
-
-	while (off < len) {
-		ssize_t n = send(fd, (const uint8_t *)msg + off, len - off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n > 0) {
-			off += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-			return -errno;
-		int r = wait_fd(fd, POLLOUT, deadline_ns);
-
-		if (r <= 0)
-			return r ? r : -ETIMEDOUT;
-	}
-	return 0;
-}
-
 /* A one-shot SDP listener on the TCP socket's own address, any port. */
 static int open_listener(int fd, uint16_t *port)
 {
@@ -666,9 +649,11 @@ static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_st
  * for the connect side's FIN.  A FIN ok may overtake the connection it
  * speaks of (they travel on different connections): it is kept in *fin
  * (*fin_read set) and the wait goes on for the connection.  Returns the
- * connection's sd, or -1 when a FIN failed came (in *fin), or another
- * negative errno.
+ * connection's sd, or PEER_GAVE_UP when a FIN failed came (in *fin), or
+ * another negative errno.
  */
+#define PEER_GAVE_UP (-ECANCELED)	/* sdp_accept() never gives it */
+
 static int await_connection(int fd, int ls, const uint8_t *nonce,
 			    const struct sockaddr_storage *tcp_peer, uint64_t deadline,
 			    struct conv_frame *fin, bool *fin_read)
@@ -701,7 +686,7 @@ static int await_connection(int fd, int ls, const uint8_t *nonce,
 			if (fin->type != CONV_FIN)
 				return -EPROTO;
 			if (fin->status != CONV_OK)
-				return -1;
+				return PEER_GAVE_UP;
 			*fin_read = true;
 		}
 		if (!pf[0].revents)
@@ -751,7 +736,7 @@ int sdp_convert_accept(int fd, const void *final_msg, size_t final_len, int time
 	uint64_t deadline = deadline_in(timeout_ms);
 
 	if (final_len) {
-		r = send_final(fd, final_msg, final_len, deadline);
+		r = send_bytes(fd, final_msg, final_len, deadline);
 		if (r)
 			return r;
 	}
@@ -794,7 +779,7 @@ int sdp_convert_accept(int fd, const void *final_msg, size_t final_len, int time
 	}
 	if (rsp.status == CONV_OK) {
 		sd = await_connection(fd, ls, req.nonce, &peer, phase, &theirs, &fin_read);
-		if (sd == -1) {
+		if (sd == PEER_GAVE_UP) {
 			/* The connect side's FIN came first: it failed. */
 			ret = reason_errno(theirs.reason);
 			sdp_conn_log(LOGSYS, "fd %d: the peer gave the conversion up: %s", fd,
