@@ -200,8 +200,11 @@ static void rc_atfork_parent(void)
 
 static void rc_atfork_child(void)
 {
+	/* The child's one thread is the one that took the lock in prepare:
+	 * it releases it (a re-init would leave ThreadSanitizer thinking it
+	 * still held, and every lock after it taken under it). */
 	rc_fork_holder = false;
-	pthread_mutex_init(&rc_lock, NULL);
+	pthread_mutex_unlock(&rc_lock);
 	rc_gen++;
 	rc_head.gnext = rc_head.gprev = &rc_head;
 	if (sdp_regcache_live || rc_wide) {
