@@ -125,10 +125,11 @@ int ops_convert(int fd, int name, const void *val, socklen_t len)
 	struct sockaddr_storage me;
 	socklen_t ml = sizeof(me);
 
-	if (!val || len != sizeof(*a))
-		return -EINVAL;
+	/* In Linux's order: the fd, then the option's length. */
 	if (native.getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
 		return -errno;
+	if (!val || len != sizeof(*a))
+		return -EINVAL;
 	if (me.ss_family != AF_INET && me.ss_family != AF_INET6)
 		return -EOPNOTSUPP;
 
