@@ -193,7 +193,7 @@ void sdp_watch_del(struct sdp_watch *w);
  *                  left for the caller to read)
  *   -EPROTONOSUPPORT  the peer speaks another version of the handshake
  *   -EINVAL        timeout_ms 0
- *   -ENOTCONN, -ENOTSOCK, -EOPNOTSUPP (not a connected TCP socket),
+ *   -EBADF, -ENOTCONN, -ENOTSOCK, -EOPNOTSUPP (not a connected TCP socket)
  *   -ECONNRESET    the TCP connection ended
  * timeout_ms < 0 waits for ever.  Signals do not interrupt the calls.
  */
