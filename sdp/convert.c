@@ -473,12 +473,24 @@ static int reason_errno(uint8_t reason)
 	}
 }
 
-/* After a successful conversion: the TCP connection ends in order (both
- * FINs were read, nothing of ours is left unread) and fd is released. */
-static void release_tcp(int fd)
+/*
+ * The end of either side.  Failed (ret): the SDP connection, if any, goes
+ * and fd stays as it is.  Converted: sd takes fd's options, the TCP
+ * connection ends in order (both FINs were read, nothing of ours is left
+ * unread) and fd is released.  Returns sd or ret.
+ */
+static int conclude(int fd, int sd, int ret)
 {
+	if (ret) {
+		if (sd >= 0)
+			sdp_close(sd);
+		return ret;
+	}
+	keep_options(fd, sd);
 	(void)shutdown(fd, SHUT_RDWR);
 	close(fd);
+	sdp_conn_log(LOGSYS, "fd %d converted: sd %d, over %s", fd, sd, sdp_transport_name(sd));
+	return sd;
 }
 
 /* --- the connect side ------------------------------------------------------------- */
@@ -590,15 +602,7 @@ int sdp_convert_connect(int fd, int timeout_ms)
 		ret = r;
 	if (!ret && theirs.status != CONV_OK)
 		ret = reason_errno(theirs.reason);
-	if (ret) {
-		if (sd >= 0)
-			sdp_close(sd);
-		return ret;
-	}
-	keep_options(fd, sd);
-	release_tcp(fd);
-	sdp_conn_log(LOGSYS, "fd %d converted: sd %d, over %s", fd, sd, sdp_transport_name(sd));
-	return sd;
+	return conclude(fd, sd, ret);
 }
 
 /* --- the accept side -------------------------------------------------------------- */
@@ -824,13 +828,5 @@ int sdp_convert_accept(int fd, const void *final_msg, size_t final_len, int time
 out:
 	if (ls >= 0)
 		sdp_close(ls);
-	if (ret) {
-		if (sd >= 0)
-			sdp_close(sd);
-		return ret;
-	}
-	keep_options(fd, sd);
-	release_tcp(fd);
-	sdp_conn_log(LOGSYS, "fd %d converted: sd %d, over %s", fd, sd, sdp_transport_name(sd));
-	return sd;
+	return conclude(fd, sd, ret);
 }
