@@ -32,11 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "sdp.h"
+#include "tcp_pair.h"
 
 static struct in_addr host;
 static const char *want_transport;
@@ -697,65 +697,17 @@ static const struct tcase cases[] = {
 
 /* --- running a case ---------------------------------------------------------------- */
 
-static int tcp_pair(int *a, int *b)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = host };
-	socklen_t l = sizeof(sin);
-	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (ls < 0 || bind(ls, (struct sockaddr *)&sin, sizeof(sin)) || listen(ls, 1) ||
-	    getsockname(ls, (struct sockaddr *)&sin, &l))
-		return -errno;
-	*a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (*a < 0 || connect(*a, (struct sockaddr *)&sin, sizeof(sin)))
-		return -errno;
-	*b = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-	close(ls);
-	return *b < 0 ? -errno : 0;
-}
-
-static pid_t run_part(const char *name, void (*fn)(int), int fd, int other)
-{
-	fflush(stdout);
-	pid_t pid = fork();
-
-	if (pid)
-		return pid;
-	close(other);
-	part = name;
-	alarm((unsigned)(120 * slow));	/* nothing hangs */
-	fn(fd);
-	fflush(stdout);
-	_exit(fails ? 1 : 0);
-}
-
 static bool run_case(const struct tcase *tc)
 {
-	int a = -1, b = -1, st, r = tcp_pair(&a, &b);
-	bool ok = true;
+	int a, b, r = tcp_pair(host, &a, &b);
 
 	if (r) {
 		say("FAIL %s: TCP connection: %s", tc->name, errname(r));
 		return false;
 	}
-	pid_t srv = run_part("server", tc->server, b, a);
-	pid_t cli = run_part("client", tc->client, a, b);
+	bool ok = tcp_pair_run(a, b, tc->client, tc->server, (unsigned)(120 * slow), &part, &fails,
+			       "convert_check");
 
-	close(a);
-	close(b);
-	for (int i = 0; i < 2; i++) {
-		pid_t p = wait(&st);
-
-		if (p < 0)
-			break;
-		if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-			ok = false;
-			if (WIFSIGNALED(st))
-				say("%s: %s killed by signal %d", tc->name,
-				    p == srv ? "server" : "client", WTERMSIG(st));
-		}
-	}
-	(void)cli;
 	say("%s %s: %s", ok ? "ok  " : "FAIL", tc->name, tc->what);
 	return ok;
 }

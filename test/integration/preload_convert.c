@@ -33,10 +33,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sdp.h"
+#include "tcp_pair.h"
 
 static struct in_addr host;
 static const char *part = "main";
@@ -234,39 +234,6 @@ static const struct {
 	{ "bad-arg", c_bad_arg, s_bad_arg },
 };
 
-static int tcp_pair(int *a, int *b)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = host };
-	socklen_t l = sizeof(sin);
-	int ls = socket(AF_INET, SOCK_STREAM, 0);
-
-	if (ls < 0 || bind(ls, (struct sockaddr *)&sin, sizeof(sin)) || listen(ls, 1) ||
-	    getsockname(ls, (struct sockaddr *)&sin, &l))
-		return -1;
-	*a = socket(AF_INET, SOCK_STREAM, 0);
-	if (*a < 0 || connect(*a, (struct sockaddr *)&sin, sizeof(sin)))
-		return -1;
-	*b = accept(ls, NULL, NULL);
-	close(ls);
-	return *b < 0 ? -1 : 0;
-}
-
-static pid_t run_part(const char *name, void (*fn)(int), int fd, int other)
-{
-	fflush(stdout);
-	pid_t pid = fork();
-
-	if (pid)
-		return pid;
-	close(other);
-	part = name;
-	alarm(120);
-	fn(fd);
-	close(fd);
-	fflush(stdout);
-	_exit(fails ? 1 : 0);
-}
-
 int main(void)
 {
 	const char *h = getenv("TEST_HOST");
@@ -276,21 +243,17 @@ int main(void)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int a = -1, b = -1, st, ok = 1;
+		int a, b, r = tcp_pair(host, &a, &b);
 
-		if (tcp_pair(&a, &b)) {
+		if (r) {
 			printf("  preload_convert: FAIL %s: TCP connection: %s\n", cases[i].name,
-			       strerror(errno));
+			       strerror(-r));
 			nfail++;
 			continue;
 		}
-		run_part("server", cases[i].server, b, a);
-		run_part("client", cases[i].client, a, b);
-		close(a);
-		close(b);
-		for (int k = 0; k < 2; k++)
-			if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
-				ok = 0;
+		bool ok = tcp_pair_run(a, b, cases[i].client, cases[i].server, 120, &part, &fails,
+				       "preload_convert");
+
 		printf("  preload_convert: %s %s\n", ok ? "ok  " : "FAIL", cases[i].name);
 		nfail += !ok;
 	}
