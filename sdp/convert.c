@@ -358,6 +358,14 @@ static int sock_addr(int fd, bool peer, struct sockaddr_storage *ss, socklen_t *
 	return 0;
 }
 
+/* fd is a connected TCP socket: its peer's address, IPv4 as IPv4. */
+static int tcp_peer(int fd, struct sockaddr_storage *peer, socklen_t *len)
+{
+	int r = conv_check_socket(fd);
+
+	return r ? r : sock_addr(fd, true, peer, len);
+}
+
 static void set_port(struct sockaddr_storage *ss, uint16_t port)
 {
 	if (ss->ss_family == AF_INET)
@@ -518,10 +526,7 @@ int sdp_convert_connect(int fd, int timeout_ms)
 
 	if (timeout_ms == 0)
 		return -EINVAL;
-	r = conv_check_socket(fd);
-	if (r)
-		return r;
-	r = sock_addr(fd, true, &peer, &plen);
+	r = tcp_peer(fd, &peer, &plen);
 	if (r)
 		return r;
 	if (getrandom(req.nonce, sizeof(req.nonce), 0) != (ssize_t)sizeof(req.nonce))
@@ -730,10 +735,7 @@ int sdp_convert_accept(int fd, const void *final_msg, size_t final_len, int time
 
 	if (timeout_ms == 0 || (final_len && !final_msg))
 		return -EINVAL;
-	r = conv_check_socket(fd);
-	if (r)
-		return r;
-	r = sock_addr(fd, true, &peer, &plen);
+	r = tcp_peer(fd, &peer, &plen);
 	if (r)
 		return r;
 
