@@ -107,6 +107,7 @@ struct ctx {
 	DAT_RMR_CONTEXT data_rctx, msg_rctx;
 	struct msg *msgs;	/* [0..NRECV-1] receive, [NRECV] send */
 	struct msg peer;	/* the peer's buffer */
+	unsigned port;
 };
 
 static DAT_EVENT wait_ev(DAT_EVD_HANDLE evd, DAT_EVENT_NUMBER want, const char *what)
@@ -248,6 +249,70 @@ static void setup(struct ctx *c, const char *ia_name, int server)
 		post_recv(c, i);
 }
 
+static void want_type(DAT_RETURN rc, DAT_RETURN type, const char *what)
+{
+	if (DAT_GET_TYPE(rc) != DAT_GET_TYPE(type))
+		fail("%s: 0x%08x, wanted type 0x%08x", what, rc, type);
+	checks++;
+}
+
+/* What a consumer may rely on before connecting: return codes, contexts,
+ * handle types, software events, the extension hook. */
+static void api_checks(struct ctx *c, int server)
+{
+	DAT_LMR_TRIPLET iov = { (DAT_VADDR)(uintptr_t)c->data, 64, c->data_lctx };
+	DAT_DTO_COOKIE cookie = { .as_64 = 1 };
+	DAT_CONTEXT ctx = { .as_64 = 0x1234 }, got;
+	DAT_HANDLE_TYPE type;
+	DAT_EVD_HANDLE sw;
+	DAT_EVENT ev;
+	DAT_COUNT nmore;
+	DAT_EP_PARAM epp;
+	DAT_PSP_HANDLE psp2;
+
+	want_type(dat_ep_post_send(c->ep, 1, &iov, cookie, DAT_COMPLETION_DEFAULT_FLAG),
+		  DAT_INVALID_STATE, "post_send before connect");
+	want_type(dat_evd_post_se(c->req_evd, &ev), DAT_INVALID_PARAMETER,
+		  "post_se on a DTO EVD");
+	want_type(dat_pz_free(c->pz), DAT_INVALID_STATE, "pz_free of a PZ in use");
+	want_type(dat_ia_close(c->ia, DAT_CLOSE_GRACEFUL_FLAG), DAT_INVALID_STATE,
+		  "graceful ia_close with objects");
+	want_type(dat_extension_op(c->ep, 0), DAT_NOT_IMPLEMENTED, "extension op 0");
+
+	ck(dat_set_consumer_context(c->ia, ctx), "set_consumer_context(ia)");
+	ck(dat_get_consumer_context(c->ia, &got), "get_consumer_context(ia)");
+	ck(dat_set_consumer_context(c->ep, ctx), "set_consumer_context(ep)");
+	ck(dat_get_consumer_context(c->ep, &got), "get_consumer_context(ep)");
+	if (got.as_64 != 0x1234)
+		fail("consumer context lost");
+	ck(dat_get_handle_type(c->ep, &type), "get_handle_type");
+	if (type != DAT_HANDLE_TYPE_EP)
+		fail("handle type %d for an EP", type);
+	ck(dat_ep_query(c->ep, DAT_EP_FIELD_ALL, &epp), "ep_query");
+	if (epp.ep_state != DAT_EP_STATE_UNCONNECTED || epp.ep_attr.max_recv_dtos != 16)
+		fail("ep_query: state %d, max_recv_dtos %d", epp.ep_state,
+		     epp.ep_attr.max_recv_dtos);
+	checks += 3;
+
+	ck(dat_evd_create(c->ia, 4, DAT_HANDLE_NULL, DAT_EVD_SOFTWARE_FLAG, &sw), "evd sw");
+	memset(&ev, 0, sizeof(ev));
+	ev.event_number = DAT_SOFTWARE_EVENT;
+	ev.event_data.software_event_data.pointer = c;
+	ck(dat_evd_post_se(sw, &ev), "post_se");
+	memset(&ev, 0, sizeof(ev));
+	ck(dat_evd_wait(sw, TMO, 1, &ev, &nmore), "wait software event");
+	if (ev.event_number != DAT_SOFTWARE_EVENT || ev.event_data.software_event_data.pointer != c ||
+	    nmore != 0)
+		fail("software event came back wrong");
+	ck(dat_evd_free(sw), "evd_free sw");
+	checks++;
+
+	if (server) {
+		want_type(dat_psp_create(c->ia, c->port, c->cr_evd, DAT_PSP_CONSUMER_FLAG, &psp2),
+			  DAT_CONN_QUAL_IN_USE, "second PSP on the same conn_qual");
+	}
+}
+
 static void swap_info(struct ctx *c)
 {
 	struct msg m = { .type = MSG_INFO, .rkey = c->data_rctx,
@@ -307,6 +372,8 @@ static void server(struct ctx *c, const char *ia_name, unsigned port)
 	ck(dat_psp_create(c->ia, port, c->cr_evd, DAT_PSP_CONSUMER_FLAG, &c->psp),
 	   "dat_psp_create");
 	fprintf(stderr, "dat_pair: server: listening on conn_qual %u\n", port);
+	c->port = port;
+	api_checks(c, 1);
 	ev = wait_ev(c->cr_evd, DAT_CONNECTION_REQUEST_EVENT, "connection request");
 	cr = ev.event_data.cr_arrival_event_data.cr_handle;
 	if (ev.event_data.cr_arrival_event_data.conn_qual != port ||
@@ -355,6 +422,7 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 	if (getaddrinfo(host, NULL, &hints, &ai) != 0)
 		fail("cannot resolve %s", host);
 	setup(c, ia_name, 0);
+	api_checks(c, 0);
 	fill(c->data, c->size, 0x0123456789abcdefull);
 
 	/* the server may not listen yet: retry a refused connect */
