@@ -4,8 +4,12 @@
  * checks a DAT provider end to end.
  *
  *   dat_pair --server [-P ia_name] [-p port] [-s bytes]
- *   dat_pair --client -h server_addr [-P ia_name] [-p port] [-s bytes]
+ *   dat_pair --client -h server_addr [-P ia_name] [-p port] [-s bytes] [-x addr]
  *
+ * The server refuses the first connect request with private data (the
+ * client checks it got DAT_CONNECTION_EVENT_PEER_REJECTED with that data,
+ * resets its EP and connects again); with -x the client first connects an
+ * EP of its own to an address that does not answer, with a 1 s timeout.
  * The client connects with private data, the server checks it and
  * accepts with its own.  They swap {address, rmr_context, length} of a
  * data buffer in SEND messages.  The client RDMA-writes its buffer (a
@@ -34,6 +38,8 @@
 #define TMO (30u * 1000 * 1000)	/* evd_wait timeout: 30 s in microseconds */
 #define NRECV 4
 #define CHUNK (1u << 20)
+
+#define NOT_YET "dat_pair: not yet"
 
 enum { MSG_INFO = 1, MSG_WRITE_DONE, MSG_READ_READY, MSG_READ_DONE };
 
@@ -374,6 +380,11 @@ static void server(struct ctx *c, const char *ia_name, unsigned port)
 	fprintf(stderr, "dat_pair: server: listening on conn_qual %u\n", port);
 	c->port = port;
 	api_checks(c, 1);
+	/* refuse the first request with a reason, take the next */
+	ev = wait_ev(c->cr_evd, DAT_CONNECTION_REQUEST_EVENT, "connection request");
+	ck(dat_cr_reject(ev.event_data.cr_arrival_event_data.cr_handle, sizeof(NOT_YET),
+			 (DAT_PVOID)NOT_YET), "dat_cr_reject");
+	checks++;
 	ev = wait_ev(c->cr_evd, DAT_CONNECTION_REQUEST_EVENT, "connection request");
 	cr = ev.event_data.cr_arrival_event_data.cr_handle;
 	if (ev.event_data.cr_arrival_event_data.conn_qual != port ||
@@ -405,7 +416,39 @@ static void server(struct ctx *c, const char *ia_name, unsigned port)
 	       "served to its RDMA read, %d checks\n", c->size, c->size, checks);
 }
 
-static void client(struct ctx *c, const char *ia_name, const char *host, unsigned port)
+/* A connect to an address nobody answers, with a 1 s timeout, on an EP
+ * of its own: TIMED_OUT (or UNREACHABLE, if address resolution gives up
+ * first), then the EP is freed. */
+static void connect_nowhere(struct ctx *c, const char *host, unsigned port)
+{
+	struct addrinfo *ai, hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	DAT_EP_HANDLE ep;
+	DAT_EVENT ev;
+	DAT_COUNT nmore;
+	struct timespec t0;
+
+	if (getaddrinfo(host, NULL, &hints, &ai) != 0)
+		fail("cannot resolve %s", host);
+	ck(dat_ep_create(c->ia, c->pz, c->rcv_evd, c->req_evd, c->conn_evd, NULL, &ep),
+	   "dat_ep_create (default attributes)");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck(dat_ep_connect(ep, (DAT_IA_ADDRESS_PTR)ai->ai_addr, port, 1000000, 0, NULL,
+			  DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG), "connect nowhere");
+	freeaddrinfo(ai);
+	ck(dat_evd_wait(c->conn_evd, TMO, 1, &ev, &nmore), "wait connect nowhere");
+	if ((ev.event_number != DAT_CONNECTION_EVENT_TIMED_OUT &&
+	     ev.event_number != DAT_CONNECTION_EVENT_UNREACHABLE) ||
+	    ev.event_data.connect_event_data.ep_handle != ep)
+		fail("connect to %s: event 0x%x", host, ev.event_number);
+	fprintf(stderr, "dat_pair: client: connect to %s: %s after %.1f s\n", host,
+		ev.event_number == DAT_CONNECTION_EVENT_TIMED_OUT ? "TIMED_OUT" : "UNREACHABLE",
+		secs(&t0));
+	ck(dat_ep_free(ep), "dat_ep_free (nowhere)");
+	checks++;
+}
+
+static void client(struct ctx *c, const char *ia_name, const char *host, unsigned port,
+		   const char *nowhere)
 {
 	static const char hello[] = "dat_pair client hello";
 	struct addrinfo *ai, hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
@@ -417,12 +460,14 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 	struct timespec t0;
 	struct msg m;
 	double wsec, rsec;
-	int tries = 0;
+	int tries = 0, rejected = 0;
 
 	if (getaddrinfo(host, NULL, &hints, &ai) != 0)
 		fail("cannot resolve %s", host);
 	setup(c, ia_name, 0);
 	api_checks(c, 0);
+	if (nowhere)
+		connect_nowhere(c, nowhere, port);
 	fill(c->data, c->size, 0x0123456789abcdefull);
 
 	/* the server may not listen yet: retry a refused connect */
@@ -434,7 +479,16 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 		   "wait connect");
 		if (ev.event_number == DAT_CONNECTION_EVENT_ESTABLISHED)
 			break;
-		if (ev.event_number != DAT_CONNECTION_EVENT_NON_PEER_REJECTED &&
+		if (ev.event_number == DAT_CONNECTION_EVENT_PEER_REJECTED) {
+			/* the server refuses the first request, with a reason */
+			if (rejected++ ||
+			    ev.event_data.connect_event_data.private_data_size != sizeof(NOT_YET) ||
+			    memcmp(ev.event_data.connect_event_data.private_data, NOT_YET,
+				   sizeof(NOT_YET)))
+				fail("unexpected reject (%d bytes of private data)",
+				     ev.event_data.connect_event_data.private_data_size);
+			checks++;
+		} else if (ev.event_number != DAT_CONNECTION_EVENT_NON_PEER_REJECTED &&
 		    ev.event_number != DAT_CONNECTION_EVENT_UNREACHABLE)
 			fail("connect: event 0x%x", ev.event_number);
 		if (++tries > 50)
@@ -450,6 +504,8 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 		nanosleep(&(struct timespec){ 0, 200000000 }, NULL);
 	}
 	freeaddrinfo(ai);
+	if (!rejected)
+		fail("connected without the server's reject first");
 	if (ev.event_data.connect_event_data.private_data_size !=
 		    (DAT_COUNT)sizeof("dat_pair server hello") ||
 	    memcmp(ev.event_data.connect_event_data.private_data, "dat_pair server hello",
@@ -522,13 +578,13 @@ int main(int argc, char **argv)
 		{ "client", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *ia_name = "ofa-v2-sdp-iwarp", *host = NULL;
+	const char *ia_name = "ofa-v2-sdp-iwarp", *host = NULL, *nowhere = NULL;
 	unsigned port = 18515;
 	size_t size = 4u << 20;
 	struct ctx c;
 	int mode = 0, o;
 
-	while ((o = getopt_long(argc, argv, "P:h:p:s:", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "P:h:p:s:x:", opts, NULL)) != -1) {
 		switch (o) {
 		case 'S': mode = 'S'; break;
 		case 'C': mode = 'C'; break;
@@ -536,12 +592,14 @@ int main(int argc, char **argv)
 		case 'h': host = optarg; break;
 		case 'p': port = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 's': size = (size_t)strtoull(optarg, NULL, 0); break;
+		case 'x': nowhere = optarg; break;
 		default: mode = 0; break;
 		}
 	}
 	if (!mode || (mode == 'C' && !host) || size < 8 || size % 8) {
 		fprintf(stderr, "usage: dat_pair --server|--client -h ADDR [-P ia_name] [-p port] "
-				"[-s bytes, a multiple of 8]\n");
+				"[-s bytes, a multiple of 8]\n"
+				"       [-x ADDR: client, first time out a connect to ADDR]\n");
 		return 2;
 	}
 	memset(&c, 0, sizeof(c));
@@ -551,6 +609,6 @@ int main(int argc, char **argv)
 	if (mode == 'S')
 		server(&c, ia_name, port);
 	else
-		client(&c, ia_name, host, port);
+		client(&c, ia_name, host, port, nowhere);
 	return 0;
 }
