@@ -284,6 +284,10 @@ static void api_checks(struct ctx *c, int server)
 	want_type(dat_ia_close(c->ia, DAT_CLOSE_GRACEFUL_FLAG), DAT_INVALID_STATE,
 		  "graceful ia_close with objects");
 	want_type(dat_extension_op(c->ep, 0), DAT_NOT_IMPLEMENTED, "extension op 0");
+	/* a handle of the wrong type */
+	want_type(dat_ep_post_send(c->pz, 1, &iov, cookie, DAT_COMPLETION_DEFAULT_FLAG),
+		  DAT_INVALID_HANDLE, "post_send on a PZ handle");
+	want_type(dat_pz_free(c->ep), DAT_INVALID_HANDLE, "pz_free of an EP handle");
 
 	ck(dat_set_consumer_context(c->ia, ctx), "set_consumer_context(ia)");
 	ck(dat_get_consumer_context(c->ia, &got), "get_consumer_context(ia)");
@@ -356,6 +360,8 @@ static void teardown(struct ctx *c, int active)
 		ck(dat_evd_free(c->cr_evd), "evd_free");
 	ck(dat_pz_free(c->pz), "pz_free");
 	ck(dat_ia_close(c->ia, DAT_CLOSE_GRACEFUL_FLAG), "dat_ia_close");
+	free(c->data);
+	free(c->msgs);
 }
 
 static double secs(const struct timespec *a)
