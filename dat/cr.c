@@ -165,6 +165,10 @@ void dsp_psp_cm_event(struct dsp_psp *psp, struct rdma_cm_event *ev)
 	struct sockaddr *peer;
 	DAT_EVENT dev;
 
+	if (psp->ssp) {
+		dsp_ssp_conn_request(psp, ev);
+		return;
+	}
 	cr = calloc(1, sizeof(*cr));
 	if (!cr) {
 		rdma_reject(ev->id, NULL, 0);
@@ -244,7 +248,7 @@ DAT_RETURN dsp_cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK mask, DAT_CR_PARAM *p
 	p->remote_port_qual = cr->remote_port;
 	p->private_data_size = cr->pdata_len;
 	p->private_data = cr->pdata;
-	p->local_ep_handle = DAT_HANDLE_NULL;
+	p->local_ep_handle = cr->ssp ? (DAT_EP_HANDLE)dsp_ssp_ep(cr->ssp) : DAT_HANDLE_NULL;
 	return DAT_SUCCESS;
 }
 
@@ -263,6 +267,8 @@ DAT_RETURN dsp_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT pds
 	if (!dsp_check(cr, DSP_T_CR))
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
 	ia = cr->h.ia;
+	if (cr->ssp)
+		return dsp_ssp_accept(cr, ep, pdsize, pdata);
 	if (!dsp_check(ep, DSP_T_EP) || ep->h.ia != ia)
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
 	/* the accept (MPA reply / IB REP) has room for 196 bytes */
@@ -320,6 +326,8 @@ DAT_RETURN dsp_cr_reject(DAT_CR_HANDLE h, DAT_COUNT pdsize, const DAT_PVOID pdat
 
 	if (!dsp_check(cr, DSP_T_CR))
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
+	if (cr->ssp)
+		return dsp_ssp_reject(cr, pdsize, pdata);
 	/* an IB REJ carries 148 bytes, an MPA reject more */
 	flen = dsp_frame_pdata(framed, cr->h.ia->iwarp ? DSP_IW_ROOM : 148, pdata, pdsize);
 	if (flen < 0 || (pdsize > 0 && !pdata))

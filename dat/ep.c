@@ -285,6 +285,7 @@ void dsp_ep_destroy(struct dsp_ep *ep)
 	struct dsp_ia *ia = ep->h.ia;
 	bool drained;
 
+	dsp_ssp_release_ep(ep);
 	pthread_mutex_lock(&ia->lock);
 	dsp_list_del(&ia->eps, &ep->h);
 	ep->freeing = true;
@@ -427,6 +428,10 @@ void dsp_conn_event(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, 
 {
 	DAT_EVENT ev;
 
+	if (ep->conv) {
+		dsp_ssp_hook_event(ep->conv, num, pdata, len);
+		return;
+	}
 	memset(&ev, 0, sizeof(ev));
 	ev.event_number = num;
 	ev.evd_handle = ep->conn_evd;
@@ -610,23 +615,35 @@ DAT_RETURN dsp_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_Q
 		goto out;
 	}
 	ep->pdata_len = dsp_frame_pdata(ep->pdata, dsp_pdata_room(ia), pdata, pdsize);
-	ep->remote = dst;
-	ep->remote_port = dsp_qual_to_port(qual);
 	ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
-	ep->deadline_ms = timeout == DAT_TIMEOUT_INFINITE ? 0
-				: dsp_now_ms() + (timeout + 999) / 1000;
-	if (rdma_resolve_addr(ep->id, NULL, (struct sockaddr *)&dst, DSP_RESOLVE_MS) != 0) {
-		DSP_DBG("rdma_resolve_addr: %s", strerror(errno));
+	rc = dsp_ep_start_connect(ep, &dst, timeout);
+	if (rc != DAT_SUCCESS)
 		ep->state = DAT_EP_STATE_UNCONNECTED;
-		ep->deadline_ms = 0;
-		rc = DSP_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE);
-	}
 out:
 	pthread_mutex_unlock(&ia->lock);
-	/* wake the progress thread so that it sees the new deadline */
-	if (rc == DAT_SUCCESS && timeout != DAT_TIMEOUT_INFINITE)
-		dsp_ia_kick(ia);
 	return rc;
+}
+
+DAT_RETURN dsp_ep_start_connect(struct dsp_ep *ep, const struct sockaddr_storage *dst,
+				DAT_TIMEOUT timeout)
+{
+	struct dsp_ia *ia = ep->h.ia;
+
+	ep->remote = *dst;
+	ep->remote_port = ntohs(dst->ss_family == AF_INET
+					? ((const struct sockaddr_in *)dst)->sin_port
+					: ((const struct sockaddr_in6 *)dst)->sin6_port);
+	ep->deadline_ms = timeout == DAT_TIMEOUT_INFINITE ? 0
+				: dsp_now_ms() + (timeout + 999) / 1000;
+	if (rdma_resolve_addr(ep->id, NULL, (struct sockaddr *)dst, DSP_RESOLVE_MS) != 0) {
+		DSP_DBG("rdma_resolve_addr: %s", strerror(errno));
+		ep->deadline_ms = 0;
+		return DSP_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE);
+	}
+	/* wake the progress thread so that it sees the new deadline */
+	if (timeout != DAT_TIMEOUT_INFINITE)
+		dsp_ia_kick(ia);
+	return DAT_SUCCESS;
 }
 
 DAT_RETURN dsp_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "provider.h"
+#include "dat_iw_extensions.h"
 
 /* ---- ia_params ----------------------------------------------------------- */
 
@@ -256,6 +257,7 @@ DAT_RETURN dsp_ia_open(const DAT_NAME_PTR name, DAT_COUNT qlen, DAT_EVD_HANDLE *
 	dsp_list_init(&ia->eps);
 	dsp_list_init(&ia->psps);
 	dsp_list_init(&ia->crs);
+	dsp_list_init(&ia->ssps);
 
 	if (resolve_params(p->ia_params, &ia->addr) != 0) {
 		DSP_DBG("%s: cannot resolve \"%s\" to an address", name, p->ia_params);
@@ -340,12 +342,16 @@ DAT_RETURN dsp_ia_close(DAT_IA_HANDLE ia_handle, DAT_CLOSE_FLAGS flags)
 	pthread_mutex_lock(&ia->lock);
 	if (flags == DAT_CLOSE_GRACEFUL_FLAG &&
 	    (ia->eps.count || ia->psps.count || ia->lmrs.count || ia->pzs.count ||
+	     dsp_ssp_any_open(ia) ||
 	     ia->evds.count > (ia->own_async ? 1 : 0))) {
 		pthread_mutex_unlock(&ia->lock);
 		return DSP_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_IA_IN_USE);
 	}
 	pthread_mutex_unlock(&ia->lock);
 
+	/* The SSPs' and socket connects' threads stop first: they may need
+	 * the progress thread to destroy their rdma_cm ids. */
+	dsp_ssp_close_all(ia);
 	/* Abrupt: everything goes, the thread first (nothing is left unacked
 	 * once it has stopped, so rdma_destroy_id cannot wait on it). */
 	if (ia->thread_started) {
@@ -545,6 +551,7 @@ DAT_RETURN dsp_get_handle_type(DAT_HANDLE handle, DAT_HANDLE_TYPE *type)
 	case DSP_T_EP: *type = DAT_HANDLE_TYPE_EP; break;
 	case DSP_T_PSP: *type = DAT_HANDLE_TYPE_PSP; break;
 	case DSP_T_CR: *type = DAT_HANDLE_TYPE_CR; break;
+	case DSP_T_SSP: *type = (DAT_HANDLE_TYPE)DAT_IW_HANDLE_TYPE_SSP; break;
 	default:
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE1);
 	}

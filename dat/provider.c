@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "provider.h"
+#include "dat_iw_extensions.h"
 
 int dsp_debug;
 
@@ -134,10 +135,19 @@ int dsp_unframe_pdata(const void *in, int inlen, uint8_t *out)
  */
 DAT_RETURN dsp_handle_extendedop(DAT_HANDLE handle, DAT_EXTENDED_OP op, va_list args)
 {
-	(void)args;
 	if (!handle || ((struct dsp_hdr *)handle)->magic != DSP_MAGIC)
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_NO_SUBTYPE);
 	switch ((int)op) {
+	case DAT_IW_SSP_CREATE_OP:
+		if (!dsp_check(handle, DSP_T_IA))
+			return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA);
+		return dsp_ssp_create(handle, args);
+	case DAT_IW_SSP_FREE_OP:
+		return dsp_ssp_free(handle);
+	case DAT_IW_SSP_QUERY_OP:
+		return dsp_ssp_query(handle, args);
+	case DAT_IW_SOCKET_CONNECT_OP:
+		return dsp_socket_connect(handle, args);
 	default:
 		DSP_DBG("extension op %d not implemented", (int)op);
 		return DSP_NOT_IMPL;

@@ -27,6 +27,7 @@
 #include <dat2/dat_registry.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <rdma/rdma_cma.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,6 +57,7 @@ enum dsp_type {
 	DSP_T_EP,
 	DSP_T_PSP,
 	DSP_T_CR,
+	DSP_T_SSP,	/* a Socket Service Point, or an EP's socket connect */
 };
 
 struct dsp_ia;
@@ -83,6 +85,7 @@ struct dsp_list {
 };
 
 struct dsp_evd;
+struct dsp_ssp;
 
 struct dsp_ia {
 	struct dsp_hdr h;
@@ -101,6 +104,7 @@ struct dsp_ia {
 	struct dsp_evd *async_evd;
 	bool own_async;
 	struct dsp_list evds, pzs, lmrs, eps, psps, crs;
+	struct dsp_list ssps;	/* SSPs and socket connects (ssp.c) */
 	DAT_NAMED_ATTR ps_attr[3];
 };
 
@@ -171,6 +175,9 @@ struct dsp_ep {
 	struct dsp_slot *free_slots;
 	int outstanding;	/* signalled requests in flight */
 	int out_recv;		/* of which receives */
+	/* a socket conversion (ssp.c) owns the EP's connection events until
+	 * it has finished with the socket: dsp_conn_event hands them to it */
+	struct dsp_ssp *conv;
 };
 
 struct dsp_psp {
@@ -179,6 +186,7 @@ struct dsp_psp {
 	DAT_CONN_QUAL qual;
 	struct dsp_evd *evd;
 	DAT_PSP_FLAGS flags;
+	struct dsp_ssp *ssp;	/* an SSP's hidden one-shot listener (ssp.c) */
 };
 
 struct dsp_cr {
@@ -191,6 +199,7 @@ struct dsp_cr {
 	struct sockaddr_storage remote;
 	DAT_PORT_QUAL remote_port;
 	uint8_t initiator_depth, responder_resources;
+	struct dsp_ssp *ssp;	/* the request came over an SSP's socket (no id) */
 };
 
 /* debug: DAPL_SDP_DEBUG=1 in the environment, to stderr */
@@ -289,6 +298,10 @@ void dsp_slot_put(struct dsp_slot *s);
 void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev);
 void dsp_ep_check_timeouts(struct dsp_ia *ia, int *next_ms);
 void dsp_conn_event(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, int len);
+/* start an rdma_cm connect of ep to dst: ia->lock held, ep->pdata framed,
+ * state set to ACTIVE_CONNECTION_PENDING by the caller */
+DAT_RETURN dsp_ep_start_connect(struct dsp_ep *ep, const struct sockaddr_storage *dst,
+				DAT_TIMEOUT timeout);
 
 /* cr.c */
 DAT_RETURN dsp_psp_create(DAT_IA_HANDLE, DAT_CONN_QUAL, DAT_EVD_HANDLE, DAT_PSP_FLAGS,
@@ -305,5 +318,27 @@ void dsp_cr_destroy(struct dsp_cr *cr);
 /* a connect request on a listener, called by the progress thread with ia->lock */
 void dsp_psp_cm_event(struct dsp_psp *psp, struct rdma_cm_event *ev);
 void dsp_cr_cm_event(struct dsp_cr *cr, struct rdma_cm_event *ev);
+
+/* ssp.c: the iWARP extension's Socket Service Points (dat_iw_extensions.h) */
+DAT_RETURN dsp_ssp_create(struct dsp_ia *ia, va_list args);
+DAT_RETURN dsp_ssp_free(DAT_HANDLE ssp);
+DAT_RETURN dsp_ssp_query(DAT_HANDLE ssp, va_list args);
+DAT_RETURN dsp_socket_connect(DAT_HANDLE ep, va_list args);
+/* dsp_conn_event for an EP whose conversion is running (ia->lock held) */
+void dsp_ssp_hook_event(struct dsp_ssp *s, DAT_EVENT_NUMBER num, const void *pdata, int len);
+/* a request on an SSP's hidden listener (progress thread, ia->lock held) */
+void dsp_ssp_conn_request(struct dsp_psp *lsn, struct rdma_cm_event *ev);
+/* the SSP's answer to its request (cr.c) */
+DAT_RETURN dsp_ssp_accept(struct dsp_cr *cr, struct dsp_ep *ep, DAT_COUNT pdsize,
+			  const DAT_PVOID pdata);
+DAT_RETURN dsp_ssp_reject(struct dsp_cr *cr, DAT_COUNT pdsize, const DAT_PVOID pdata);
+/* stop the conversions that use ep, before it goes (ep.c) */
+void dsp_ssp_release_ep(struct dsp_ep *ep);
+/* the EP an SSP was made for, or NULL once it went */
+struct dsp_ep *dsp_ssp_ep(struct dsp_ssp *s);
+/* any SSP handle not freed yet? (ia->lock held) */
+bool dsp_ssp_any_open(struct dsp_ia *ia);
+/* stop and free every SSP and socket connect of the IA (ia.c) */
+void dsp_ssp_close_all(struct dsp_ia *ia);
 
 #endif
