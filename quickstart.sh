@@ -389,16 +389,8 @@ stage_dat() {
 	# shellcheck disable=SC2016
 	stage_limit=1200 RUN_IN_VM_TIMEOUT=1100 RUN_IN_VM_MEM=3072 \
 		run_cmd_tests dat "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices siw,rxe -- \
-		bash -c 'src=$1 b=$2 fail=0
-			for t in dat_pair.sh ssp.sh; do
-				"$src/test/dat/$t" "$b"
-				case $? in
-				0) echo "# PASS:  1" ;;
-				77) echo "# SKIP:  1" ;;
-				*) echo "# FAIL:  1"; fail=1 ;;
-				esac
-			done
-			exit $fail' dat "$srcdir" "$srcdir/build"
+		bash -c 'f=0; for t in dat_pair.sh ssp.sh; do "$1/test/dat/$t" "$2"; case $? in 0) echo "# PASS:  1" ;; 77) echo "# SKIP:  1" ;; *) echo "# FAIL:  1"; f=1 ;; esac; done; exit $f' \
+		dat "$srcdir" "$srcdir/build"
 }
 
 # The ib transport over Soft-RoCE.
