@@ -345,6 +345,14 @@ struct dsp_provider *dsp_provider_find(const char *name)
 
 void dat_provider_init(const DAT_PROVIDER_INFO *info, const char *ia_params);
 void dat_provider_fini(const DAT_PROVIDER_INFO *info);
+void dapl_extensions(void);
+
+/* libdat2, built with DAT_EXTENSIONS, looks this symbol up to tell a
+ * provider that has extensions (dat_iw_extensions.h) from one that has
+ * none, and warns when it is missing.  Only its presence matters. */
+void dapl_extensions(void)
+{
+}
 
 void dat_provider_init(const DAT_PROVIDER_INFO *info, const char *ia_params)
 {
