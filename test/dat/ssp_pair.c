@@ -32,10 +32,11 @@
  *      EVD.  From then on the provider owns the TCP socket: it has closed
  *      it on both sides; the program must not use or close it.
  *   7. The EPs are connected as after dat_ep_connect/dat_cr_accept: here
- *      the client sends several checksummed messages, the server announces
+ *      the client sends several checksummed messages (at most as many
+ *      as the server has receives posted: see M_ACK), the server announces
  *      a buffer (address, rmr_context, length) in a send, the client
- *      RDMA-writes into it and sends the checksum, the server checks it;
- *      then the client disconnects.
+ *      RDMA-writes into it and sends the checksum, the server checks it
+ *      and says so; then the client disconnects.
  *
  * Each side prints one line at the end: "ssp_pair: server OK ..." or
  * "ssp_pair: client FAIL ...".  Exit status 0 only on OK.
@@ -81,7 +82,14 @@ struct final_msg {
 
 /* ---- the RDMA-mode protocol (step 7): SEND messages ------------------ */
 
-enum { M_DATA = 1, M_BUF, M_WRITTEN };
+/*
+ * Flow control: a SEND needs a receive posted on the other side.  On
+ * iWARP one that finds none breaks the connection (there is no
+ * receiver-not-ready retry as on InfiniBand), so the server keeps NRECV
+ * receives posted and the client sends at most NRECV data messages
+ * before the server's M_ACK says they are posted again.
+ */
+enum { M_DATA = 1, M_ACK, M_BUF, M_WRITTEN, M_DONE };
 
 struct hdr {
 	uint32_t type;
@@ -179,7 +187,9 @@ static void sock_write(int fd, const void *buf, size_t n, const char *what)
 struct side {
 	DAT_IA_HANDLE ia;
 	DAT_PZ_HANDLE pz;
-	DAT_EVD_HANDLE conn_evd, dto_evd, cr_evd;
+	DAT_EVD_HANDLE conn_evd, cr_evd;
+	DAT_EVD_HANDLE req_evd;	/* completions of sends and RDMA writes */
+	DAT_EVD_HANDLE rcv_evd;	/* completions of receives */
 	DAT_EP_HANDLE ep;
 	DAT_IW_SSP_HANDLE ssp;
 	struct msgbuf *msgs;	/* [0..NRECV-1] receive, [NRECV] send */
@@ -227,14 +237,14 @@ static void send_msg(struct side *s, const struct hdr *h, const void *payload, s
 	if (len)
 		memcpy(s->msgs[NRECV].payload, payload, len);
 	ck(dat_ep_post_send(s->ep, 1, &iov, cookie, DAT_COMPLETION_DEFAULT_FLAG), "post_send");
-	wait_ev(s->dto_evd, DAT_DTO_COMPLETION_EVENT, "send completion");
+	wait_ev(s->req_evd, DAT_DTO_COMPLETION_EVENT, "send completion");
 }
 
 /* The next received message (of the given type); its receive is posted
  * again once copied out. */
 static struct msgbuf *recv_msg(struct side *s, uint32_t type, struct msgbuf *out)
 {
-	DAT_EVENT ev = wait_ev(s->dto_evd, DAT_DTO_COMPLETION_EVENT, "receive");
+	DAT_EVENT ev = wait_ev(s->rcv_evd, DAT_DTO_COMPLETION_EVENT, "receive");
 	DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
 	int i = (int)d->user_cookie.as_64;
 
@@ -278,8 +288,12 @@ static void setup(struct side *s, const char *ia_name, int server)
 	ck(dat_pz_create(s->ia, &s->pz), "dat_pz_create");
 	ck(dat_evd_create(s->ia, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn_evd),
 	   "evd_create (connection)");
-	ck(dat_evd_create(s->ia, 2 * NRECV + 8, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->dto_evd),
-	   "evd_create (DTO)");
+	/* receives and requests complete on EVDs of their own: a receive
+	 * may complete while we wait for a send's completion */
+	ck(dat_evd_create(s->ia, 8, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->req_evd),
+	   "evd_create (requests)");
+	ck(dat_evd_create(s->ia, NRECV, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->rcv_evd),
+	   "evd_create (receives)");
 	/* the SSP's EVD: connection requests (and the socket-down event) */
 	if (server)
 		ck(dat_evd_create(s->ia, 4, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &s->cr_evd),
@@ -298,7 +312,7 @@ static void setup(struct side *s, const char *ia_name, int server)
 	attr.max_rdma_read_out = 1;
 	attr.max_rdma_read_iov = 1;
 	attr.max_rdma_write_iov = 1;
-	ck(dat_ep_create(s->ia, s->pz, s->dto_evd, s->dto_evd, s->conn_evd, &attr, &s->ep),
+	ck(dat_ep_create(s->ia, s->pz, s->rcv_evd, s->req_evd, s->conn_evd, &attr, &s->ep),
 	   "dat_ep_create");
 
 	s->msgs = aligned_alloc(64, sizeof(struct msgbuf) * (NRECV + 1));
@@ -328,14 +342,15 @@ static void teardown(struct side *s)
 	DAT_EVENT ev;
 
 	/* the flushed receives */
-	while (dat_evd_dequeue(s->dto_evd, &ev) == DAT_SUCCESS)
+	while (dat_evd_dequeue(s->rcv_evd, &ev) == DAT_SUCCESS)
 		;
 	if (s->ssp)
 		ck(dat_iw_ssp_free(s->ssp), "dat_iw_ssp_free");
 	ck(dat_ep_free(s->ep), "dat_ep_free");
 	ck(dat_lmr_free(s->data_lmr), "lmr_free");
 	ck(dat_lmr_free(s->msg_lmr), "lmr_free");
-	ck(dat_evd_free(s->dto_evd), "evd_free");
+	ck(dat_evd_free(s->rcv_evd), "evd_free");
+	ck(dat_evd_free(s->req_evd), "evd_free");
 	ck(dat_evd_free(s->conn_evd), "evd_free");
 	if (s->cr_evd)
 		ck(dat_evd_free(s->cr_evd), "evd_free");
@@ -410,6 +425,9 @@ static void server(struct side *s, const char *ia_name, unsigned port, unsigned 
 			fail("data message %u: seq %u, %llu bytes, checksum %s", i, m.h.seq,
 			     (unsigned long long)m.h.len,
 			     fnv(m.payload, m.h.len) == m.h.sum ? "ok" : "WRONG");
+		/* a window taken (and its receives posted again): more credit */
+		if ((i + 1) % NRECV == 0 && i + 1 < nmsgs)
+			send_msg(s, &(struct hdr){ .type = M_ACK, .seq = i }, NULL, 0);
 	}
 	/* announce the buffer the client will RDMA-write */
 	send_msg(s, &(struct hdr){ .type = M_BUF, .rkey = s->data_rctx,
@@ -419,6 +437,9 @@ static void server(struct side *s, const char *ia_name, unsigned port, unsigned 
 	recv_msg(s, M_WRITTEN, &m);
 	if (fnv(s->data, s->size) != m.h.sum)
 		fail("RDMA write: the %zu bytes in the buffer do not match the checksum", s->size);
+	/* the verdict; the client disconnects only after it (a receive must
+	 * not be posted again on an EP the peer has disconnected) */
+	send_msg(s, &(struct hdr){ .type = M_DONE }, NULL, 0);
 
 	/* the client disconnects */
 	wait_ev(s->conn_evd, DAT_CONNECTION_EVENT_DISCONNECTED, "disconnect");
@@ -486,9 +507,12 @@ static void client(struct side *s, const char *ia_name, const char *host, unsign
 		fail("accept private data: %d bytes",
 		     ev.event_data.connect_event_data.private_data_size);
 
-	/* 7. checksummed messages of varying length */
+	/* 7. checksummed messages of varying length, NRECV at a time */
 	for (unsigned i = 0; i < nmsgs; i++) {
 		size_t len = MSG_BYTES - (i * 397) % MSG_BYTES;
+
+		if (i && i % NRECV == 0)
+			recv_msg(s, M_ACK, &m);
 
 		fill(payload, len, 0x9e3779b97f4a7c15ull + i);
 		send_msg(s, &(struct hdr){ .type = M_DATA, .seq = i, .len = len,
@@ -505,12 +529,14 @@ static void client(struct side *s, const char *ia_name, const char *host, unsign
 	rmr = (DAT_RMR_TRIPLET){ m.h.addr, (DAT_SEG_LENGTH)s->size, m.h.rkey };
 	ck(dat_ep_post_rdma_write(s->ep, 1, &iov, cookie, &rmr, DAT_COMPLETION_DEFAULT_FLAG),
 	   "dat_ep_post_rdma_write");
-	ev = wait_ev(s->dto_evd, DAT_DTO_COMPLETION_EVENT, "RDMA write completion");
+	ev = wait_ev(s->req_evd, DAT_DTO_COMPLETION_EVENT, "RDMA write completion");
 	if (ev.event_data.dto_completion_event_data.operation != DAT_DTO_RDMA_WRITE)
 		fail("RDMA write completion: operation %d",
 		     ev.event_data.dto_completion_event_data.operation);
 	/* sends after a write arrive after it: the checksum tells it is there */
 	send_msg(s, &(struct hdr){ .type = M_WRITTEN, .sum = fnv(s->data, s->size) }, NULL, 0);
+	/* the server has checked it: done */
+	recv_msg(s, M_DONE, &m);
 
 	ck(dat_ep_disconnect(s->ep, DAT_CLOSE_GRACEFUL_FLAG), "dat_ep_disconnect");
 	wait_ev(s->conn_evd, DAT_CONNECTION_EVENT_DISCONNECTED, "disconnect");
