@@ -644,6 +644,26 @@ static int c_create_bad_socket(struct env *e)
 		 DAT_INVALID_PARAMETER, "socket = an unconnected TCP socket"));
 	TRY(want(dat_iw_ssp_create(ia, lst, e->ep_p, e->cr_evd, FINAL_MSG, sizeof(FINAL_MSG), &s),
 		 DAT_INVALID_PARAMETER, "socket = a listening TCP socket"));
+	/* connected, but over loopback: its local address is not the IA's */
+	if (ia_addr.ss_family == AF_INET) {
+		struct sockaddr_in lo = { .sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t ll = sizeof(lo);
+		int l2 = socket(AF_INET, SOCK_STREAM, 0), c2 = socket(AF_INET, SOCK_STREAM, 0), a2;
+
+		if (l2 < 0 || c2 < 0 || bind(l2, (struct sockaddr *)&lo, sizeof(lo)) < 0 ||
+		    listen(l2, 1) < 0 || getsockname(l2, (struct sockaddr *)&lo, &ll) < 0 ||
+		    connect(c2, (struct sockaddr *)&lo, sizeof(lo)) < 0 ||
+		    (a2 = accept(l2, NULL, NULL)) < 0)
+			return bad("a loopback TCP connection: %s", strerror(errno));
+		TRY(want(dat_iw_ssp_create(ia, a2, e->ep_p, e->cr_evd, FINAL_MSG,
+					   sizeof(FINAL_MSG), &s), DAT_INVALID_PARAMETER,
+			 "socket connected over 127.0.0.1, not the IA's address"));
+		TRY(no_bytes(c2, 200, "loopback peer after the failed create"));
+		close(a2);
+		close(c2);
+		close(l2);
+	}
 	if (s != DAT_HANDLE_NULL)
 		return bad("a failed create wrote an SSP handle");
 	close(pfd[0]);
@@ -1051,6 +1071,15 @@ static int reject_and_stream(struct env *e, int check_stream)
 		return bad("the passive socket is closed after dat_cr_reject returned");
 	if (check_stream)
 		TRY(send_all(e->sock_p, p2a, sizeof(p2a), "passive stream send after the reject"));
+	{
+		DAT_IW_SSP_PARAM q;
+
+		OK(dat_iw_ssp_query(e->ssp, DAT_IW_SSP_FIELD_SSP_STATE, &q),
+		   "dat_iw_ssp_query after the reject");
+		if (q.ssp_state != DAT_IW_SSP_STATE_NON_OPERATIONAL)
+			return bad("SSP state %d once its request was answered, not NON_OPERATIONAL",
+				   q.ssp_state);
+	}
 	TRY(wait_ev(e->conn_a, WAIT_YES, DAT_CONNECTION_EVENT_PEER_REJECTED, &ev,
 		    "active side's outcome"));
 	if (ev.event_data.connect_event_data.ep_handle != e->ep_a)
@@ -1181,6 +1210,34 @@ static int plain_peer(struct env *e, const char *how, DAT_EVENT_NUMBER want_ev)
 	if (want_ev == DAT_CONNECTION_EVENT_TIMED_OUT)
 		TRY(timed_out_in_time(now() - t0, tmo / 1e6));
 	TRY(no_ev(e->conn_a, 300000, "active connect EVD after the outcome"));
+	if (want_ev == DAT_CONNECTION_EVENT_TIMED_OUT) {
+		/* the socket is ours again and nothing of the provider's is
+		 * left to read in it: bytes the peer sends now come first */
+		static const char late[] = "the peer speaks late";
+		char got[sizeof(late)];
+
+		if (fcntl(e->sock_a, F_GETFD) < 0)
+			return bad("the active socket is closed after TIMED_OUT");
+		TRY(send_all(e->sock_p, late, sizeof(late), "peer's bytes after TIMED_OUT"));
+		TRY(read_exact(e->sock_a, got, sizeof(late), "active side after TIMED_OUT"));
+		if (memcmp(got, late, sizeof(late)))
+			return bad("after TIMED_OUT the active socket read \"%.*s\" first",
+				   (int)sizeof(late), got);
+		return 0;
+	}
+	if (want_ev == DAT_CONNECTION_EVENT_NON_PEER_REJECTED) {
+		/* the socket is ours again, the peer's answer unread in it */
+		char got[sizeof(plain)];
+
+		if (fcntl(e->sock_a, F_GETFD) < 0)
+			return bad("the active socket is closed after NON_PEER_REJECTED");
+		TRY(read_exact(e->sock_a, got, sizeof(plain) - 1,
+			       "the peer's plain answer, after NON_PEER_REJECTED"));
+		if (memcmp(got, plain, sizeof(plain) - 1))
+			return bad("the peer's plain answer was consumed or altered: \"%.*s\"",
+				   (int)sizeof(plain) - 1, got);
+		return 0;
+	}
 	e->sock_a = -1;	/* leave it: whose it is after a failure is not said */
 	return 0;
 }
@@ -1227,6 +1284,141 @@ static int c_free(struct env *e)
 	return 0;
 }
 
+/* A request delivered before ssp_free stays answerable. */
+static int c_free_after_request(struct env *e)
+{
+	DAT_CR_HANDLE cr;
+	DAT_EVENT ev;
+
+	TRY(ssp_up(e, FINAL_MSG, sizeof(FINAL_MSG)));
+	TRY(request(e, WAIT_YES, 0, NULL, &cr));
+	OK(dat_iw_ssp_free(e->ssp), "dat_iw_ssp_free with a request delivered");
+	e->ssp_freed = 1;
+	OK(dat_cr_accept(cr, e->ep_p, 0, NULL), "dat_cr_accept after the SSP was freed");
+	TRY(wait_ev(e->conn_p, WAIT_YES, DAT_CONNECTION_EVENT_ESTABLISHED, &ev,
+		    "passive ESTABLISHED"));
+	e->sock_p = -1;
+	TRY(wait_ev(e->conn_a, WAIT_YES, DAT_CONNECTION_EVENT_ESTABLISHED, &ev,
+		    "active ESTABLISHED"));
+	e->sock_a = -1;
+	OK(dat_ep_disconnect(e->ep_a, DAT_CLOSE_GRACEFUL_FLAG), "dat_ep_disconnect");
+	TRY(wait_ev(e->conn_a, WAIT_YES, DAT_CONNECTION_EVENT_DISCONNECTED, &ev,
+		    "active DISCONNECTED"));
+	TRY(wait_ev(e->conn_p, WAIT_YES, DAT_CONNECTION_EVENT_DISCONNECTED, &ev,
+		    "passive DISCONNECTED"));
+	return 0;
+}
+
+/* Two SSPs on one EVD at once: each CR names its own SSP and EP; both
+ * connections come up. */
+static int c_two_ssps(struct env *e)
+{
+	DAT_EP_ATTR attr = ep_attr();
+	DAT_EP_HANDLE ep_p2 = DAT_HANDLE_NULL, ep_a2 = DAT_HANDLE_NULL;
+	DAT_IW_SSP_HANDLE ssp2 = DAT_HANDLE_NULL;
+	int sa2 = -1, sp2 = -1, r = -1, est_p = 0, est_a = 0;
+	char got[sizeof(FINAL_MSG)];
+	DAT_EVENT ev;
+
+	TRY(ssp_up(e, FINAL_MSG, sizeof(FINAL_MSG)));
+	OK(dat_ep_create(ia, pz, e->dto_p, e->dto_p, e->conn_p, &attr, &ep_p2), "ep_create p2");
+	if (want(dat_ep_create(ia, pz, e->dto_a, e->dto_a, e->conn_a, &attr, &ep_a2), DAT_SUCCESS,
+		 "ep_create a2") < 0 || tcp_pair(&sa2, &sp2) < 0 ||
+	    want(dat_iw_ssp_create(ia, sp2, ep_p2, e->cr_evd, FINAL_MSG, sizeof(FINAL_MSG), &ssp2),
+		 DAT_SUCCESS, "second dat_iw_ssp_create") < 0 ||
+	    read_exact(sa2, got, sizeof(got), "second final message") < 0)
+		goto out;
+	if (ssp2 == e->ssp) {
+		bad("two SSPs, one handle");
+		goto out;
+	}
+	/* the second one requests first */
+	if (want(dat_iw_socket_connect(ep_a2, sa2, WAIT_YES, 2, "2"), DAT_SUCCESS,
+		 "socket_connect 2") < 0 ||
+	    want(dat_iw_socket_connect(e->ep_a, e->sock_a, WAIT_YES, 2, "1"), DAT_SUCCESS,
+		 "socket_connect 1") < 0)
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		DAT_CR_ARRIVAL_EVENT_DATA *d = &ev.event_data.cr_arrival_event_data;
+		DAT_CR_PARAM p;
+		int second;
+
+		if (wait_ev(e->cr_evd, WAIT_YES, DAT_CONNECTION_REQUEST_EVENT, &ev,
+			    "a connection request") < 0)
+			goto out;
+		second = d->sp_handle.psp_handle == (DAT_PSP_HANDLE)ssp2;
+		if (!second && d->sp_handle.psp_handle != (DAT_PSP_HANDLE)e->ssp) {
+			bad("a CR event names neither SSP");
+			goto out;
+		}
+		if (want(dat_cr_query(d->cr_handle, DAT_CR_FIELD_ALL, &p), DAT_SUCCESS,
+			 "dat_cr_query") < 0)
+			goto out;
+		if (p.local_ep_handle != (second ? ep_p2 : e->ep_p) || p.private_data_size != 2 ||
+		    memcmp(p.private_data, second ? "2" : "1", 2)) {
+			bad("the CR of SSP %d has the other SSP's EP or private data", second + 1);
+			goto out;
+		}
+		if (want(dat_cr_accept(d->cr_handle, DAT_HANDLE_NULL, 0, NULL), DAT_SUCCESS,
+			 "dat_cr_accept") < 0)
+			goto out;
+	}
+	for (int i = 0; i < 4; i++) {
+		DAT_EVD_HANDLE evd = i < 2 ? e->conn_p : e->conn_a;
+
+		if (wait_ev(evd, WAIT_YES, DAT_CONNECTION_EVENT_ESTABLISHED, &ev,
+			    i < 2 ? "passive ESTABLISHED" : "active ESTABLISHED") < 0)
+			goto out;
+		DAT_EP_HANDLE ep = ev.event_data.connect_event_data.ep_handle;
+
+		if (i < 2)
+			est_p |= ep == e->ep_p ? 1 : ep == ep_p2 ? 2 : 4;
+		else
+			est_a |= ep == e->ep_a ? 1 : ep == ep_a2 ? 2 : 4;
+	}
+	e->sock_a = e->sock_p = sa2 = sp2 = -1;
+	if (est_p != 3 || est_a != 3) {
+		bad("ESTABLISHED named the EPs wrong (passive mask %d, active %d)", est_p, est_a);
+		goto out;
+	}
+	r = 0;
+out:
+	if (ssp2)
+		dat_iw_ssp_free(ssp2);
+	if (ep_a2)
+		dat_ep_free(ep_a2);
+	if (ep_p2)
+		dat_ep_free(ep_p2);
+	if (sa2 >= 0)
+		close(sa2);
+	if (sp2 >= 0)
+		close(sp2);
+	return r;
+}
+
+/* Freeing the EP while its socket connect waits gives the socket back. */
+static int c_ep_free_while_connecting(struct env *e)
+{
+	struct pollfd pfd;
+	char b[512];
+	double t0;
+
+	TRY(tcp_pair(&e->sock_a, &e->sock_p));
+	OK(dat_iw_socket_connect(e->ep_a, e->sock_a, 30 * SEC, 0, NULL), "dat_iw_socket_connect");
+	pfd = (struct pollfd){ .fd = e->sock_p, .events = POLLIN };
+	if (poll(&pfd, 1, IO_MS) != 1 || recv(e->sock_p, b, sizeof(b), MSG_DONTWAIT) <= 0)
+		return bad("no request bytes reached the passive socket in %d ms", IO_MS);
+	t0 = now();
+	OK(dat_ep_free(e->ep_a), "dat_ep_free while the connect waits");
+	e->ep_a = DAT_HANDLE_NULL;
+	if (now() - t0 > 15.0)
+		return bad("dat_ep_free took %.1f s", now() - t0);
+	if (fcntl(e->sock_a, F_GETFD) < 0)
+		return bad("the socket is closed after dat_ep_free, not given back");
+	TRY(no_ev(e->conn_a, 300000, "the freed EP's connect EVD"));
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(struct env *);
@@ -1235,7 +1427,7 @@ static const struct {
 	  c_ia_attrs },
 	{ "ssp_create: bad EP or EVD handle, EVD without CR flag -> DAT_INVALID_HANDLE",
 	  c_create_bad_handles },
-	{ "ssp_create: socket -1, not a socket, UDP, unconnected -> DAT_INVALID_PARAMETER",
+	{ "ssp_create: socket -1, not a socket, UDP, unconnected, not on the IA's address -> DAT_INVALID_PARAMETER",
 	  c_create_bad_socket },
 	{ "ssp_create: len < 0, msg NULL with len > 0, ssp NULL -> DAT_INVALID_PARAMETER",
 	  c_create_bad_args },
@@ -1248,18 +1440,23 @@ static const struct {
 	{ "request, CR event and query, accept, ESTABLISHED, sockets closed, sends, RDMA write/read",
 	  c_accept },
 	{ "dat_cr_accept with DAT_HANDLE_NULL takes the SSP's EP", c_accept_null_ep },
-	{ "dat_cr_reject (236 bytes of private data): PEER_REJECTED, clean streams both ways",
+	{ "dat_cr_reject (236 bytes of private data): PEER_REJECTED, clean streams, NON_OPERATIONAL",
 	  c_reject },
 	{ "one SSP, one request: a second connect gets no CR and TIMED_OUT", c_one_request },
 	{ "peer closes before requesting: DAT_IW_SOCKET_DOWN_EVENT, NON_OPERATIONAL",
 	  c_socket_down_close },
 	{ "peer resets before requesting: DAT_IW_SOCKET_DOWN_EVENT, NON_OPERATIONAL",
 	  c_socket_down_reset },
-	{ "socket_connect to a silent peer: TIMED_OUT", c_timed_out },
-	{ "socket_connect answered with plain stream data: NON_PEER_REJECTED",
+	{ "socket_connect to a silent peer: TIMED_OUT in time, the socket clean", c_timed_out },
+	{ "socket_connect answered with plain stream data: NON_PEER_REJECTED, the data unread",
 	  c_non_peer_rejected },
 	{ "socket_connect, the peer closes the socket: UNREACHABLE", c_unreachable_close },
 	{ "socket_connect, the peer resets the socket: UNREACHABLE", c_unreachable_reset },
+	{ "ssp_free with a request delivered: the request can still be accepted",
+	  c_free_after_request },
+	{ "two SSPs on one EVD: each CR names its SSP and EP, both accepted", c_two_ssps },
+	{ "dat_ep_free while a socket connect waits gives the socket back",
+	  c_ep_free_while_connecting },
 	{ "ssp_free: handle invalid after, a later request PEER_REJECTED", c_free },
 };
 
