@@ -283,8 +283,9 @@ static void api_checks(struct ctx *c, int server)
 	want_type(dat_pz_free(c->pz), DAT_INVALID_STATE, "pz_free of a PZ in use");
 	want_type(dat_ia_close(c->ia, DAT_CLOSE_GRACEFUL_FLAG), DAT_INVALID_STATE,
 		  "graceful ia_close with objects");
-	/* op 0 is DAT_IW_SSP_CREATE_OP now: ask for one the extension has not */
-	want_type(dat_extension_op(c->ep, 0x7fff), DAT_NOT_IMPLEMENTED, "extension op 0x7fff");
+	/* an op the extension has not (0-3 are the SSP's; libdat2 itself
+	 * takes DAT_OPEN_EXTENSION_BASE, 0x1000, and up, with an IA name) */
+	want_type(dat_extension_op(c->ep, 0xff), DAT_NOT_IMPLEMENTED, "extension op 0xff");
 	/* a handle of the wrong type */
 	want_type(dat_ep_post_send(c->pz, 1, &iov, cookie, DAT_COMPLETION_DEFAULT_FLAG),
 		  DAT_INVALID_HANDLE, "post_send on a PZ handle");
