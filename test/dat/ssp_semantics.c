@@ -5,6 +5,9 @@
  *
  *   ssp_semantics [-P ia_name] [-v]
  *
+ * -v prints notes (provider attributes, each case's time); SSP_CASES=10,12
+ * in the environment runs only those cases (the others print as skipped).
+ *
  * One process, one IA: it plays both sides itself.  Each case makes a TCP
  * connection to the IA's own address (a listening socket bound to it),
  * gives the accepted socket ("passive", whose local IP is the IA's) to
