@@ -387,6 +387,8 @@ static void server(struct side *s, const char *ia_name, unsigned port, unsigned 
 	    listen(lfd, 1) < 0)
 		fail("TCP listener on port %u: %s", port, strerror(errno));
 	fprintf(stderr, "ssp_pair: server: listening on TCP port %u\n", port);
+	if (poll(&(struct pollfd){ .fd = lfd, .events = POLLIN }, 1, 60000) != 1)
+		fail("no client within 60 s");
 	sock = accept(lfd, NULL, NULL);
 	if (sock < 0)
 		fail("accept: %s", strerror(errno));
