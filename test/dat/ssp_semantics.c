@@ -1056,6 +1056,57 @@ static int c_accept_null_ep(struct env *e)
 	return 0;
 }
 
+/* A slow accept, still within the connect's timeout: ESTABLISHED. */
+static int c_accept_slow(struct env *e)
+{
+	DAT_CR_HANDLE cr;
+	DAT_EVENT ev;
+
+	TRY(ssp_up(e, FINAL_MSG, sizeof(FINAL_MSG)));
+	TRY(request(e, 8 * SEC, 0, NULL, &cr));
+	TRY(no_ev(e->conn_a, 2 * SEC, "active side while the accept waits"));
+	OK(dat_cr_accept(cr, e->ep_p, 0, NULL), "dat_cr_accept 2 s into an 8 s timeout");
+	TRY(wait_ev(e->conn_p, WAIT_YES, DAT_CONNECTION_EVENT_ESTABLISHED, &ev,
+		    "passive ESTABLISHED"));
+	e->sock_p = -1;
+	TRY(wait_ev(e->conn_a, WAIT_YES, DAT_CONNECTION_EVENT_ESTABLISHED, &ev,
+		    "active ESTABLISHED"));
+	e->sock_a = -1;
+	return 0;
+}
+
+/* An accept after the active side's timeout: the active side gets
+ * TIMED_OUT, and the passive side must not get ESTABLISHED alone (a
+ * failed accept call or a failure event are both fine). */
+static int c_accept_too_late(struct env *e)
+{
+	DAT_CR_HANDLE cr;
+	DAT_EVENT ev;
+	DAT_RETURN rc;
+	DAT_COUNT nmore;
+
+	TRY(ssp_up(e, FINAL_MSG, sizeof(FINAL_MSG)));
+	TRY(request(e, 1 * SEC, 0, NULL, &cr));
+	usleep(2500000);
+	rc = dat_cr_accept(cr, e->ep_p, 0, NULL);
+	TRY(wait_ev(e->conn_a, WAIT_YES, DAT_CONNECTION_EVENT_TIMED_OUT, &ev,
+		    "active side, accepted 1.5 s after its timeout"));
+	e->sock_a = -1;
+	if (rc != DAT_SUCCESS) {
+		note("the late dat_cr_accept returned %s", rcname(rc));
+		return 0;
+	}
+	memset(&ev, 0, sizeof(ev));
+	rc = dat_evd_wait(e->conn_p, WAIT_YES, 1, &ev, &nmore);
+	if (rc != DAT_SUCCESS)
+		return bad("passive side: no event after a late accept (%s)", rcname(rc));
+	if (ev.event_number == DAT_CONNECTION_EVENT_ESTABLISHED)
+		return bad("passive side ESTABLISHED while the active side TIMED_OUT");
+	note("passive side after the late accept: %s", evname(ev.event_number));
+	e->sock_p = -1;
+	return 0;
+}
+
 /* A reject, then the stream bytes both ways on the sockets, clean. */
 static int reject_and_stream(struct env *e, int check_stream)
 {
@@ -1484,6 +1535,9 @@ static const struct {
 	{ "request, CR event and query, accept, ESTABLISHED, sockets closed, sends, RDMA write/read",
 	  c_accept },
 	{ "dat_cr_accept with DAT_HANDLE_NULL takes the SSP's EP", c_accept_null_ep },
+	{ "dat_cr_accept 2 s into an 8 s connect timeout: ESTABLISHED", c_accept_slow },
+	{ "dat_cr_accept after the connect timed out: TIMED_OUT, no one-sided ESTABLISHED",
+	  c_accept_too_late },
 	{ "dat_cr_reject (236 bytes of private data): PEER_REJECTED, clean streams, NON_OPERATIONAL",
 	  c_reject },
 	{ "one SSP, one request: a second connect gets no CR and TIMED_OUT", c_one_request },
