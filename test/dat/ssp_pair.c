@@ -45,7 +45,9 @@
 #define _GNU_SOURCE
 #endif
 #include <dat2/udat.h>
-#include "dat_iw_extensions.h"	/* after udat.h */
+/* after udat.h; a program built against an installed libsdp writes
+ * #include <dat2/dat_iw_extensions.h> (make install puts it there) */
+#include "dat_iw_extensions.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
