@@ -49,6 +49,7 @@
 
 #define SSP_SEND_MS 10000	/* the final message onto the socket */
 #define SSP_GRACE_MS 10000	/* the peer's frames after a verdict */
+#define SSP_ABANDON_MS 1000	/* of a connect's timeout, kept for giving up */
 #define SSP_ACCEPT_MS 30000	/* the peer's RDMA connect after our RSP */
 #define SSP_HOOKED 4
 #define SSP_STRAYS 8
@@ -891,18 +892,21 @@ static DAT_EVENT_NUMBER refused_event(uint8_t reason)
 		       : DAT_CONNECTION_EVENT_NON_PEER_REJECTED;
 }
 
-/* The connect timed out before the answer: tell the peer, take its frames. */
-static void abandon(struct dsp_ssp *s)
+/*
+ * The answer did not come in time: tell the peer and, until the end of
+ * the connect's timeout (the part kept back for this), take its RSP and
+ * FIN if it answers after all, so that they do not stay in the stream.
+ * A peer that answers later still leaves them there.
+ */
+static void abandon(struct dsp_ssp *s, uint64_t until)
 {
 	struct conv_frame fin = { .type = CONV_FIN, .status = CONV_FAILED, .reason = CONV_R_TIMEOUT };
 	struct conv_frame f;
-	uint64_t grace = deadline_ns(SSP_GRACE_MS);
 
-	if (conv_send(s->sock, &fin, grace))
+	if (conv_send(s->sock, &fin, until))
 		return;
-	/* a peer that answers late sends RSP and FIN */
-	if (!recv_frame(s, &f, grace) && f.type == CONV_RSP)
-		recv_frame(s, &f, grace);
+	if (!recv_frame(s, &f, until) && f.type == CONV_RSP)
+		recv_frame(s, &f, until);
 }
 
 static void *active_thread(void *arg)
@@ -913,6 +917,14 @@ static void *active_thread(void *arg)
 	uint64_t deadline = s->timeout == DAT_TIMEOUT_INFINITE
 				    ? 0
 				    : conv_now_ns() + (uint64_t)s->timeout * 1000ull;
+	/* the answer is awaited until the last quarter of the timeout (at
+	 * most SSP_ABANDON_MS of it), which is kept for giving up cleanly */
+	uint64_t keep = s->timeout == DAT_TIMEOUT_INFINITE ? 0 : (uint64_t)s->timeout * 250ull;
+	uint64_t answer_by;
+
+	if (keep > (uint64_t)SSP_ABANDON_MS * 1000000ull)
+		keep = (uint64_t)SSP_ABANDON_MS * 1000000ull;
+	answer_by = deadline ? deadline - keep : 0;
 	DAT_EVENT_NUMBER fail = DAT_CONNECTION_EVENT_UNREACHABLE;
 	const void *fail_pd = NULL;
 	int fail_len = 0, r;
@@ -926,11 +938,11 @@ static void *active_thread(void *arg)
 		fail = r == -ETIMEDOUT ? DAT_CONNECTION_EVENT_TIMED_OUT : fail;
 		goto failed;
 	}
-	r = recv_frame(s, &rsp, deadline);
+	r = recv_frame(s, &rsp, answer_by);
 	if (r == -ECANCELED)
 		goto out;
 	if (r == -ETIMEDOUT) {
-		abandon(s);
+		abandon(s, deadline);
 		fail = DAT_CONNECTION_EVENT_TIMED_OUT;
 		goto failed;
 	}
