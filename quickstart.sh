@@ -15,10 +15,13 @@
 #              Soft-RoCE in a QEMU guest (test/vm/run-in-vm), and SDP
 #              between two guests (test/vm/cross_kernel.sh)
 #   siw        the same on the iwarp transport over soft-iWARP (siw), and
-#              SDP between two guests over siw; not in the default run yet
-#              (QUICKSTART_STAGES="siw" runs it): zcopy_check's
-#              sink-cancel-signal case hung once in four runs on siw, not
-#              understood yet
+#              SDP between two guests over siw
+#   dat        the uDAPL provider (libdaplsdp.so) in a QEMU guest with siw
+#              and rxe: test/dat/dat_pair.sh (a DAPL program pair end to
+#              end) and test/dat/ssp.sh (the iWARP extension's Socket
+#              Service Points: ssp_semantics and the ssp_pair example);
+#              each script counts as one test (ssp_semantics' 26 cases
+#              are in its log)
 #   sanitizers make check in build-asan/         (--enable-sanitizers, ASan+UBSan+LSan)
 #   tsan       integration tests in build-tsan/  (--enable-sanitizers=thread, test/tsan.supp)
 #   valgrind   make check-valgrind in build/     (memcheck over real workloads, test/valgrind.sh)
@@ -29,7 +32,7 @@
 # one failure).  The exit status is non-zero if anything failed.
 #
 # Environment:
-#   QUICKSTART_STAGES    space-separated subset of the stages above (default: all but siw)
+#   QUICKSTART_STAGES    space-separated subset of the stages above (default: all)
 #   QUICKSTART_TIMEOUT   seconds one stage may take before it is killed (default 1200)
 #   QUICKSTART_JOBS      make -j value (default: nproc)
 set -euo pipefail
@@ -39,7 +42,8 @@ cd "$srcdir"
 
 DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
       libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libcriterion-dev
-      uthash-dev iperf3 socat curl python3 clang valgrind iproute2)
+      uthash-dev iperf3 socat curl python3 clang valgrind iproute2
+      libdapl-dev dapl2-utils)
 
 jobs=${QUICKSTART_JOBS:-$(nproc 2>/dev/null || echo 2)}
 stage_timeout=${QUICKSTART_TIMEOUT:-1200}
@@ -369,6 +373,24 @@ stage_vm() {
 		cross_kernel "$srcdir/test/vm/cross_kernel.sh" "$srcdir/build" "$device"
 }
 
+# The uDAPL provider in one guest with both soft devices: dat_pair.sh and
+# ssp.sh, each run over siw and over rxe by itself, each counted as one
+# test the automake way (a skip, 77, as a skip) so the totals include them.
+# As in stage_vm, run-in-vm's exit 125 (the testbed failed) fails the stage.
+stage_dat() {
+	if ! build_dir "$srcdir/build"; then
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (build)' dat)")
+		return
+	fi
+	# 3 GiB as for dat_pair.sh's README line; the scripts bound each run.
+	# shellcheck disable=SC2016
+	stage_limit=1200 RUN_IN_VM_TIMEOUT=1100 RUN_IN_VM_MEM=3072 \
+		run_cmd_tests dat "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices siw,rxe -- \
+		bash -c 'f=0; for t in dat_pair.sh ssp.sh; do "$1/test/dat/$t" "$2"; case $? in 0) echo "# PASS:  1" ;; 77) echo "# SKIP:  1" ;; *) echo "# FAIL:  1"; f=1 ;; esac; done; exit $f' \
+		dat "$srcdir" "$srcdir/build"
+}
+
 # The ib transport over Soft-RoCE.
 stage_rxe() {
 	stage_vm rxe rxe ib cross-kernel
@@ -380,12 +402,12 @@ stage_siw() {
 }
 
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe sanitizers tsan valgrind distcheck clang} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw dat sanitizers tsan valgrind distcheck clang} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | rxe | siw | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
+		check | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done

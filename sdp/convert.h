@@ -93,6 +93,12 @@ int conv_decode(const uint8_t *buf, size_t len, struct conv_frame *f);
 
 /* Monotonic clock, ns; deadline 0 = none. */
 uint64_t conv_now_ns(void);
+/* The deadline timeout_ms from now; 0 (none) for a negative timeout. */
+uint64_t conv_deadline_in(int timeout_ms);
+
+/* All of buf onto the TCP socket fd, blocking or not, before the
+ * deadline: 0, -ETIMEDOUT, or the socket's error. */
+int conv_send_bytes(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 
 /* The whole frame onto the TCP socket fd, blocking or not, before the
  * deadline: 0, -ETIMEDOUT, or the socket's error. */
