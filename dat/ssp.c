@@ -405,11 +405,12 @@ static int refuse(struct dsp_ssp *s, const struct conv_frame *req, uint8_t reaso
 
 /* ---- passive side ---------------------------------------------------------------- */
 
-static DAT_RETURN open_listener(struct dsp_ssp *s, uint16_t *port)
+static int open_listener(struct dsp_ssp *s, uint16_t *port)
 {
 	struct dsp_ia *ia = s->h.ia;
 	struct sockaddr_storage a = s->local;
 	struct dsp_psp *l = calloc(1, sizeof(*l));
+	int e = 0;
 
 	if (!l)
 		return -ENOMEM;
@@ -418,13 +419,15 @@ static DAT_RETURN open_listener(struct dsp_ssp *s, uint16_t *port)
 	l->evd = s->evd;
 	sa_set_port(&a, 0);
 	if (rdma_create_id(ia->ch, &l->id, l, RDMA_PS_TCP) != 0) {
+		e = errno;
 		free(l);
-		return -errno;
+		return -e;
 	}
-	if (rdma_bind_addr(l->id, (struct sockaddr *)&a) != 0 || rdma_listen(l->id, 4) != 0 ||
-	    (l->id->verbs && l->id->verbs != ia->verbs)) {
-		int e = errno ? errno : ENODEV;
-
+	if (rdma_bind_addr(l->id, (struct sockaddr *)&a) != 0 || rdma_listen(l->id, 4) != 0)
+		e = errno;
+	else if (l->id->verbs && l->id->verbs != ia->verbs)
+		e = ENODEV;	/* the address is on another device than the IA's */
+	if (e) {
 		rdma_destroy_id(l->id);
 		free(l);
 		return -e;
