@@ -52,7 +52,6 @@
 #define SSP_ABANDON_MS 1000	/* of a connect's timeout, kept for giving up */
 #define SSP_ACCEPT_MS 30000	/* the peer's RDMA connect after our RSP */
 #define SSP_HOOKED 4
-#define SSP_STRAYS 8
 
 enum ssp_verdict { V_NONE, V_ACCEPT, V_REJECT };
 
@@ -89,8 +88,8 @@ struct dsp_ssp {
 	struct dsp_psp *lsn;
 	bool matched;		/* also: the active side's rdma_cm connect began */
 	struct rdma_cm_id *old_id;	/* the EP's id before its QP moved */
-	struct rdma_cm_id *strays[SSP_STRAYS];	/* requests refused */
-	int nstrays;
+	struct rdma_cm_id **strays;	/* requests refused, destroyed with the listener */
+	int nstrays, maxstrays;
 
 	/* active: the connect's arguments */
 	DAT_TIMEOUT timeout;
@@ -444,7 +443,7 @@ static void close_listener(struct dsp_ssp *s)
 {
 	struct dsp_ia *ia = s->h.ia;
 	struct dsp_psp *l;
-	struct rdma_cm_id *old, *strays[SSP_STRAYS];
+	struct rdma_cm_id *old, **strays;
 	int n, i;
 
 	pthread_mutex_lock(&ia->lock);
@@ -457,8 +456,9 @@ static void close_listener(struct dsp_ssp *s)
 	old = s->old_id;
 	s->old_id = NULL;
 	n = s->nstrays;
-	memcpy(strays, s->strays, sizeof(strays));
-	s->nstrays = 0;
+	strays = s->strays;
+	s->strays = NULL;
+	s->nstrays = s->maxstrays = 0;
 	pthread_mutex_unlock(&ia->lock);
 	if (l) {
 		rdma_destroy_id(l->id);
@@ -468,6 +468,24 @@ static void close_listener(struct dsp_ssp *s)
 		rdma_destroy_id(old);
 	for (i = 0; i < n; i++)
 		rdma_destroy_id(strays[i]);
+	free(strays);
+}
+
+/* ia->lock held: keep a refused request's id for close_listener. */
+static void add_stray(struct dsp_ssp *s, struct rdma_cm_id *id)
+{
+	if (s->nstrays == s->maxstrays) {
+		int m = s->maxstrays ? 2 * s->maxstrays : 4;
+		struct rdma_cm_id **n = realloc(s->strays, (size_t)m * sizeof(*n));
+
+		if (!n) {
+			DSP_DBG("ssp: no memory to keep a refused request's id: it leaks");
+			return;
+		}
+		s->strays = n;
+		s->maxstrays = m;
+	}
+	s->strays[s->nstrays++] = id;
 }
 
 /* Progress thread, ia->lock held: a request on the hidden listener. */
@@ -487,9 +505,9 @@ void dsp_ssp_conn_request(struct dsp_psp *lsn, struct rdma_cm_event *ev)
 		DSP_DBG("ssp: a connect request on the hidden listener that is not the peer's");
 		rdma_reject(ev->id, NULL, 0);
 		ev->id->context = NULL;
-		if (s && s->nstrays < SSP_STRAYS)
-			s->strays[s->nstrays++] = ev->id;
-		return;	/* beyond SSP_STRAYS the id lives until the IA closes */
+		if (s)
+			add_stray(s, ev->id);
+		return;
 	}
 	s->matched = true;
 	/* the QP moves to the request's id, as in dsp_cr_accept */
