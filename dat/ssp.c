@@ -1188,6 +1188,9 @@ void dsp_ssp_close_all(struct dsp_ia *ia)
 
 		close_listener(s);
 		pthread_mutex_lock(&ia->lock);
+		/* a stopped thread may have left the EP's events held */
+		if (s->ep && s->ep->conv == s)
+			s->ep->conv = NULL;
 		dsp_list_del(&ia->ssps, h);
 		if (!s->active && !s->freed)
 			s->evd->refs--;
