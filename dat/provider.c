@@ -22,7 +22,8 @@
  *   PSP:  psp_create/psp_create_any with DAT_PSP_PROVIDER_FLAG
  *   LMR:  memory types other than DAT_MEM_TYPE_VIRTUAL, DAT_VA_TYPE_ZB
  *   EVD:  evd_resize
- *   extensions: every op (dsp_handle_extendedop: a switch to extend)
+ *   extensions: every op but the iWARP extension's four (ssp.c), which
+ *         dsp_handle_extendedop dispatches
  */
 #include <stdarg.h>
 #include <stdio.h>
