@@ -183,6 +183,8 @@ void dsp_psp_cm_event(struct dsp_psp *psp, struct rdma_cm_event *ev)
 					  ev->param.conn.private_data_len, cr->pdata);
 	if (cr->pdata_len < 0)
 		cr->pdata_len = 0;
+	cr->rtr_wanted = ia->iwarp && dsp_pdata_rtr_wanted(ev->param.conn.private_data,
+							   ev->param.conn.private_data_len);
 	cr->initiator_depth = ev->param.conn.initiator_depth;
 	cr->responder_resources = ev->param.conn.responder_resources;
 	peer = rdma_get_peer_addr(ev->id);
@@ -271,9 +273,7 @@ DAT_RETURN dsp_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT pds
 		return dsp_ssp_accept(cr, ep, pdsize, pdata);
 	if (!dsp_check(ep, DSP_T_EP) || ep->h.ia != ia)
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EP);
-	/* the accept (MPA reply / IB REP) has room for 196 bytes */
-	flen = dsp_frame_pdata(framed, DSP_IW_ROOM, pdata, pdsize);
-	if (flen < 0 || (pdsize > 0 && !pdata))
+	if (pdsize < 0 || (pdsize > 0 && !pdata))
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
 
 	pthread_mutex_lock(&ia->lock);
@@ -284,6 +284,13 @@ DAT_RETURN dsp_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT pds
 	if (cr->id->verbs != ep->id->verbs) {
 		pthread_mutex_unlock(&ia->lock);
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+	}
+	/* the accept (MPA reply / IB REP) has room for 196 bytes, less the
+	 * RTR target on iWARP */
+	flen = dsp_ep_accept_pdata(ep, cr->rtr_wanted, framed, pdata, pdsize);
+	if (flen < 0) {
+		pthread_mutex_unlock(&ia->lock);
+		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
 	}
 	/* the QP moves to the request's id; the EP's own id goes */
 	old = ep->id;

@@ -111,7 +111,8 @@ static DAT_RETURN qp_setup(struct dsp_ep *ep)
 	qa.recv_cq = ep->recv_evd->cq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.sq_sig_all = 0;
-	qa.cap.max_send_wr = (uint32_t)ep->attr.max_request_dtos;
+	/* more on iWARP for the RTR writes (provider.h) */
+	qa.cap.max_send_wr = (uint32_t)ep->attr.max_request_dtos + (ia->iwarp ? DSP_RTR_SQ_ROOM : 0);
 	qa.cap.max_recv_wr = (uint32_t)ep->attr.max_recv_dtos;
 	qa.cap.max_send_sge = (uint32_t)ep->attr.max_request_iov;
 	qa.cap.max_recv_sge = (uint32_t)ep->attr.max_recv_iov;
@@ -125,6 +126,9 @@ static DAT_RETURN qp_setup(struct dsp_ep *ep)
 	ep->state = DAT_EP_STATE_UNCONNECTED;
 	ep->disconnect_called = false;
 	ep->deadline_ms = 0;
+	ep->rtr_promised = false;
+	ep->rtr_wait = false;
+	ep->rtr_first_ms = 0;
 	return DAT_SUCCESS;
 }
 
@@ -259,12 +263,25 @@ DAT_RETURN dsp_ep_create(DAT_IA_HANDLE ia_handle, DAT_PZ_HANDLE pz_handle,
 		ep->slots[i].next_free = ep->free_slots;
 		ep->free_slots = &ep->slots[i];
 	}
+	if (ia->iwarp) {
+		/* the RTR word: written by the initiator, so remote-writable */
+		ep->rtr_mr = ibv_reg_mr(pz->pd, &ep->rtr_word, sizeof(ep->rtr_word),
+					IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		if (!ep->rtr_mr) {
+			DSP_DBG("ibv_reg_mr (RTR word): %s", strerror(errno));
+			free(ep->slots);
+			free(ep);
+			return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
+		}
+	}
 	cq_account(req_evd, ep->attr.max_request_dtos);
 	cq_account(recv_evd, ep->attr.max_recv_dtos);
 	rc = qp_setup(ep);
 	if (rc != DAT_SUCCESS) {
 		cq_account(req_evd, -ep->attr.max_request_dtos);
 		cq_account(recv_evd, -ep->attr.max_recv_dtos);
+		if (ep->rtr_mr)
+			ibv_dereg_mr(ep->rtr_mr);
 		free(ep->slots);
 		free(ep);
 		return rc;
@@ -298,6 +315,8 @@ void dsp_ep_destroy(struct dsp_ep *ep)
 	}
 	pthread_mutex_unlock(&ia->lock);
 	drained = qp_teardown(ep);
+	if (ep->rtr_mr && drained)
+		ibv_dereg_mr(ep->rtr_mr);	/* no QP can write it any more */
 	cq_account(ep->req_evd, -ep->attr.max_request_dtos);
 	cq_account(ep->recv_evd, -ep->attr.max_recv_dtos);
 	pthread_mutex_lock(&ia->lock);
@@ -463,7 +482,59 @@ static void ep_down(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, 
 {
 	ep->state = DAT_EP_STATE_DISCONNECTED;
 	ep->deadline_ms = 0;
+	ep->rtr_wait = false;
+	ep->rtr_first_ms = 0;
 	dsp_conn_event(ep, num, pdata, len);
+}
+
+/* An accept's private data (ia->lock held): framed, and when the request
+ * asked for the RTR handshake followed by the target of the initiator's
+ * write, which the EP then waits for.  Returns the length, or -1 when the
+ * consumer's bytes do not fit. */
+int dsp_ep_accept_pdata(struct dsp_ep *ep, bool rtr_wanted, uint8_t *out, const void *pdata,
+			DAT_COUNT len)
+{
+	bool rtr = rtr_wanted && ep->rtr_mr;
+	uint64_t addr = (uint64_t)(uintptr_t)&ep->rtr_word;
+	uint32_t rkey;
+	int n = dsp_frame_pdata(out, DSP_IW_ROOM - (rtr ? DSP_RTR_LEN : 0), pdata, len);
+
+	if (n < 0)
+		return n;
+	ep->rtr_promised = rtr;
+	if (!rtr)
+		return n;
+	__atomic_store_n(&ep->rtr_word, 0, __ATOMIC_RELEASE);
+	rkey = ep->rtr_mr->rkey;
+	for (int i = 0; i < 8; i++)
+		out[n + i] = (uint8_t)(addr >> (56 - 8 * i));
+	for (int i = 0; i < 4; i++)
+		out[n + 8 + i] = (uint8_t)(rkey >> (24 - 8 * i));
+	return n + DSP_RTR_LEN;
+}
+
+/* The initiator's side of the RTR handshake: its first FPDU, an unsignalled
+ * RDMA write of a non-zero word to the responder's target (again later:
+ * DSP_RTR_RESENDS). */
+static bool rtr_write(struct dsp_ep *ep, uint64_t addr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)&ep->rtr_word, .length = sizeof(ep->rtr_word),
+			       .lkey = ep->rtr_mr->lkey };
+	struct ibv_send_wr wr, *bad;
+
+	ep->rtr_word = 1;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 0;	/* no slot: only an error completes it */
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.wr.rdma.remote_addr = addr;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(ep->qp, &wr, &bad) != 0) {
+		DSP_DBG("ep %p: the RTR write: %s", (void *)ep, strerror(errno));
+		return false;
+	}
+	return true;
 }
 
 static bool pending(const struct dsp_ep *ep)
@@ -531,6 +602,32 @@ void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev)
 			}
 			break;
 		}
+		if (ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING && ep->rtr_promised) {
+			/* dsp_ep_check_timeouts reports it once the write lands */
+			ep->rtr_wait = true;
+			ep->rtr_deadline_ms = dsp_now_ms() + DSP_RTR_MS;
+			DSP_DBG("ep %p: established, waiting for the initiator's RTR write",
+				(void *)ep);
+			break;
+		}
+		if (ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING && ep->rtr_mr) {
+			uint64_t addr;
+			uint32_t rkey;
+
+			if (dsp_pdata_rtr_target(ev->param.conn.private_data,
+						 ev->param.conn.private_data_len, &addr, &rkey)) {
+				if (!rtr_write(ep, addr, rkey)) {
+					ep->disconnect_called = true;
+					rdma_disconnect(ep->id);
+					ep_down(ep, DAT_CONNECTION_EVENT_BROKEN, NULL, 0);
+					break;
+				}
+				ep->rtr_addr = addr;
+				ep->rtr_rkey = rkey;
+				ep->rtr_resends = 0;
+				ep->rtr_first_ms = dsp_now_ms();
+			}
+		}
 		ep->state = DAT_EP_STATE_CONNECTED;
 		ep->deadline_ms = 0;
 		n = dsp_unframe_pdata(ev->param.conn.private_data, ev->param.conn.private_data_len,
@@ -565,6 +662,45 @@ void dsp_ep_check_timeouts(struct dsp_ia *ia, int *next_ms)
 	for (h = ia->eps.head.next; h != &ia->eps.head; h = h->next) {
 		struct dsp_ep *ep = (struct dsp_ep *)h;
 
+		if (ep->rtr_first_ms && ep->state != DAT_EP_STATE_CONNECTED)
+			ep->rtr_first_ms = 0;
+		if (ep->rtr_first_ms) {
+			static const int after_ms[DSP_RTR_RESENDS] = { 10, 100, 1000 };
+			uint64_t due = ep->rtr_first_ms + (uint64_t)after_ms[ep->rtr_resends];
+
+			if (now >= due) {
+				rtr_write(ep, ep->rtr_addr, ep->rtr_rkey);
+				if (++ep->rtr_resends == DSP_RTR_RESENDS)
+					ep->rtr_first_ms = 0;
+				else
+					due = ep->rtr_first_ms + (uint64_t)after_ms[ep->rtr_resends];
+			}
+			if (ep->rtr_first_ms && (*next_ms < 0 || (int)(due - now) < *next_ms))
+				*next_ms = (int)(due - now);
+		}
+		if (ep->rtr_wait) {
+			if (__atomic_load_n(&ep->rtr_word, __ATOMIC_ACQUIRE)) {
+				uint64_t waited = now + DSP_RTR_MS - ep->rtr_deadline_ms;
+
+				if (waited >= 5)	/* a repeated write, probably */
+					DSP_DBG("ep %p: the RTR write seen after %llu ms", (void *)ep,
+						(unsigned long long)waited);
+				ep->rtr_wait = false;
+				ep->state = DAT_EP_STATE_CONNECTED;
+				dsp_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, NULL, 0);
+			} else if (now >= ep->rtr_deadline_ms) {
+				DSP_DBG("ep %p: no RTR write from the initiator", (void *)ep);
+				ep_down(ep, DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, NULL, 0);
+				if (ep->id && !ep->disconnect_called) {
+					ep->disconnect_called = true;
+					rdma_disconnect(ep->id);
+				}
+			} else {
+				/* the word is polled: a write completes nothing here */
+				*next_ms = 1;
+			}
+			continue;
+		}
 		if (!ep->deadline_ms || ep->state != DAT_EP_STATE_ACTIVE_CONNECTION_PENDING)
 			continue;
 		if (now >= ep->deadline_ms) {
@@ -614,7 +750,7 @@ DAT_RETURN dsp_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_Q
 						       : DAT_INVALID_STATE_EP_NOTREADY);
 		goto out;
 	}
-	ep->pdata_len = dsp_frame_pdata(ep->pdata, dsp_pdata_room(ia), pdata, pdsize);
+	ep->pdata_len = dsp_frame_connect_pdata(ia, ep->pdata, pdata, pdsize);
 	ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
 	rc = dsp_ep_start_connect(ep, &dst, timeout);
 	if (rc != DAT_SUCCESS)

@@ -166,8 +166,9 @@ static void *progress(void *arg)
 			struct rdma_cm_event *ev;
 
 			while (rdma_get_cm_event(ia->ch, &ev) == 0) {
-				DSP_DBG("cm event %s status %d", rdma_event_str(ev->event),
-					ev->status);
+				DSP_DBG("cm event %s status %d, %u bytes of private data",
+					rdma_event_str(ev->event), ev->status,
+					ev->param.conn.private_data_len);
 				pthread_mutex_lock(&ia->lock);
 				handle_cm_event(ia, ev);
 				pthread_mutex_unlock(&ia->lock);

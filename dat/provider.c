@@ -98,9 +98,13 @@ DAT_CONN_QUAL dsp_qual_to_port(DAT_CONN_QUAL q)
 	return q > 0xffff ? (q % 32001) + (65535 - 32001) : q;
 }
 
+/* The framed room for a consumer's private data (its maximum is one less):
+ * on iWARP an accept keeps DSP_RTR_LEN of the MPA reply's for the RTR
+ * target, and requests get the same maximum, so that one number (the IA's
+ * max_private_data_size) holds for all. */
 int dsp_pdata_room(const struct dsp_ia *ia)
 {
-	return ia->iwarp ? DSP_IW_ROOM : DSP_IB_REQ_ROOM;
+	return ia->iwarp ? DSP_IW_ROOM - DSP_RTR_LEN : DSP_IB_REQ_ROOM;
 }
 
 /* [len][bytes]; returns the framed length or -1 when it does not fit. */
@@ -124,6 +128,47 @@ int dsp_unframe_pdata(const void *in, int inlen, uint8_t *out)
 		return -1;
 	memcpy(out, p + 1, p[0]);
 	return p[0];
+}
+
+/* A connect request's private data: framed, and on iWARP followed by the
+ * flags byte that asks for the RTR handshake (provider.h). */
+int dsp_frame_connect_pdata(const struct dsp_ia *ia, uint8_t *out, const void *pdata,
+			    DAT_COUNT len)
+{
+	int n = dsp_frame_pdata(out, dsp_pdata_room(ia), pdata, len);
+
+	if (n < 0 || !ia->iwarp)
+		return n;
+	out[n] = DSP_RTR_WANTED;
+	return n + 1;
+}
+
+/* Did this connect request ask for the RTR handshake? */
+bool dsp_pdata_rtr_wanted(const void *in, int inlen)
+{
+	const uint8_t *p = in;
+
+	return p && inlen >= 1 && p[0] <= inlen - 2 && (p[1 + p[0]] & DSP_RTR_WANTED);
+}
+
+/* The RTR target an accept carries after the consumer's bytes:
+ * address (8 bytes) and rkey (4), big-endian. */
+bool dsp_pdata_rtr_target(const void *in, int inlen, uint64_t *addr, uint32_t *rkey)
+{
+	const uint8_t *p = in;
+	uint64_t a = 0;
+	uint32_t k = 0;
+
+	if (!p || inlen < 1 || p[0] > inlen - 1 - DSP_RTR_LEN)
+		return false;
+	p += 1 + p[0];
+	for (int i = 0; i < 8; i++)
+		a = a << 8 | p[i];
+	for (int i = 8; i < 12; i++)
+		k = k << 8 | p[i];
+	*addr = a;
+	*rkey = k;
+	return true;
 }
 
 /* ---- the extension hook ------------------------------------------------ */

@@ -47,6 +47,28 @@
 #define DSP_IB_REQ_ROOM 56
 #define DSP_IW_ROOM 196
 
+/*
+ * iWARP's ready-to-receive (RTR) handshake.  An MPA responder must not
+ * send before it has received the initiator's first FPDU (RFC 5044 7.1.2);
+ * siw, as initiator, drops a connection whose responder's first message
+ * arrives with the MPA reply (CONNECT_ERROR), and MPA v2's own RTR is not
+ * available on siw.  So on iWARP the provider makes the first FPDU itself:
+ * a connect request carries a flags byte after the consumer's bytes
+ * (DSP_RTR_WANTED), an accept of such a request carries {address, rkey}
+ * of an 8-byte word of the EP's (DSP_RTR_LEN), the initiator RDMA-writes
+ * that word as soon as it is established, and the responder reports
+ * ESTABLISHED (and lets its consumer post) only once the word has landed.
+ * Peers that do not ask get the old behaviour.
+ */
+#define DSP_RTR_WANTED 0x01
+#define DSP_RTR_LEN 12
+#define DSP_RTR_MS 30000	/* the responder's wait for the initiator's write */
+/* siw's responder ignores what arrives between its MPA reply and the hand
+ * over of the socket to the QP, until more comes: the initiator writes the
+ * word again 10, 100 and 1000 ms later (these need send queue room too) */
+#define DSP_RTR_RESENDS 3
+#define DSP_RTR_SQ_ROOM (1 + DSP_RTR_RESENDS)
+
 #define DSP_MAGIC 0x44535044u	/* "DPSD" */
 
 enum dsp_type {
@@ -178,6 +200,17 @@ struct dsp_ep {
 	/* a socket conversion (ssp.c) owns the EP's connection events until
 	 * it has finished with the socket: dsp_conn_event hands them to it */
 	struct dsp_ssp *conv;
+	/* the iWARP RTR handshake (DSP_RTR_WANTED): the word the initiator
+	 * writes (the responder's target, the initiator's source) */
+	uint64_t rtr_word;
+	struct ibv_mr *rtr_mr;	/* iWARP only */
+	bool rtr_promised;	/* responder: our accept asked for the write */
+	bool rtr_wait;		/* responder: established, the write not yet seen */
+	uint64_t rtr_deadline_ms;
+	uint64_t rtr_first_ms;	/* initiator: the first write (0: none to repeat) */
+	int rtr_resends;	/* initiator: writes done after the first */
+	uint64_t rtr_addr;	/* initiator: the responder's target */
+	uint32_t rtr_rkey;
 };
 
 struct dsp_psp {
@@ -199,6 +232,7 @@ struct dsp_cr {
 	struct sockaddr_storage remote;
 	DAT_PORT_QUAL remote_port;
 	uint8_t initiator_depth, responder_resources;
+	bool rtr_wanted;	/* the request asked for the RTR handshake */
 	struct dsp_ssp *ssp;	/* the request came over an SSP's socket (no id) */
 };
 
@@ -223,6 +257,10 @@ DAT_CONN_QUAL dsp_qual_to_port(DAT_CONN_QUAL q);
 int dsp_frame_pdata(uint8_t *out, int room, const void *pdata, DAT_COUNT len);
 int dsp_unframe_pdata(const void *in, int inlen, uint8_t *out);
 int dsp_pdata_room(const struct dsp_ia *ia);
+int dsp_frame_connect_pdata(const struct dsp_ia *ia, uint8_t *out, const void *pdata,
+			    DAT_COUNT len);
+bool dsp_pdata_rtr_wanted(const void *in, int inlen);
+bool dsp_pdata_rtr_target(const void *in, int inlen, uint64_t *addr, uint32_t *rkey);
 
 /* provider.c */
 DAT_RETURN dsp_handle_extendedop(DAT_HANDLE handle, DAT_EXTENDED_OP op, va_list args);
@@ -297,6 +335,8 @@ void dsp_slot_put(struct dsp_slot *s);
 /* connection events for an EP, called by the progress thread with ia->lock */
 void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev);
 void dsp_ep_check_timeouts(struct dsp_ia *ia, int *next_ms);
+int dsp_ep_accept_pdata(struct dsp_ep *ep, bool rtr_wanted, uint8_t *out, const void *pdata,
+			DAT_COUNT len);
 void dsp_conn_event(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, int len);
 /* start an rdma_cm connect of ep to dst: ia->lock held, ep->pdata framed,
  * state set to ACTIVE_CONNECTION_PENDING by the caller */

@@ -493,7 +493,7 @@ void dsp_ssp_conn_request(struct dsp_psp *lsn, struct rdma_cm_event *ev)
 {
 	struct dsp_ssp *s = lsn->ssp;
 	struct dsp_ep *ep = s ? s->ep : NULL;
-	uint8_t pd[DSP_PDATA_MAX];
+	uint8_t pd[DSP_PDATA_MAX], framed[DSP_PDATA_MAX + 1];
 	struct rdma_conn_param cp;
 	int n = dsp_unframe_pdata(ev->param.conn.private_data, ev->param.conn.private_data_len,
 				  pd);
@@ -521,6 +521,13 @@ void dsp_ssp_conn_request(struct dsp_psp *lsn, struct rdma_cm_event *ev)
 	ep->remote_port = sa_port(&s->peer);
 	ep->disconnect_called = false;
 	memset(&cp, 0, sizeof(cp));
+	/* the consumer's private data went over the socket (RSP): here only
+	 * the RTR target, if the request asked (provider.h) */
+	cp.private_data = framed;
+	cp.private_data_len = (uint8_t)dsp_ep_accept_pdata(
+		ep, ep->h.ia->iwarp && dsp_pdata_rtr_wanted(ev->param.conn.private_data,
+							    ev->param.conn.private_data_len),
+		framed, NULL, 0);
 	cp.responder_resources = (uint8_t)(ep->attr.max_rdma_read_in < ev->param.conn.initiator_depth
 						   ? ep->attr.max_rdma_read_in
 						   : ev->param.conn.initiator_depth);
@@ -1001,8 +1008,8 @@ static void *active_thread(void *arg)
 				   : deadline > now ? (DAT_TIMEOUT)((deadline - now) / 1000ull) + 1
 						    : 1;
 
-		s->ep->pdata_len = dsp_frame_pdata(s->ep->pdata, dsp_pdata_room(ia), s->nonce,
-						   CONV_NONCE_LEN);
+		s->ep->pdata_len = dsp_frame_connect_pdata(ia, s->ep->pdata, s->nonce,
+							   CONV_NONCE_LEN);
 		rc = dsp_ep_start_connect(s->ep, &dst, left);
 		s->matched = rc == DAT_SUCCESS;
 	}
