@@ -3,8 +3,8 @@
  * dat_pair: a plain DAPL program (only <dat2/udat.h> and -ldat2) that
  * checks a DAT provider end to end.
  *
- *   dat_pair --server [-P ia_name] [-p port] [-s bytes]
- *   dat_pair --client -h server_addr [-P ia_name] [-p port] [-s bytes] [-x addr]
+ *   dat_pair --server [-P ia_name] [-p port] [-s bytes] [-n N]
+ *   dat_pair --client -h server_addr [-P ia_name] [-p port] [-s bytes] [-x addr] [-n N]
  *
  * The server refuses the first connect request with private data (the
  * client checks it got DAT_CONNECTION_EVENT_PEER_REJECTED with that data,
@@ -18,8 +18,13 @@
  * checksum; the server checks its buffer against it.  The server then
  * fills its buffer with another pattern and sends READ_READY with that
  * checksum; the client RDMA-reads it and checks.  The client disconnects,
- * both see DISCONNECTED, and each prints one line: "dat_pair: server OK
- * ..." or "dat_pair: client FAIL ...".  Exit status 0 only on OK.
+ * and both see DISCONNECTED.  With -n N (both sides) N short connections
+ * follow on the same EPs (reset, connect, accept): in each the server
+ * sends first, right at ESTABLISHED, and the client answers, then
+ * disconnects.  A responder that sends at once is what an iWARP initiator
+ * must survive (dat/README.md, the RTR handshake).  Each side prints one
+ * line: "dat_pair: server OK ..." or "dat_pair: client FAIL ...".  Exit
+ * status 0 only on OK.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -41,7 +46,7 @@
 
 #define NOT_YET "dat_pair: not yet"
 
-enum { MSG_INFO = 1, MSG_WRITE_DONE, MSG_READ_READY, MSG_READ_DONE };
+enum { MSG_INFO = 1, MSG_WRITE_DONE, MSG_READ_READY, MSG_READ_DONE, MSG_HELLO, MSG_HELLO_ACK };
 
 struct msg {
 	uint32_t type;
@@ -167,9 +172,10 @@ static struct msg recv_msg(struct ctx *c, uint32_t type)
 		fail("recv completion: cookie %d length %u", i,
 		     ev.event_data.dto_completion_event_data.transfered_length);
 	m = c->msgs[i];
-	/* READ_DONE is the last message: the client disconnects right after
-	 * it, and a receive posted on a disconnected EP is DAT_INVALID_STATE */
-	if (type != MSG_READ_DONE)
+	/* READ_DONE and HELLO_ACK are a connection's last message: the
+	 * client disconnects right after, and a receive posted on a
+	 * disconnected EP is DAT_INVALID_STATE */
+	if (type != MSG_READ_DONE && type != MSG_HELLO_ACK)
 		post_recv(c, i);
 	if (m.type != type)
 		fail("message type %u, wanted %u", m.type, type);
@@ -339,7 +345,7 @@ static void swap_info(struct ctx *c)
 		fail("peer buffer %llu bytes < %zu", (unsigned long long)c->peer.len, c->size);
 }
 
-static void teardown(struct ctx *c, int active)
+static void disconnect(struct ctx *c, int active)
 {
 	DAT_EVENT ev;
 
@@ -349,6 +355,65 @@ static void teardown(struct ctx *c, int active)
 	if (ev.event_data.connect_event_data.ep_handle != c->ep)
 		fail("disconnect event names another EP");
 	checks++;
+}
+
+/* Reset the EP after a connection: collect the receives the reset
+ * flushed and post them again. */
+static void reset_ep(struct ctx *c)
+{
+	DAT_EVENT ev;
+
+	ck(dat_ep_reset(c->ep), "dat_ep_reset");
+	while (dat_evd_dequeue(c->rcv_evd, &ev) == DAT_SUCCESS)
+		if (ev.event_data.dto_completion_event_data.status != DAT_DTO_ERR_FLUSHED)
+			fail("reset: a receive completed with status %d",
+			     ev.event_data.dto_completion_event_data.status);
+	for (int i = 0; i < NRECV; i++)
+		post_recv(c, i);
+}
+
+/* -n: short connections on the same EPs, the server sending first. */
+static void burst(struct ctx *c, int server, const struct sockaddr *dst, unsigned n)
+{
+	struct msg m;
+	DAT_EVENT ev;
+	char what[48];
+
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(what, sizeof(what), "burst %u: established", i);
+		reset_ep(c);
+		if (server) {
+			ev = wait_ev(c->cr_evd, DAT_CONNECTION_REQUEST_EVENT, "burst request");
+			ck(dat_cr_accept(ev.event_data.cr_arrival_event_data.cr_handle, c->ep, 0,
+					 NULL), "burst accept");
+			wait_ev(c->conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, what);
+			/* at once: no message of the client's has come yet */
+			m = (struct msg){ .type = MSG_HELLO, .len = i };
+			send_msg(c, &m);
+			m = recv_msg(c, MSG_HELLO_ACK);
+			if (m.len != i)
+				fail("burst %u: the answer says %llu", i, (unsigned long long)m.len);
+			disconnect(c, 0);
+		} else {
+			ck(dat_ep_connect(c->ep, (DAT_IA_ADDRESS_PTR)dst, c->port, TMO, 0, NULL,
+					  DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG),
+			   "burst connect");
+			wait_ev(c->conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, what);
+			m = recv_msg(c, MSG_HELLO);
+			if (m.len != i)
+				fail("burst %u: the server's message says %llu", i,
+				     (unsigned long long)m.len);
+			m = (struct msg){ .type = MSG_HELLO_ACK, .len = i };
+			send_msg(c, &m);
+			disconnect(c, 1);
+		}
+	}
+	if (n)
+		checks++;
+}
+
+static void teardown(struct ctx *c)
+{
 	/* an EVD still used by an EP cannot go */
 	if (DAT_GET_TYPE(dat_evd_free(c->rcv_evd)) != DAT_INVALID_STATE)
 		fail("evd_free of an EVD in use did not say DAT_INVALID_STATE");
@@ -377,7 +442,7 @@ static double secs(const struct timespec *a)
 	return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) / 1e9;
 }
 
-static void server(struct ctx *c, const char *ia_name, unsigned port)
+static void server(struct ctx *c, const char *ia_name, unsigned port, unsigned nburst)
 {
 	static const char hello[] = "dat_pair server hello";
 	DAT_CR_PARAM crp;
@@ -422,9 +487,12 @@ static void server(struct ctx *c, const char *ia_name, unsigned port)
 	m = (struct msg){ .type = MSG_READ_READY, .sum = fnv(c->data, c->size) };
 	send_msg(c, &m);
 	recv_msg(c, MSG_READ_DONE);
-	teardown(c, 0);
+	disconnect(c, 0);
+	burst(c, 1, NULL, nburst);
+	teardown(c);
 	printf("dat_pair: server OK: %zu bytes RDMA-written by the client verified, %zu bytes "
-	       "served to its RDMA read, %d checks\n", c->size, c->size, checks);
+	       "served to its RDMA read, %u short connections, %d checks\n", c->size, c->size,
+	       nburst, checks);
 }
 
 /* A connect to an address nobody answers, with a 1 s timeout, on an EP
@@ -459,7 +527,7 @@ static void connect_nowhere(struct ctx *c, const char *host, unsigned port)
 }
 
 static void client(struct ctx *c, const char *ia_name, const char *host, unsigned port,
-		   const char *nowhere)
+		   const char *nowhere, unsigned nburst)
 {
 	static const char hello[] = "dat_pair client hello";
 	struct addrinfo *ai, hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
@@ -469,12 +537,16 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 	DAT_EVENT ev;
 	DAT_RETURN rc;
 	struct timespec t0;
+	struct sockaddr_storage dst;
 	struct msg m;
 	double wsec, rsec;
 	int tries = 0, rejected = 0;
 
 	if (getaddrinfo(host, NULL, &hints, &ai) != 0)
 		fail("cannot resolve %s", host);
+	memset(&dst, 0, sizeof(dst));
+	memcpy(&dst, ai->ai_addr, ai->ai_addrlen);
+	c->port = port;
 	setup(c, ia_name, 0);
 	api_checks(c, 0);
 	if (nowhere)
@@ -483,6 +555,7 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 
 	/* the server may not listen yet: retry a refused connect */
 	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		ck(dat_ep_connect(c->ep, (DAT_IA_ADDRESS_PTR)ai->ai_addr, port, TMO,
 				  sizeof(hello), (DAT_PVOID)hello, DAT_QOS_BEST_EFFORT,
 				  DAT_CONNECT_DEFAULT_FLAG), "dat_ep_connect");
@@ -502,16 +575,14 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 		} else if (ev.event_number != DAT_CONNECTION_EVENT_NON_PEER_REJECTED &&
 		    ev.event_number != DAT_CONNECTION_EVENT_UNREACHABLE)
 			fail("connect: event 0x%x", ev.event_number);
+		else
+			fprintf(stderr, "dat_pair: client: connect try %d: %s after %.1f s\n",
+				tries + 1,
+				ev.event_number == DAT_CONNECTION_EVENT_UNREACHABLE
+					? "UNREACHABLE" : "NON_PEER_REJECTED", secs(&t0));
 		if (++tries > 50)
 			fail("connect: refused %d times", tries);
-		ck(dat_ep_reset(c->ep), "dat_ep_reset");
-		/* the reset flushed the receives posted before: collect them */
-		while (dat_evd_dequeue(c->rcv_evd, &ev) == DAT_SUCCESS)
-			if (ev.event_data.dto_completion_event_data.status != DAT_DTO_ERR_FLUSHED)
-				fail("reset: a receive completed with status %d",
-				     ev.event_data.dto_completion_event_data.status);
-		for (int i = 0; i < NRECV; i++)
-			post_recv(c, i);
+		reset_ep(c);
 		nanosleep(&(struct timespec){ 0, 200000000 }, NULL);
 	}
 	freeaddrinfo(ai);
@@ -576,10 +647,14 @@ static void client(struct ctx *c, const char *ia_name, const char *host, unsigne
 	checks++;
 	m = (struct msg){ .type = MSG_READ_DONE };
 	send_msg(c, &m);
-	teardown(c, 1);
+	disconnect(c, 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	burst(c, 0, (const struct sockaddr *)&dst, nburst);
+	fprintf(stderr, "dat_pair: client: %u short connections in %.2f s\n", nburst, secs(&t0));
+	teardown(c);
 	printf("dat_pair: client OK: RDMA write %zu bytes (%.1f MB/s) and RDMA read %zu bytes "
-	       "(%.1f MB/s) checksummed, %d checks\n", c->size, c->size / wsec / 1e6, c->size,
-	       c->size / rsec / 1e6, checks);
+	       "(%.1f MB/s) checksummed, %u short connections, %d checks\n", c->size,
+	       c->size / wsec / 1e6, c->size, c->size / rsec / 1e6, nburst, checks);
 }
 
 int main(int argc, char **argv)
@@ -590,12 +665,12 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *ia_name = "ofa-v2-sdp-iwarp", *host = NULL, *nowhere = NULL;
-	unsigned port = 18515;
+	unsigned port = 18515, nburst = 0;
 	size_t size = 4u << 20;
 	struct ctx c;
 	int mode = 0, o;
 
-	while ((o = getopt_long(argc, argv, "P:h:p:s:x:", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "P:h:p:s:x:n:", opts, NULL)) != -1) {
 		switch (o) {
 		case 'S': mode = 'S'; break;
 		case 'C': mode = 'C'; break;
@@ -604,13 +679,15 @@ int main(int argc, char **argv)
 		case 'p': port = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 's': size = (size_t)strtoull(optarg, NULL, 0); break;
 		case 'x': nowhere = optarg; break;
+		case 'n': nburst = (unsigned)strtoul(optarg, NULL, 0); break;
 		default: mode = 0; break;
 		}
 	}
 	if (!mode || (mode == 'C' && !host) || size < 8 || size % 8) {
 		fprintf(stderr, "usage: dat_pair --server|--client -h ADDR [-P ia_name] [-p port] "
 				"[-s bytes, a multiple of 8]\n"
-				"       [-x ADDR: client, first time out a connect to ADDR]\n");
+				"       [-x ADDR: client, first time out a connect to ADDR]\n"
+				"       [-n N: then N short connections, the server sending first]\n");
 		return 2;
 	}
 	memset(&c, 0, sizeof(c));
@@ -618,8 +695,8 @@ int main(int argc, char **argv)
 	role = mode == 'S' ? "server" : "client";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (mode == 'S')
-		server(&c, ia_name, port);
+		server(&c, ia_name, port, nburst);
 	else
-		client(&c, ia_name, host, port, nowhere);
+		client(&c, ia_name, host, port, nowhere, nburst);
 	return 0;
 }

@@ -6,8 +6,10 @@
 # has (VM_DEVICES: siw0 and/or rxe0) it writes a dat.conf naming the
 # build's .libs/libdaplsdp.so (used through DAT_OVERRIDE), runs
 # test/dat/dat_pair --server and --client over that device's address,
-# and checks both.  With TEST_DAT_DTEST=1 it also runs dapl2-utils'
-# dtest against the provider and reports the result (not a failure).
+# then TEST_DAT_BURST (default 500) short connections in which the server
+# sends first (dat_pair -n), and checks both.  With TEST_DAT_DTEST=1 it
+# also runs dapl2-utils' dtest against the provider and reports the
+# result (not a failure).
 #
 # From the source tree, with the build in /tmp/bdat:
 #   flock /tmp/vm.lock env RUN_IN_VM_RW=/tmp/bdat RUN_IN_VM_MEM=3072 \
@@ -29,6 +31,7 @@ PAIR=$B/test/dat/dat_pair
 W=$(mktemp -d "${TMPDIR:-/tmp}/dat_pair.XXXXXX")
 PORT=${TEST_DAT_PORT:-18515}
 SIZE=${TEST_DAT_SIZE:-4194304}
+BURST=${TEST_DAT_BURST:-500}
 fail=0
 
 # netdev of an RDMA device: "link siw0/1 state ACTIVE ... netdev eth1"
@@ -50,13 +53,13 @@ wait_listen() {
 run_pair() {	# dev ia_name addr
 	dev=$1 name=$2 addr=$3
 	echo "--- dat_pair on $dev: IA $name, server $addr:$PORT, $SIZE bytes"
-	"$PAIR" --server -P "$name" -p "$PORT" -s "$SIZE" >"$W/srv.out" 2>"$W/srv.err" &
+	"$PAIR" --server -P "$name" -p "$PORT" -s "$SIZE" -n "$BURST" >"$W/srv.out" 2>"$W/srv.err" &
 	spid=$!
 	if ! wait_listen "$PORT"; then
 		echo "dat_pair.sh: no listener on port $PORT after 30 s"
 	fi
 	# -x: an address on the same subnet that nobody answers (connect timeout)
-	timeout 180 "$PAIR" --client -h "$addr" -P "$name" -p "$PORT" -s "$SIZE" \
+	timeout 180 "$PAIR" --client -h "$addr" -P "$name" -p "$PORT" -s "$SIZE" -n "$BURST" \
 		-x "${addr%.*}.254" >"$W/cli.out" 2>"$W/cli.err"
 	crc=$?
 	wait $spid
