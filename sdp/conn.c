@@ -419,7 +419,8 @@ static void conn_flush(struct sdp_sock *s)
 	struct sdp_conn *c = s->conn;
 	bool sent = false;
 
-	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed)
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed ||
+	    c->await_first_rx)
 		return;
 
 	/* Nothing of the stream may overtake our SrcAvail's bytes: data
@@ -890,6 +891,8 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 			/* Reset while messages were in flight: drop them. */
 			return;
 		}
+		c->await_first_rx = false;	/* conn_progress flushes next */
+		c->first_nudges = 0;		/* the peer saw our first */
 		conn_handle_msg(s, SDP_CTX_SLOT(wc->ctx), wc->len);
 	} else if (kind == SDP_CTX_TX) {
 		uint32_t slot = c->tx_done % c->ntx;
@@ -938,6 +941,14 @@ static void conn_fill_names(struct sdp_sock *s)
 		if (s->peer.ss_family == AF_UNSPEC)
 			s->peer = peer;
 	}
+}
+
+static bool conn_iwarp_rules(const struct sdp_conn *c)
+{
+	struct oti_caps caps;
+
+	c->t->query_caps(&caps);
+	return caps.flags & OTI_CAP_IWARP_RULES;
 }
 
 static void conn_established(struct sdp_sock *s)
@@ -1027,7 +1038,35 @@ static void conn_hello_ack_received(struct sdp_sock *s, const struct oti_event *
 	sdp_credits_init(&c->cr, ack.bsdh.bufs, c->nrx);
 	SDP_STAT_INC(connections_active, 1);
 	conn_established(s);
+	if (conn_iwarp_rules(c) && sdp_can_send_ctrl(&c->cr) &&
+	    conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
+		/* the first FPDU the passive side waits for (await_first_rx) */
+		SDP_STAT_INC(credit_updates_sent, 1);
+		c->first_nudges = SDP_FIRST_NUDGES;
+		progress_posted(s);
+	}
 	conn_flush(s);
+}
+
+/* Progress tick, active side on iWARP: the credit update again while
+ * nothing of the peer's has come (engine.h, first_nudges). */
+void conn_nudge(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c->first_nudges)
+		return;
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed) {
+		c->first_nudges = 0;
+		return;
+	}
+	if (!ctrl_slot_free(c) || !sdp_can_send_ctrl(&c->cr))
+		return;	/* the next tick */
+	if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
+		SDP_STAT_INC(credit_updates_sent, 1);
+		c->first_nudges--;
+		progress_posted(s);
+	}
 }
 
 int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len)
@@ -1091,6 +1130,7 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 			break;
 		if (s->is_child) {
 			SDP_STAT_INC(connections_passive, 1);
+			c->await_first_rx = conn_iwarp_rules(c);
 			conn_established(s);
 		} else {
 			conn_hello_ack_received(s, ev);

@@ -64,6 +64,8 @@ enum {
 #define SDP_SA_INLINE 32
 
 #define SDP_CTRL_SLOTS 8
+/* iWARP: how many times the active side repeats its first message (first_nudges) */
+#define SDP_FIRST_NUDGES 3
 #define SDP_MAX_LISTENERS 4	/* transports one listener listens on */
 #define SDP_CTRL_SLOT_SIZE 64
 
@@ -167,6 +169,16 @@ struct sdp_conn {
 	bool trans_last_send;	/* the last call on the socket was a small send */
 	bool trans_held;	/* Transaction: the tail waits for our SinkAvail */
 	uint64_t trans_hold_until;	/* ns; the hold ends then whatever happens */
+	/* iWARP, passive side: nothing is sent before the peer's first
+	 * message (an MPA responder must wait for the initiator's first
+	 * FPDU, RFC 5044 7.1.2; siw fails the connect otherwise).  The
+	 * active side sends a credit update first thing for it, and again
+	 * (first_nudges, about every SDP_TICK_MS) until a message of the
+	 * passive side's shows the first one was seen: siw's passive side
+	 * overlooks what arrives just as it hands the socket to the QP,
+	 * until more arrives. */
+	bool await_first_rx;
+	uint8_t first_nudges;
 
 	/* Write Zcopy (write_zcopy.c).  Data messages counted for the
 	 * non_discards rule: ones with stream bytes, sent and received. */
@@ -349,6 +361,7 @@ void conn_shutdown_write(struct sdp_sock *s);
 void conn_abort(struct sdp_sock *s, int err);
 /* Whether the connection is done and may be freed (orphans). */
 bool conn_finished(const struct sdp_sock *s);
+void conn_nudge(struct sdp_sock *s);
 void conn_free(struct sdp_sock *s);
 /* Reject pending requests and close the transport listener. */
 void listener_free(struct sdp_sock *s);

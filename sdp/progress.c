@@ -134,9 +134,11 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 		} else if (s->conn) {
 			if (s->conn->trans_held && sdp_now_ns() >= s->conn->trans_hold_until)
 				conn_push(s);	/* nobody came for it */
+			if (s->conn && s->conn->first_nudges)
+				conn_nudge(s);
 			if (s->conn && s->conn->trans_held)
 				prog_hold_seen = true;
-			keep = (s->conn && s->conn->trans_held) ||
+			keep = (s->conn && (s->conn->trans_held || s->conn->first_nudges)) ||
 			       s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
 			       (s->conn->post_failed && !s->conn->transport_down &&
 				s->state == SDP_S_ESTABLISHED);

@@ -101,8 +101,8 @@ bool wz_may_advertise(const struct sdp_sock *s, const struct iovec *iov, int iov
 	const struct sdp_conn *c = s->conn;
 
 	if (!c || !c->ep || c->rx_mode != SDP_MODE_PIPELINED || !s->zcopy_thresh ||
-	    (flags & MSG_PEEK) || s->state != SDP_S_ESTABLISHED || s->shut_rd ||
-	    c->transport_down || c->post_failed || c->disconn_rcvd)
+	    c->await_first_rx || (flags & MSG_PEEK) || s->state != SDP_S_ESTABLISHED ||
+	    s->shut_rd || c->transport_down || c->post_failed || c->disconn_rcvd)
 		return false;
 	if (c->rx_bytes || c->rx_sa.active || c->snk.active || c->snk_acks_due >= WZ_MAX_CANCELS)
 		return false;

@@ -89,7 +89,8 @@ const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov,
 {
 	const struct sdp_conn *c = s->conn;
 
-	if (!s->zcopy_thresh || !c || !c->ep || c->zc_refusals >= ZC_MAX_REFUSALS)
+	if (!s->zcopy_thresh || !c || !c->ep || c->zc_refusals >= ZC_MAX_REFUSALS ||
+	    c->await_first_rx)
 		return NULL;
 	int i = iov_seek(iov, iovcnt, &skip);
 

@@ -34,7 +34,18 @@
  *
  * iWARP rules (OTI_CAP_IWARP_RULES): the sink of an RDMA read needs remote
  * write access (the engine asks for it, sdp/zcopy.c), no RDMA write with
- * immediate data (the verbs body never posts one).
+ * immediate data (the verbs body never posts one), and the MPA start rule:
+ * a responder sends no FPDU before it has received the initiator's first
+ * (RFC 5044, 7.1.2).  siw as initiator enforces it: a responder's message
+ * that arrives with the MPA reply fails the connect (CONNECT_ERROR), or,
+ * a moment later, sits unseen in the socket.  So the engine's passive side
+ * sends nothing until the active side's first message has arrived, and the
+ * active side sends a credit update as soon as it is established
+ * (sdp/engine.h, await_first_rx).  siw's passive side has the mirror
+ * weakness: bytes that arrive while it hands the socket to the QP go
+ * unseen until more arrive; so the active side repeats that credit update
+ * on the next progress ticks until a message of the passive side's shows
+ * the first was seen (first_nudges).
  */
 #include "tunables.h"
 #include "verbs/verbs.h"
