@@ -3,12 +3,16 @@
  * conn_storm: socket-level tests of the engine through its public API, in
  * one process.  Three modes:
  *
- *   conn_storm [--tcp] [--conns N] [--bytes B]      (the storm, default)
+ *   conn_storm [--tcp] [--conns N] [--bytes B] [--greet]   (the storm, default)
  *       One server thread runs an event loop over the listener and every
  *       connection with sdp_poll(); N client threads connect at once and
  *       each sends B bytes of its own seeded stream in random write sizes,
  *       shuts down writing and waits for the server's verdict (count and
- *       XXH64).  Every connection must complete with matching data.
+ *       XXH64).  Every connection must complete with matching data.  With
+ *       --greet the server speaks first: it sends a greeting the moment it
+ *       accepts, and each client reads it before anything else (on iWARP
+ *       the passive side must hold that message until the active side's
+ *       first one has arrived: sdp/engine.h, await_first_rx).
  *
  *   conn_storm --api
  *       The same sequence of calls against the kernel's TCP and against SDP
@@ -306,10 +310,13 @@ static const char *const client_stage[] = {
 	"not started", "connecting", "sending", "reading verdict", "done",
 };
 
+static const char greeting[16] = "conn_storm hi!\n";
+
 static struct {
 	const struct xsock_ops *o;
 	int conns;
 	uint64_t bytes;
+	bool greet;
 	int port;
 	int ls;
 	pthread_barrier_t start;
@@ -476,6 +483,15 @@ static void *server_main(void *arg)
 					c->state = SC_HDR;
 					c->bad_off = XFER_UNLIMITED;
 					xhash_init(&c->hash);
+					/* 16 bytes into an empty send buffer: a
+					 * non-blocking send takes them whole */
+					if (st.greet) {
+						ssize_t w = st.o->send(sd, greeting,
+								       sizeof(greeting), 0);
+
+						if (w != (ssize_t)sizeof(greeting))
+							server_fail(c, "greeting: %s", rv(w));
+					}
 				}
 				continue;
 			}
@@ -540,6 +556,15 @@ static void *client_main(void *arg)
 		goto out;
 	}
 	check_transport(o, sd);
+	if (st.greet) {
+		char g[sizeof(greeting)];
+		ssize_t got = xfer_recv_all(o, sd, g, sizeof(g), -1);
+
+		if (got != (ssize_t)sizeof(g) || memcmp(g, greeting, sizeof(g))) {
+			client_fail(c, "greeting: %s", got < 0 ? rv(got) : "short or wrong");
+			goto out;
+		}
+	}
 	c->stage = 2;
 	struct xfer_hdr h = { .magic = XFER_MAGIC_ONEWAY, .seed = c->seed, .bytes = st.bytes };
 
@@ -1380,7 +1405,7 @@ static int run_half_close(void)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: conn_storm [--tcp] [--conns N] [--bytes B] [--timeout SEC]\n"
+		"usage: conn_storm [--tcp] [--conns N] [--bytes B] [--greet] [--timeout SEC]\n"
 		"       conn_storm --api\n"
 		"       conn_storm --half-close\n");
 }
@@ -1392,6 +1417,7 @@ int main(int argc, char **argv)
 		{ "conns", required_argument, NULL, 'n' },
 		{ "bytes", required_argument, NULL, 'b' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "greet", no_argument, NULL, 'g' },
 		{ "api", no_argument, NULL, 'a' },
 		{ "half-close", no_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
@@ -1408,6 +1434,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 't':
 			st.o = &xsock_tcp;
+			break;
+		case 'g':
+			st.greet = true;
 			break;
 		case 'n':
 			st.conns = (int)strtol(optarg, &end, 10);
