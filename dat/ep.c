@@ -682,7 +682,7 @@ void dsp_ep_check_timeouts(struct dsp_ia *ia, int *next_ms)
 			if (__atomic_load_n(&ep->rtr_word, __ATOMIC_ACQUIRE)) {
 				uint64_t waited = now + DSP_RTR_MS - ep->rtr_deadline_ms;
 
-				if (waited >= 5)	/* a repeated write, probably */
+				if (waited >= 5)	/* slow, or caught up by a repeat */
 					DSP_DBG("ep %p: the RTR write seen after %llu ms", (void *)ep,
 						(unsigned long long)waited);
 				ep->rtr_wait = false;
