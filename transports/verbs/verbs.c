@@ -501,11 +501,13 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 	return ret;
 }
 
+#define VB_LISTEN_PORT_TRIES 8
+
 int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t addrlen,
 	      int backlog, struct oti_listener **out)
 {
 	struct vb_listener *l;
-	int ret;
+	int ret, tries = 0;
 
 	(void)addrlen;
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
@@ -520,6 +522,7 @@ int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t
 		ret = -ENODEV;
 		goto free_l;
 	}
+again:
 	errno = 0;
 	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
 		ret = neg_errno(ENOMEM);
@@ -572,6 +575,13 @@ destroy_id:
 	if (l->id4)
 		rdma_destroy_id(l->id4);
 	rdma_destroy_id(l->id);
+	l->id4 = NULL;
+	l->id = NULL;
+	/* A port rdma_cm chose may be one the host's TCP stack holds, which
+	 * an iWARP device's listen (a real TCP listen) then cannot take:
+	 * choose again. */
+	if (ret == -EADDRINUSE && sa_port(addr) == 0 && ++tries < VB_LISTEN_PORT_TRIES)
+		goto again;
 destroy_ch:
 	rdma_destroy_event_channel(l->ch);
 free_l:
