@@ -852,6 +852,12 @@ static int wait_connect(int fd, struct ops_sock *s)
 				s->conn_error = 0;
 				return -e;
 			}
+			/* This connect() reports the success: the engine
+			 * socket (non-blocking, see new_engine_socket) keeps
+			 * it for a second connect(), which for a blocking
+			 * one must say EISCONN. */
+			if (s->stack == OPS_STACK_SDP)
+				(void)ENGINE(sdp_connect(s->sd, (void *)&s->conn_addr, s->conn_addrlen));
 			return 0;
 		}
 		uint64_t deadline = ops_connect_deadline(s);
@@ -968,11 +974,9 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	}
 	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
 	ops_set_state(s, OPS_ST_CONNECTING);
+	/* The engine socket is non-blocking: an attempt that starts says
+	 * EINPROGRESS, even if the transport finished it at once. */
 	r = ENGINE(sdp_connect(s->sd, addr, len));
-	if (r == 0) {
-		sdp_connected(fd, s);
-		goto out;
-	}
 	if (r != -EINPROGRESS) {
 		if (both) {
 			r = fall_back(fd, s, fallback_reason(-r));

@@ -550,8 +550,16 @@ int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len)
 		if (ret)
 			goto out;
 		conn_progress(s);
-		if (s->nonblock && (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING)) {
-			s->connect_unreported = true;
+		if (s->nonblock) {
+			/* Linux TCP answers a non-blocking connect with
+			 * EINPROGRESS every time, even on loopback; the
+			 * outcome comes through poll and SO_ERROR.  So here,
+			 * even when the transport was quick enough to finish
+			 * (or refuse) within this call: a program that treats
+			 * 0 as "connected" never registers for the writable
+			 * event it would otherwise wait for (Java NIO's
+			 * OP_CONNECT hung). */
+			s->connect_unreported = s->state != SDP_S_CLOSED;
 			ret = -EINPROGRESS;
 			goto out;
 		}

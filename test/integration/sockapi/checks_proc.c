@@ -18,39 +18,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Wait up to MS ms for child PID: "exit=N", "signal=N" or "timeout" in
- * *what; returns the exit code, or -1 (killed by a signal, or killed by
- * us after the time limit). */
-static int wait_child(pid_t pid, int ms, char *what, size_t len)
-{
-	int64_t end = now_ms() + ms;
-	int st;
-
-	for (;;) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-
-		if (r == pid)
-			break;
-		if (r < 0 && errno != EINTR) {
-			snprintf(what, len, "waitpid=%s", errname(errno));
-			return -1;
-		}
-		if (now_ms() > end) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			snprintf(what, len, "timeout");
-			return -1;
-		}
-		sleep_ms(5);
-	}
-	if (WIFEXITED(st)) {
-		snprintf(what, len, "exit=%d", WEXITSTATUS(st));
-		return WEXITSTATUS(st);
-	}
-	snprintf(what, len, "signal=%d", WIFSIGNALED(st) ? WTERMSIG(st) : -1);
-	return -1;
-}
-
 static int ping(int fd, int peer)
 {
 	char buf[4];

@@ -25,7 +25,10 @@
 
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +138,28 @@ static int child_fd_mode(int fd, int expect_closed)
 	return 0;
 }
 
+/* --nb-connect PORT: a fresh process's first non-blocking connect
+ * (check nb_connect_fresh); the exit code says what connect() returned.
+ * It waits for the outcome so that the server side is not left with a
+ * half-made connection. */
+static int nb_connect_mode(const char *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int c = socket(AF_INET, SOCK_STREAM, 0), r;
+
+	a.sin_addr = test_host();
+	a.sin_port = htons((uint16_t)atoi(port));
+	/* O_NONBLOCK set afterwards, as Python and Java do */
+	if (c < 0 || fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK) < 0)
+		return NB_FRESH_ERROR;
+	r = connect(c, (struct sockaddr *)&a, sizeof(a));
+	if (r < 0 && errno != EINPROGRESS)
+		return NB_FRESH_ERROR;
+	(void)wait_fd(c, POLLOUT, 10000);
+	close(c);
+	return r == 0 ? NB_FRESH_ZERO : NB_FRESH_EINPROGRESS;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
@@ -180,6 +205,8 @@ int main(int argc, char **argv)
 			if (timeout_s == 0)
 				usage();
 			a++;
+		} else if (strcmp(arg, "--nb-connect") == 0) {
+			return nb_connect_mode(val);
 		} else if (strcmp(arg, "--child-fd") == 0) {
 			child_fd = atoi(val);
 			a++;

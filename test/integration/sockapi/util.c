@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -530,4 +531,34 @@ void kicker_stop(struct kicker *k)
 	__atomic_store_n(&k->stop, 1, __ATOMIC_SEQ_CST);
 	pthread_join(k->thread, NULL);
 	k->started = 0;
+}
+
+int wait_child(pid_t pid, int ms, char *what, size_t len)
+{
+	int64_t end = now_ms() + ms;
+	int st;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+
+		if (r == pid)
+			break;
+		if (r < 0 && errno != EINTR) {
+			snprintf(what, len, "waitpid=%s", errname(errno));
+			return -1;
+		}
+		if (now_ms() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			snprintf(what, len, "timeout");
+			return -1;
+		}
+		sleep_ms(5);
+	}
+	if (WIFEXITED(st)) {
+		snprintf(what, len, "exit=%d", WEXITSTATUS(st));
+		return WEXITSTATUS(st);
+	}
+	snprintf(what, len, "signal=%d", WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+	return -1;
 }

@@ -109,6 +109,17 @@ int read_exact(int fd, void *buf, size_t len, int ms);
  * with errno otherwise (ETIMEDOUT). */
 int wait_eof(int fd, int ms);
 
+/* --- child processes -------------------------------------------------- */
+
+/* Wait up to MS ms for child PID: "exit=N", "signal=N" or "timeout" in
+ * *what; returns the exit code, or -1 (killed by a signal, or killed by
+ * us after the time limit). */
+int wait_child(pid_t pid, int ms, char *what, size_t len);
+
+/* Exit codes of "sockapi_check --nb-connect PORT" (a fresh process's
+ * first non-blocking connect to test_host():PORT). */
+enum { NB_FRESH_EINPROGRESS = 0, NB_FRESH_ZERO = 1, NB_FRESH_ERROR = 2 };
+
 /* --- misc ------------------------------------------------------------ */
 
 /* Milliseconds of CLOCK_MONOTONIC. */
