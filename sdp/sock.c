@@ -1084,6 +1084,27 @@ int sdp_getsockname(int sd, struct sockaddr *addr, socklen_t *len)
 	return 0;
 }
 
+/*
+ * Whether getpeername() names the peer.  Linux answers ENOTCONN for a TCP
+ * socket in CLOSE: never connected, a reset (received or sent), or once
+ * both FINs are through (TIME_WAIT and LAST_ACK hand the connection over
+ * and leave the socket in CLOSE).  A half-closed connection still has its
+ * peer.  Programs rely on it: a TLS library's guard against data sent
+ * before the handshake (CVE-2023-40217) keys on this ENOTCONN.
+ */
+static bool peer_known(const struct sdp_sock *s)
+{
+	const struct sdp_conn *c = s->conn;
+
+	if (s->state == SDP_S_ESTABLISHED)
+		return !(c && c->disconn_sent && c->disconn_rcvd);
+	if (s->state != SDP_S_CLOSED || s->reset || !c || !c->tx_len)
+		return false;
+	/* Closed in order by the transport: CLOSE_WAIT if we had not sent
+	 * our DisConn yet. */
+	return !c->disconn_sent;
+}
+
 int sdp_getpeername(int sd, struct sockaddr *addr, socklen_t *len)
 {
 	struct sdp_sock *s = sock_get(sd);
@@ -1096,7 +1117,7 @@ int sdp_getpeername(int sd, struct sockaddr *addr, socklen_t *len)
 		return -EFAULT;
 	}
 	pthread_mutex_lock(&s->lock);
-	if (s->state != SDP_S_ESTABLISHED && !(s->state == SDP_S_CLOSED && s->conn && s->conn->tx_len))
+	if (!peer_known(s))
 		ret = -ENOTCONN;
 	else
 		copy_addr_out(&s->peer, s->domain, addr, len);

@@ -433,6 +433,84 @@ out:
 	return rc;
 }
 
+static const char *peer_state(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+
+	return getpeername(fd, (struct sockaddr *)&a, &len) == 0 ? "named" : errname(errno);
+}
+
+/*
+ * After the peer's reset, a TCP socket is in CLOSE: getpeername() says
+ * ENOTCONN (a TLS library's guard against data sent before its handshake,
+ * the fix for CVE-2023-40217, keys on it), while recv() still yields
+ * what arrived before the reset, then ECONNRESET, then EOF.
+ */
+static int check_peer_after_reset(void)
+{
+	struct pair p = { -1, -1 };
+	struct linger lg = { 1, 0 };
+	char buf[16], pb[64];
+	int rc = -1, r;
+	ssize_t n;
+
+	if (pair_open(&p) < 0)
+		goto out;
+	note("before:%s", peer_state(p.c));
+	if (write_all(p.s, "hello", 5, 10000) < 0)
+		FAIL_ERRNO("write");
+	if (setsockopt(p.s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) < 0)
+		FAIL_ERRNO("SO_LINGER");
+	xclose(&p.s);
+	/* The reset is in once the socket reports an error or hang-up
+	 * besides the data. */
+	for (int i = 0; i < 200; i++) {
+		r = wait_fd(p.c, POLLIN, 10000);
+		if (r < 0 || (r & (POLLERR | POLLHUP)))
+			break;
+		sleep_ms(10);
+	}
+	note("%s", pollname(r, pb, sizeof(pb)));
+	note("after:%s", peer_state(p.c));
+	n = recv(p.c, buf, sizeof(buf), 0);
+	note("recv=%s", n == 5 && memcmp(buf, "hello", 5) == 0 ? "data" : n < 0 ? errname(errno) : "?");
+	n = recv(p.c, buf, sizeof(buf), 0);
+	note("recv=%s", n < 0 ? errname(errno) : n == 0 ? "EOF" : "data");
+	n = recv(p.c, buf, sizeof(buf), 0);
+	note("recv=%s", n < 0 ? errname(errno) : n == 0 ? "EOF" : "data");
+	note("end:%s", peer_state(p.c));
+	rc = 0;
+out:
+	pair_close(&p);
+	return rc;
+}
+
+/* Half-closed, the peer is still named; once both FINs are through, the
+ * socket is in CLOSE on both sides: ENOTCONN. */
+static int check_peer_after_close(void)
+{
+	struct pair p = { -1, -1 };
+	int rc = -1;
+
+	if (pair_open(&p) < 0)
+		goto out;
+	if (shutdown(p.c, SHUT_WR) < 0)
+		FAIL_ERRNO("shutdown client");
+	if (wait_eof(p.s, 10000) < 0)
+		FAIL("server: no EOF: %s", errname(errno));
+	note("half: client:%s server:%s", peer_state(p.c), peer_state(p.s));
+	if (shutdown(p.s, SHUT_WR) < 0)
+		FAIL_ERRNO("shutdown server");
+	if (wait_eof(p.c, 10000) < 0)
+		FAIL("client: no EOF: %s", errname(errno));
+	note("both: client:%s server:%s", peer_state(p.c), peer_state(p.s));
+	rc = 0;
+out:
+	pair_close(&p);
+	return rc;
+}
+
 static int check_listen_twice(void)
 {
 	struct sockaddr_in a, b;
@@ -502,6 +580,10 @@ const struct check checks_basic[] = {
 	  "non-blocking connect to a closed port: SO_ERROR ECONNREFUSED" },
 	{ "getpeername", check_getpeername,
 	  "getpeername/getsockname of both ends match, ENOTCONN" },
+	{ "peer_after_reset", check_peer_after_reset,
+	  "the peer's reset: getpeername ENOTCONN, data then ECONNRESET then EOF" },
+	{ "peer_after_close", check_peer_after_close,
+	  "getpeername when half-closed and after both FINs" },
 	{ "listen_twice", check_listen_twice,
 	  "listen then listen again: ok, same port, connect works" },
 	{ NULL, NULL, NULL },
