@@ -81,6 +81,17 @@ int sdp_init(void);
  * with SOCK_NONBLOCK | SOCK_CLOEXEC, protocol 0 or IPPROTO_TCP. */
 int sdp_socket(int domain, int type, int protocol);
 int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len);
+/*
+ * Name the source of the connection sd is about to make, without
+ * reserving anything in the transport (sdp_bind() does, for a listener):
+ * the caller holds the address itself, as the preload does with the
+ * kernel socket it bound for the program.  The transport connects from
+ * addr's IP address; addr's port is this socket's port, which the Hello
+ * carries so that the peer's accept() and getpeername() report it, and
+ * this socket's getsockname().  Port 0: the transport's own.  -EINVAL
+ * once sd is bound, connecting or connected.
+ */
+int sdp_bind_source(int sd, const struct sockaddr *addr, socklen_t len);
 int sdp_listen(int sd, int backlog);
 /* flags: SOCK_NONBLOCK | SOCK_CLOEXEC for the new socket (accept4). */
 int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags);

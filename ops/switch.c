@@ -313,6 +313,16 @@ static int addr_port(const struct sockaddr *a, socklen_t len)
 	return -1;
 }
 
+/* Not the wildcard address. */
+static bool addr_is_specific(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr != htonl(INADDR_ANY);
+	if (a->sa_family == AF_INET6)
+		return !IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)a)->sin6_addr);
+	return false;
+}
+
 int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct ops_sock *s = ops_fd_get(fd);
@@ -879,6 +889,25 @@ static int wait_connect(int fd, struct ops_sock *s)
 	}
 }
 
+/*
+ * A program that bound its socket before connect() (a source address, a
+ * port, or port 0 on an address) gets that source on SDP too: the kernel
+ * socket holds the address, the engine connects from its IP and the Hello
+ * carries its port, so that getsockname() here and the peer's accept()
+ * name it as on TCP.
+ */
+static int name_source(int fd, struct ops_sock *s)
+{
+	struct sockaddr_storage l;
+	socklen_t ll = sizeof(l);
+
+	if (native.getsockname(fd, (void *)&l, &ll) < 0)
+		return -errno;
+	if (!addr_port((void *)&l, ll) && !addr_is_specific((void *)&l))
+		return 0;	/* not bound */
+	return ENGINE(sdp_bind_source(s->sd, (void *)&l, ll));
+}
+
 static bool ip_family(const struct sockaddr *addr, socklen_t len)
 {
 	return addr && len >= sizeof(sa_family_t) &&
@@ -960,8 +989,11 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	bool both = use == CONF_USE_BOTH;
 
 	r = ops_engine_up();
-	if (r == 0 && s->sd < 0)
+	if (r == 0 && s->sd < 0) {
 		r = new_engine_socket(s);
+		if (r == 0)
+			r = name_source(fd, s);
+	}
 	if (r < 0) {
 		if (both) {
 			r = fall_back(fd, s, OPS_FB_NO_TRANSPORT);

@@ -1295,6 +1295,10 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	child->state = SDP_S_CONNECTING;
 	child->local = s->local;
 	child->peer = *peer;
+	/* The active side's port, as its getsockname() says: a port it
+	 * bound, which the transport's own connection does not show. */
+	if (hello.src_port)
+		addr_set_port(&child->peer, hello.src_port);
 	child->bound = true;
 	/* Options a listener passes on to accepted sockets on Linux. */
 	child->nodelay = s->nodelay;

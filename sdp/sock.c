@@ -389,6 +389,24 @@ int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len)
 	return ret;
 }
 
+int sdp_bind_source(int sd, const struct sockaddr *addr, socklen_t len)
+{
+	struct sdp_sock *s = sock_lock_sd(sd);
+	int ret;
+
+	if (!s)
+		return -EBADF;
+	ret = check_addr(s, addr, len);
+	if (!ret && (s->bound || s->state != SDP_S_NEW))
+		ret = -EINVAL;
+	if (!ret) {
+		memcpy(&s->local, addr, domain_addrlen(s->domain));
+		s->bound = true;
+	}
+	sock_unlock_put(s);
+	return ret;
+}
+
 int sdp_listen(int sd, int backlog)
 {
 	struct sdp_sock *s = sock_lock_sd(sd);
@@ -408,10 +426,12 @@ int sdp_listen(int sd, int backlog)
 		ret = -EINVAL;
 		goto out;
 	}
-	if (!s->bound) {
+	if (!s->nlsn) {
+		/* Not bound, or named a source only (sdp_bind_source()). */
 		struct sockaddr_storage any = { .ss_family = (sa_family_t)s->domain };
 
-		ret = bind_locked(s, (struct sockaddr *)&any, domain_addrlen(s->domain));
+		ret = bind_locked(s, s->bound ? (struct sockaddr *)&s->local : (struct sockaddr *)&any,
+				  domain_addrlen(s->domain));
 		if (ret)
 			goto out;
 	}

@@ -433,6 +433,91 @@ out:
 	return rc;
 }
 
+/*
+ * One bind-before-connect case: the client binds FROM (port 0 or a port
+ * another socket found free, with SO_REUSEADDR when asked), connects to
+ * the listener, and the names on both ends must agree with what it bound:
+ * the client's getsockname() and the server's accept() and getpeername()
+ * show the bound address and port.
+ */
+static int bound_connect(const char *tag, struct in_addr from, int fixed_port, int reuse)
+{
+	struct sockaddr_in la, b = { .sin_family = AF_INET }, cn, acc, sp;
+	socklen_t len;
+	int l = -1, c = -1, s = -1, rc = -1, one = 1;
+
+	l = make_listener(0, &la);
+	if (l < 0)
+		goto out;
+	c = socket(AF_INET, SOCK_STREAM, 0);
+	if (c < 0)
+		FAIL_ERRNO("socket");
+	if (reuse && setsockopt(c, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+		FAIL_ERRNO("SO_REUSEADDR");
+	b.sin_addr = from;
+	if (fixed_port) {
+		/* a port the kernel just handed out, free again */
+		int t = socket(AF_INET, SOCK_STREAM, 0);
+
+		len = sizeof(b);
+		if (t < 0 || bind(t, (struct sockaddr *)&b, sizeof(b)) < 0 ||
+		    getsockname(t, (struct sockaddr *)&b, &len) < 0) {
+			if (t >= 0)
+				close(t);
+			FAIL_ERRNO("finding a free port");
+		}
+		close(t);
+	}
+	if (bind(c, (struct sockaddr *)&b, sizeof(b)) < 0)
+		FAIL_ERRNO("bind");
+	len = sizeof(b);
+	if (getsockname(c, (struct sockaddr *)&b, &len) < 0)
+		FAIL_ERRNO("getsockname after bind");
+	/* A wildcard source takes the route's address at connect. */
+	if (b.sin_addr.s_addr == htonl(INADDR_ANY))
+		b.sin_addr = la.sin_addr;
+	if (connect(c, (struct sockaddr *)&la, sizeof(la)) < 0)
+		FAIL_ERRNO("connect");
+	len = sizeof(acc);
+	s = accept(l, (struct sockaddr *)&acc, &len);
+	if (s < 0)
+		FAIL_ERRNO("accept");
+	len = sizeof(cn);
+	if (getsockname(c, (struct sockaddr *)&cn, &len) < 0)
+		FAIL_ERRNO("getsockname after connect");
+	len = sizeof(sp);
+	if (getpeername(s, (struct sockaddr *)&sp, &len) < 0)
+		FAIL_ERRNO("server getpeername");
+	note("%s:client=%s,accept=%s,peer=%s", tag, same_addr(&cn, &b) ? "bound" : "other",
+	     same_addr(&acc, &b) ? "bound" : "other", same_addr(&sp, &b) ? "bound" : "other");
+	if (!same_addr(&cn, &b) || !same_addr(&acc, &b) || !same_addr(&sp, &b))
+		FAIL("%s: the bound source was not kept", tag);
+	rc = 0;
+out:
+	xclose(&l);
+	xclose(&c);
+	xclose(&s);
+	return rc;
+}
+
+static int check_bind_before_connect(void)
+{
+	struct in_addr any = { htonl(INADDR_ANY) }, host = test_host();
+
+	if (bound_connect("port0", host, 0, 0) < 0 || bound_connect("port", host, 1, 0) < 0 ||
+	    bound_connect("reuse", host, 1, 1) < 0 || bound_connect("any-port", any, 1, 0) < 0)
+		return -1;
+	/* Another address of the host, where there is one: on loopback. */
+	if (host.s_addr == htonl(INADDR_LOOPBACK)) {
+		struct in_addr two = { htonl(0x7f000002) };
+
+		if (bound_connect("127.0.0.2", two, 0, 0) < 0 ||
+		    bound_connect("127.0.0.2-port", two, 1, 1) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static const char *peer_state(int fd)
 {
 	struct sockaddr_in a;
@@ -580,6 +665,8 @@ const struct check checks_basic[] = {
 	  "non-blocking connect to a closed port: SO_ERROR ECONNREFUSED" },
 	{ "getpeername", check_getpeername,
 	  "getpeername/getsockname of both ends match, ENOTCONN" },
+	{ "bind_before_connect", check_bind_before_connect,
+	  "a source bound before connect (IP, port, port 0) is what both ends see" },
 	{ "peer_after_reset", check_peer_after_reset,
 	  "the peer's reset: getpeername ENOTCONN, data then ECONNRESET then EOF" },
 	{ "peer_after_close", check_peer_after_close,
