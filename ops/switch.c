@@ -323,6 +323,45 @@ static bool addr_is_specific(const struct sockaddr *a)
 	return false;
 }
 
+/*
+ * OFED's AF_INET_SDP (27) took IPv6 addresses too, and programs rely on it:
+ * qperf's sdp_bw and sdp_lat make a 27 socket for whatever getaddrinfo()
+ * gave, the IPv6 wildcard first.  So a direct IPv4 socket that is given an
+ * IPv6 address before anything else becomes an IPv6 one (as if made with
+ * 28): its kernel socket is made again as AF_INET6 at the same fd, with
+ * its flags and options, and so is its engine socket.  Caller holds
+ * s->lock.
+ */
+static int direct_take_family(int fd, struct ops_sock *s, const struct sockaddr *addr,
+			      socklen_t len)
+{
+	if (!s->direct || s->domain != AF_INET || s->state != OPS_ST_NEW || !addr ||
+	    len < sizeof(struct sockaddr_in6) || addr->sa_family != AF_INET6)
+		return 0;
+	int fl = native.fcntl(fd, F_GETFL), fdfl = native.fcntl(fd, F_GETFD);
+	int nfd = native.socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fl < 0 || fdfl < 0 || nfd < 0) {
+		int e = errno;
+
+		if (nfd >= 0)
+			native.close(nfd);
+		return -e;
+	}
+	for (int i = 0; i < s->nopts; i++)
+		(void)native.setsockopt(nfd, s->opts[i].level, s->opts[i].name, s->opts[i].val,
+					s->opts[i].len);
+	int r = native.dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0 ? -errno : 0;
+
+	native.close(nfd);
+	if (r < 0)
+		return r;
+	native.fcntl(fd, F_SETFL, fl);
+	drop_engine_socket(s);
+	s->domain = AF_INET6;
+	return new_engine_socket(s);
+}
+
 int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct ops_sock *s = ops_fd_get(fd);
@@ -330,6 +369,13 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 
 	if (!s)
 		return NATIVE_RET(native.bind(fd, addr, len));
+	pthread_mutex_lock(&s->lock);
+	r = direct_take_family(fd, s, addr, len);
+	pthread_mutex_unlock(&s->lock);
+	if (r < 0) {
+		ops_sock_put(s);
+		return r;
+	}
 	/* The kernel socket is bound in every case: it reserves the port
 	 * (a "both" listener needs it, port 0 picks it) and gives Linux's
 	 * errors for the address. */
@@ -922,6 +968,9 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (!s)
 		return NATIVE_RET(native.connect(fd, addr, len));
 	pthread_mutex_lock(&s->lock);
+	r = direct_take_family(fd, s, addr, len);
+	if (r < 0)
+		goto out;
 	if (s->inherited) {
 		r = -ENOTCONN;
 		goto out;

@@ -7,6 +7,11 @@
  *                                  TEST_HOST (default 127.0.0.1) on FAMILY
  *                                  (default 27); 1 MiB checked both ways;
  *                                  exit 0 if intact
+ *   direct_sdp wildcard6 [FAMILY]  the same with the listener bound to the
+ *                                  IPv6 wildcard [::] (qperf's sdp_bw does
+ *                                  that with 27: getaddrinfo gives :: first),
+ *                                  a client on TEST_HOST and, on loopback,
+ *                                  one on [::1]
  *   direct_sdp socket [FAMILY]     print socket()'s result: "ok" or the
  *                                  errno name (EAFNOSUPPORT...)
  *   direct_sdp dgram [FAMILY]      the same for SOCK_DGRAM
@@ -80,30 +85,17 @@ static void *server(void *arg)
 	return (void *)ok;
 }
 
-static int transfer(void)
+/* One echo of 1 MiB from a client of family to dst (len bytes). */
+static int transfer_to(const void *dst, socklen_t len)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	const char *host = getenv("TEST_HOST");
 	pthread_t t;
 	void *sok;
 
-	/* An RDMA transport serves no loopback: the tests give an address. */
-	if (host && *host && inet_pton(AF_INET, host, &a.sin_addr) != 1) {
-		printf("TEST_HOST '%s' is not an IPv4 address\n", host);
-		return 1;
-	}
-	listen_fd = socket(family, SOCK_STREAM, 0);
-	if (listen_fd < 0 || bind(listen_fd, (void *)&a, sizeof(a)) < 0 || listen(listen_fd, 4) < 0 ||
-	    getsockname(listen_fd, (void *)&a, &al) < 0) {
-		printf("listen: %s\n", errname(errno));
-		return 1;
-	}
 	if (pthread_create(&t, NULL, server, NULL))
 		return 1;
 	int fd = socket(family, SOCK_STREAM, 0);
 
-	if (fd < 0 || connect(fd, (void *)&a, sizeof(a)) < 0) {
+	if (fd < 0 || connect(fd, dst, len) < 0) {
 		printf("connect: %s\n", errname(errno));
 		return 1;
 	}
@@ -116,23 +108,85 @@ static int transfer(void)
 
 	pthread_join(t, &sok);
 	close(fd);
-	close(listen_fd);
 	free(out);
 	free(in);
-	printf("transfer: %s\n", ok && sok ? "ok" : "FAILED");
 	return ok && sok ? 0 : 1;
+}
+
+/* TEST_HOST (default 127.0.0.1) into *a; -1 if it is not IPv4. */
+static int test_host(struct sockaddr_in *a)
+{
+	const char *host = getenv("TEST_HOST");
+
+	*a = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	/* An RDMA transport serves no loopback: the tests give an address. */
+	if (host && *host && inet_pton(AF_INET, host, &a->sin_addr) != 1) {
+		printf("TEST_HOST '%s' is not an IPv4 address\n", host);
+		return -1;
+	}
+	return 0;
+}
+
+static int transfer(void)
+{
+	struct sockaddr_in a;
+	socklen_t al = sizeof(a);
+	int r;
+
+	if (test_host(&a) < 0)
+		return 1;
+	listen_fd = socket(family, SOCK_STREAM, 0);
+	if (listen_fd < 0 || bind(listen_fd, (void *)&a, sizeof(a)) < 0 || listen(listen_fd, 4) < 0 ||
+	    getsockname(listen_fd, (void *)&a, &al) < 0) {
+		printf("listen: %s\n", errname(errno));
+		return 1;
+	}
+	r = transfer_to(&a, sizeof(a));
+	close(listen_fd);
+	printf("transfer: %s\n", r ? "FAILED" : "ok");
+	return r;
+}
+
+static int wildcard6(void)
+{
+	struct sockaddr_in6 w = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+	struct sockaddr_in a;
+	socklen_t wl = sizeof(w);
+	int r;
+
+	if (test_host(&a) < 0)
+		return 1;
+	listen_fd = socket(family, SOCK_STREAM, 0);
+	if (listen_fd < 0 || bind(listen_fd, (void *)&w, sizeof(w)) < 0 || listen(listen_fd, 4) < 0 ||
+	    getsockname(listen_fd, (void *)&w, &wl) < 0) {
+		printf("listen on [::]: %s\n", errname(errno));
+		return 1;
+	}
+	a.sin_port = w.sin6_port;
+	r = transfer_to(&a, sizeof(a));
+	if (!r && a.sin_addr.s_addr == htonl(INADDR_LOOPBACK)) {
+		struct sockaddr_in6 l6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT,
+					   .sin6_port = w.sin6_port };
+
+		r = transfer_to(&l6, sizeof(l6));
+	}
+	close(listen_fd);
+	printf("wildcard6: %s\n", r ? "FAILED" : "ok");
+	return r;
 }
 
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: direct_sdp transfer|socket|dgram [FAMILY]\n");
+		fprintf(stderr, "usage: direct_sdp transfer|wildcard6|socket|dgram [FAMILY]\n");
 		return 2;
 	}
 	if (argc > 2)
 		family = atoi(argv[2]);
 	if (!strcmp(argv[1], "transfer"))
 		return transfer();
+	if (!strcmp(argv[1], "wildcard6"))
+		return wildcard6();
 	int type = !strcmp(argv[1], "dgram") ? SOCK_DGRAM : SOCK_STREAM;
 	int fd = socket(family, type, 0);
 

@@ -191,6 +191,9 @@ out=$(run_with_timeout 60 env $(preload_env "$tcponly") "$DIRECT" transfer 2>&1)
 	bad "AF_INET_SDP transfer: $out"
 grep -q "over SDP ($TEST_TRANSPORT)" "$TMP/direct.log" ||
 	bad "AF_INET_SDP transfer not over $TEST_TRANSPORT: $(cat "$TMP/direct.log")"
+out=$(run_with_timeout 60 env $(preload_env "$tcponly") "$DIRECT" wildcard6 2>&1)
+[ "$out" = "wildcard6: ok" ] && log "ok   AF_INET_SDP (27) bound to [::], as qperf's sdp_bw does" ||
+	bad "AF_INET_SDP bound to [::]: $out"
 out=$(run_with_timeout 30 env $(preload_env "$tcponly") "$DIRECT" dgram 2>&1)
 [ "$out" = "dgram: ESOCKTNOSUPPORT" ] && log "ok   AF_INET_SDP datagram: ESOCKTNOSUPPORT" ||
 	bad "AF_INET_SDP SOCK_DGRAM: $out"
