@@ -79,6 +79,7 @@ static void ops_atfork_child(void)
 	ops_stats_atfork_child();
 	ops_fd_atfork_child();
 	ops_epoll_atfork_child();
+	ops_peercache_atfork_child();
 	ops_fd_for_each(mark_inherited);
 }
 

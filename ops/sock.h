@@ -122,6 +122,19 @@ uint64_t ops_now_ns(void);
  * deadline 0, "no timeout". */
 struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts);
 
+/* --- peercache.c ---------------------------------------------------------------- */
+
+/* Remember that dst said no to SDP (why: refused or timeout), for the
+ * fallback_cache_ms tunable. */
+void ops_peercache_note(const struct sockaddr *dst, socklen_t len, enum ops_fallback why);
+/* Whether dst said no recently: then *why is what it said, *age_ms how
+ * long ago. */
+bool ops_peercache_check(const struct sockaddr *dst, socklen_t len, enum ops_fallback *why,
+			 uint64_t *age_ms);
+/* SDP worked with dst: forget anything remembered. */
+void ops_peercache_forget(const struct sockaddr *dst, socklen_t len);
+void ops_peercache_atfork_child(void);
+
 /* --- epoll.c -------------------------------------------------------------------- */
 
 /* s moved between stacks: move its epoll memberships along. */

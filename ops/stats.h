@@ -47,6 +47,8 @@ enum ops_fallback {
 	OPS_FB_REJECTED,	/* the peer rejected the Hello */
 	OPS_FB_TRANSPORT_ERROR,	/* any other transport or engine error */
 	OPS_FB_UNSUPPORTED,	/* the socket uses something SDP cannot do */
+	OPS_FB_REMEMBERED,	/* the peer said no recently (refused or timed
+				 * out): not tried again yet (peercache.c) */
 	OPS_FB_MAX
 };
 

@@ -769,6 +769,8 @@ static int fall_back(int fd, struct ops_sock *s, enum ops_fallback why)
 	drop_engine_socket(s);
 	s->conn = OPS_CONN_DONE;
 	ops_set_stack(s, OPS_STACK_TCP, why);
+	if (why == OPS_FB_REFUSED || why == OPS_FB_TIMEOUT)
+		ops_peercache_note((void *)&s->conn_addr, s->conn_addrlen, why);
 	sdp_conn_log(LOGSYS, "fd %d: no SDP to %s (%s): connecting over TCP", fd,
 		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)), ops_fallback_name(why));
 	ops_epoll_restack(s);
@@ -798,6 +800,7 @@ static void sdp_connected(int fd, struct ops_sock *s)
 	ops_set_state(s, OPS_ST_ESTABLISHED);
 	(void)ENGINE(sdp_set_nonblock(s->sd, app_nonblock(fd, s)));
 	ops_stats_count(OPS_C_CONNECT_SDP, 1);
+	ops_peercache_forget((void *)&s->conn_addr, s->conn_addrlen);
 	publish_conn(fd, s);
 	sdp_conn_log(LOGSYS, "fd %d: connected to %s over SDP (%s)", fd,
 		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)),
@@ -1036,7 +1039,16 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	memcpy(&s->conn_addr, addr, len);
 	s->conn_addrlen = len;
 	bool both = use == CONF_USE_BOTH;
+	enum ops_fallback said;
+	uint64_t age_ms;
 
+	if (both && ops_peercache_check(addr, len, &said, &age_ms)) {
+		/* It said no a moment ago: not again for every connection. */
+		sdp_dbg(LOGSYS, "fd %d: the SDP side of the destination %s %llu ms ago", fd,
+			said == OPS_FB_TIMEOUT ? "timed out" : "refused", (unsigned long long)age_ms);
+		r = fall_back(fd, s, OPS_FB_REMEMBERED);
+		goto out;
+	}
 	r = ops_engine_up();
 	if (r == 0 && s->sd < 0) {
 		r = new_engine_socket(s);

@@ -11,6 +11,7 @@
 #   - a broken policy file is reported with file:line and leaves every
 #     socket on TCP;
 #   - the first non-blocking connect of a fresh process says EINPROGRESS;
+#   - a destination that refused SDP (or timed out) is remembered;
 #   - direct AF_INET_SDP sockets, and their errors;
 #   - sdp_run runs a program with the preload.
 # Every transfer is checksummed by sdpcat.
@@ -84,6 +85,81 @@ elif grep -qi "refused" "$TMP/c5.out"; then
 	log "ok   sdp-only client, native server: connection refused, no fallback"
 else
 	bad "sdp-only client: unexpected error: $(cat "$TMP/c5.out")"
+fi
+
+# --- a destination that said no is remembered (fallback_cache_ms) -----------------
+# One process, five connections to a server without SDP: the first SDP
+# attempt is refused, the next four go to TCP at once ("remembered");
+# with the cache off, every one is refused.  On tcp-fallback, a silent SDP
+# port (a plain listener on P + offset) the same way: one timeout, then
+# "remembered" instead of another fallback_timeout_ms each.
+cat >"$TMP/pyserver.py" <<'PYEOF'
+# a plain TCP server on argv[1] that reads each connection to EOF; its
+# port goes to the file argv[2]
+import os, socket, sys, threading
+l = socket.socket(); l.bind((sys.argv[1], 0)); l.listen(64)
+open(sys.argv[2] + ".tmp", "w").write(str(l.getsockname()[1])); os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+def serve(c):
+    while c.recv(4096): pass
+    c.close()
+while True:
+    c, _ = l.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+PYEOF
+cat >"$TMP/pyclients.py" <<'PYEOF'
+# argv[3] connections to argv[1]:argv[2], one after another, each sends a
+# little and closes
+import socket, sys
+for _ in range(int(sys.argv[3])):
+    c = socket.socket(); c.connect((sys.argv[1], int(sys.argv[2]))); c.sendall(b"x" * 1000); c.close()
+PYEOF
+# count_reasons FILE: "refused=N timeout=N remembered=N"
+count_reasons() {
+	local r out=
+	for r in refused timeout remembered; do
+		out="$out $r=$(grep -c "($r): connecting over TCP" "$1")"
+	done
+	echo "${out# }"
+}
+if command -v python3 >/dev/null 2>&1; then
+	pf=$TMP/remember.port
+	start_bg "$TMP/remember-server.out" python3 "$TMP/pyserver.py" "$TEST_HOST" "$pf"
+	REMEMBER_PID=$BG_PID
+	wait_for_file "$pf" 30 || fail "the python server did not start: $(cat "$TMP/remember-server.out")"
+	RPORT=$(cat "$pf")
+	run_with_timeout 60 env $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 5 >"$TMP/rem1.out" 2>&1 ||
+		bad "remembered refusal: the client failed: $(cat "$TMP/rem1.out")"
+	got=$(count_reasons "$TMP/rem1.out")
+	[ "$got" = "refused=1 timeout=0 remembered=4" ] &&
+		log "ok   a refused destination is remembered: $got" ||
+		bad "a refused destination, five connections: $got (want refused=1 remembered=4)"
+	run_with_timeout 60 env SDP_FALLBACK_CACHE_MS=0 $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 5 \
+		>"$TMP/rem2.out" 2>&1 || bad "cache off: the client failed: $(cat "$TMP/rem2.out")"
+	got=$(count_reasons "$TMP/rem2.out")
+	[ "$got" = "refused=5 timeout=0 remembered=0" ] &&
+		log "ok   fallback_cache_ms=0: every attempt is made: $got" ||
+		bad "fallback_cache_ms=0: $got (want refused=5)"
+	if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
+		mute_port=$(( (RPORT + 20000) % 65536 ))
+		start_bg "$TMP/rmute.out" python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$TEST_HOST', $mute_port)); s.listen(8); print('listening', flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)
+"
+		if wait_for_text "$TMP/rmute.out" listening 10; then
+			run_with_timeout 60 env SDP_FALLBACK_TIMEOUT_MS=300 SDP_CONNECT_TIMEOUT_MS=60000 \
+				$(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 3 >"$TMP/rem3.out" 2>&1 ||
+				bad "remembered timeout: the client failed: $(cat "$TMP/rem3.out")"
+			got=$(count_reasons "$TMP/rem3.out")
+			[ "$got" = "refused=0 timeout=1 remembered=2" ] &&
+				log "ok   a silent SDP port is remembered: $got" ||
+				bad "a silent SDP port, three connections: $got (want timeout=1 remembered=2)"
+		else
+			log "the SDP side of port $RPORT is taken here: remembered-timeout case not run"
+		fi
+	fi
 fi
 
 # --- a broken policy file: file:line, then all TCP -------------------------------
