@@ -41,7 +41,7 @@ srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$srcdir"
 
 DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
-      libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libcriterion-dev
+      libibverbs-dev librdmacm-dev libcriterion-dev
       uthash-dev iperf3 socat curl python3 clang valgrind iproute2
       libdapl-dev dapl2-utils)
 

@@ -30,8 +30,8 @@
 #
 # The rows:
 #   connect() first       the first connect() of the process (in both->tcp
-#                         it includes starting the SDP engine: loading
-#                         libfabric, the progress thread); not part of
+#                         it includes starting the SDP engine and its
+#                         progress thread); not part of
 #                         the percentiles below
 #   connect() p50/p90/p99 percentiles over CONNECTS socket+connect+close
 #                         cycles (after 20 unmeasured ones), microseconds
@@ -58,7 +58,7 @@
 # Then, for reference, "SDP on both ends": the echo server preloaded too
 # (use both server * *:*) and the client with "use sdp client * *:*", so
 # the round trips go over SDP on the software transport (SDP carried over
-# the kernel's TCP by libfabric: not RDMA figures), against native.
+# the kernel's TCP: not RDMA figures), against native.
 #
 # Every process (servers and clients) is pinned to one CPU, the last one
 # this script may use (PIN_CPU=N picks another, PIN_CPU=none pins nothing).

@@ -3,7 +3,7 @@
  * Whether the calling thread is running libsdp's own code.
  *
  * In libsdp.so the engine, the transports and the libraries they load
- * (libfabric, libibverbs, librdmacm) call socket(), poll(), read(),
+ * (libibverbs, librdmacm) call socket(), poll(), read(),
  * close()... and those calls land in the preload's wrappers like the
  * application's do.  The wrappers must hand them straight to libc: a
  * transport's own TCP socket must never be offered to SDP.  The engine's

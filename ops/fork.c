@@ -4,7 +4,7 @@
  *
  * Native sockets are the kernel's and simply work in both processes.  An
  * SDP connection is not: its state lives in the parent's memory and its
- * transport (a TCP connection under libfabric, a QP) cannot be driven by
+ * transport (a TCP connection with the transport's state, a QP) cannot be driven by
  * two processes.  It stays the parent's: in the child the socket is
  * "inherited", every data call on it fails with ENOTCONN (logged once),
  * and closing it releases the child's fd without touching the parent's

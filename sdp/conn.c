@@ -1102,7 +1102,7 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 	c->ep_fd = t->ep_fd(c->ep);
 	s->state = SDP_S_RESOLVING;
 	c->deadline_ns = sdp_now_ns() + (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
-	ret = progress_add(s, c->ep_fd);
+	ret = progress_add_ep(s, c);
 	if (ret)
 		goto err_free;
 	c->in_progress_set = true;
@@ -1333,7 +1333,7 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 		goto err_child;
 	c->deadline_ns = sdp_now_ns() + (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
 	/* Until accepted, the child is driven through its listener. */
-	ret = progress_add(s, c->ep_fd);
+	ret = progress_add_ep(s, c);
 	if (ret)
 		goto err_child;
 	c->in_progress_set = true;

@@ -83,6 +83,7 @@ struct sdp_conn {
 	struct oti_ep *ep;
 	int ep_fd;
 	bool in_progress_set;	/* ep_fd is in the progress thread's epoll */
+	uint32_t prog_events;	/* with these epoll events (progress_add_ep) */
 
 	struct sdp_credits cr;
 
@@ -217,6 +218,8 @@ struct sdp_conn {
  * until removed, counts the changes). */
 struct sdp_waiter {
 	int fd;			/* an eventfd: written 1 per change */
+	short ep_events;	/* a thread asleep on the ep fd itself: the
+				 * events it polls it for (sdp_wait), else 0 */
 	atomic_uint *changes;	/* watches: bumped per change; NULL otherwise */
 	atomic_uint *edges;	/* watches: bumped per arrival (data, EOF, a
 				 * connection): sock_changed(s, true) */
@@ -246,6 +249,7 @@ struct sdp_sock {
 	/* Options. */
 	int rcvbuf, sndbuf;
 	int keepalive, reuseaddr, reuseport, oobinline, nodelay, cork;
+	bool v6only;		/* IPV6_V6ONLY: a listener takes IPv6 peers only */
 	int keepidle, keepintvl, keepcnt, rcvlowat;
 	struct linger linger;
 	struct timeval rcvtimeo, sndtimeo;
@@ -509,16 +513,20 @@ void rxq_remove(struct sdp_conn *c, uint32_t i);
 
 /* --- progress.c ------------------------------------------------------------- */
 
-/* Add an fd that drives s (ep or listener fd) to the progress thread;
- * takes a reference on s, dropped by progress_del. */
+/* Add a listener fd that drives s to the progress thread; takes a
+ * reference on s, dropped by progress_del. */
 int progress_add(struct sdp_sock *s, int fd);
+/* The same for connection c's ep fd, driven through s (c's own socket,
+ * or its listener until it is accepted), with the events its transport
+ * waits for (ep_wait_events), kept up to date as the socket is driven. */
+int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c);
 void progress_del(struct sdp_sock *s, int fd);
 /* Keep an app-closed socket alive until its teardown finishes. */
 void progress_adopt_orphan(struct sdp_sock *s);
 /*
  * Work was posted on s's endpoint from an application thread: make sure
- * the transport keeps moving it (some, like libfabric's tcp provider, only
- * push queued data when armed or polled).  Caller holds s->lock.
+ * the transport keeps moving it (a software transport pushes queued output
+ * only when driven, once its fd is writable).  Caller holds s->lock.
  */
 void progress_posted(struct sdp_sock *s);
 /* Tick s, fast, while it holds a Transaction request (conn.trans_held). */

@@ -84,6 +84,51 @@ static void prog_kick(void)
 	}
 }
 
+/* The epoll events for what c's transport waits for on its ep fd. */
+static uint32_t ep_epoll_events(const struct sdp_conn *c)
+{
+	short want = c->ep && !c->disconnected ? c->t->ep_wait_events(c->ep) : 0;
+
+	return (want & POLLIN ? EPOLLIN : 0) | (want & POLLOUT ? EPOLLOUT : 0);
+}
+
+/*
+ * Bring the progress thread's registration of c's ep fd (made for owner:
+ * c's socket, or its listener) in line with what the transport waits for
+ * now: POLLOUT comes and goes with output the transport holds.  Caller
+ * holds c's socket lock.
+ */
+static void prog_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
+{
+	if (!c->in_progress_set)
+		return;
+	uint32_t want = ep_epoll_events(c);
+
+	if (owner->ep_parked && owner->parked_fd == c->ep_fd) {
+		/* A thread sleeps on the fd itself: if it does not wait for
+		 * what the transport needs now (writability for output it
+		 * queued meanwhile), wake it to wait again. */
+		uint64_t one = 1;
+		short need = (want & EPOLLIN ? POLLIN : 0) | (want & EPOLLOUT ? POLLOUT : 0);
+
+		for (struct sdp_waiter *w = owner->waiters; w; w = w->next)
+			if (w->ep_events && (need & ~w->ep_events) &&
+			    write(w->fd, &one, sizeof(one)) < 0) {
+				/* Counter saturated: it wakes anyway. */
+			}
+		return;
+	}
+
+	if (want == c->prog_events)
+		return;
+	struct epoll_event ev = { .events = want, .data.ptr = owner };
+
+	pthread_mutex_lock(&prog_lock);
+	if (prog_epfd >= 0 && epoll_ctl(prog_epfd, EPOLL_CTL_MOD, c->ep_fd, &ev) == 0)
+		c->prog_events = want;
+	pthread_mutex_unlock(&prog_lock);
+}
+
 /* Drive one socket after its fd fired or a tick; returns true to keep it
  * on the watch list. */
 static bool prog_drive(struct sdp_sock *s, bool tick)
@@ -112,11 +157,15 @@ static bool prog_drive(struct sdp_sock *s, bool tick)
 			if (c->conn && c->conn->ep && !c->conn->disconnected &&
 			    c->conn->t->ep_arm(c->conn->ep) == -EAGAIN)
 				again = 1;
+			if (c->conn && !again)
+				prog_sync_events(s, c->conn);
 			pthread_mutex_unlock(&c->lock);
 		}
 		if (!again)
 			break;
 	}
+	if (!s->nlsn && s->conn)
+		prog_sync_events(s, s->conn);
 	if (tick) {
 		if (s->app_closed && s->conn) {
 			bool expired = s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns;
@@ -315,6 +364,24 @@ int progress_add(struct sdp_sock *s, int fd)
 	return ret;
 }
 
+int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c)
+{
+	uint32_t events = ep_epoll_events(c);
+	struct epoll_event ev = { .events = events, .data.ptr = s };
+	int ret;
+
+	pthread_mutex_lock(&prog_lock);
+	ret = prog_start_locked();
+	if (!ret && epoll_ctl(prog_epfd, EPOLL_CTL_ADD, c->ep_fd, &ev) < 0)
+		ret = -errno;
+	if (!ret) {
+		c->prog_events = events;
+		atomic_fetch_add(&s->ref, 1);	/* put in prog_release() */
+	}
+	pthread_mutex_unlock(&prog_lock);
+	return ret;
+}
+
 void progress_del(struct sdp_sock *s, int fd)
 {
 	pthread_mutex_lock(&prog_lock);
@@ -354,7 +421,10 @@ void progress_posted(struct sdp_sock *s)
 	/* The progress thread re-arms what it drives itself. */
 	if (on_progress_thread || !c || !c->ep || c->transport_down)
 		return;
-	if (c->t->ep_arm(c->ep) != -EAGAIN)
+	/* Work is pending, or output the transport holds needs the fd's
+	 * writability, which the progress thread does not wait for yet. */
+	if (c->t->ep_arm(c->ep) != -EAGAIN &&
+	    !(c->in_progress_set && (ep_epoll_events(c) & ~c->prog_events)))
 		return;
 	pthread_mutex_lock(&prog_lock);
 	atomic_fetch_add(&s->ref, 1);	/* put in prog_drive_pokes() */
@@ -432,22 +502,24 @@ static int wait_timeout_ms(uint64_t deadline_ns)
 }
 
 /* The fds that bring news for s, armed, into fds[] (room for
- * SDP_MAX_LISTENERS); returns how many, or -EAGAIN if news is already
- * there. */
-static int wait_source_fds(struct sdp_sock *s, int *fds)
+ * SDP_MAX_LISTENERS) with the events to wait for; returns how many, or
+ * -EAGAIN if news is already there. */
+static int wait_source_fds(struct sdp_sock *s, struct pollfd *fds)
 {
 	if (s->nlsn) {
 		for (int i = 0; i < s->nlsn; i++) {
 			if (s->lsn[i].t->listener_arm(s->lsn[i].l) == -EAGAIN)
 				return -EAGAIN;
-			fds[i] = s->lsn[i].t->listener_fd(s->lsn[i].l);
+			fds[i] = (struct pollfd){ .fd = s->lsn[i].t->listener_fd(s->lsn[i].l),
+						  .events = POLLIN };
 		}
 		return s->nlsn;
 	}
 	if (s->conn && s->conn->ep && !s->conn->transport_down) {
 		if (s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
 			return -EAGAIN;
-		fds[0] = s->conn->ep_fd;
+		fds[0] = (struct pollfd){ .fd = s->conn->ep_fd,
+					  .events = s->conn->t->ep_wait_events(s->conn->ep) };
 		return 1;
 	}
 	return 0;
@@ -481,18 +553,17 @@ static void unpark_ep(struct sdp_sock *s)
 		return;
 	if (!s->conn || !s->conn->in_progress_set || s->conn->ep_fd != s->parked_fd)
 		return;
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = s };
+	struct epoll_event ev = { .events = ep_epoll_events(s->conn), .data.ptr = s };
 
 	pthread_mutex_lock(&prog_lock);
-	if (prog_epfd >= 0)
-		epoll_ctl(prog_epfd, EPOLL_CTL_ADD, s->parked_fd, &ev);
+	if (prog_epfd >= 0 && epoll_ctl(prog_epfd, EPOLL_CTL_ADD, s->parked_fd, &ev) == 0)
+		s->conn->prog_events = ev.events;
 	pthread_mutex_unlock(&prog_lock);
 }
 
 int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 {
 	struct pollfd pfd[1 + SDP_MAX_LISTENERS];
-	int src[SDP_MAX_LISTENERS];
 	struct sdp_waiter w;
 	int wfd = sdp_thread_waker();
 	int nfds = 1, r;
@@ -500,7 +571,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 
 	if (deadline_ns && sdp_now_ns() >= deadline_ns)
 		return -EAGAIN;
-	int nsrc = wait_source_fds(s, src);
+	int nsrc = wait_source_fds(s, pfd + 1);
 
 	if (nsrc == -EAGAIN)
 		return 0;
@@ -515,14 +586,17 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 		/* Nothing stale to drain. */
 	}
 	w.fd = wfd;
+	w.ep_events = 0;
 	w.changes = NULL;
 	w.edges = NULL;
 	w.next = s->waiters;
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
-	for (int i = 0; i < nsrc; i++)
-		pfd[nfds++] = (struct pollfd){ .fd = src[i], .events = POLLIN };
-	bool parked = nsrc == 1 && park_ep(s, src[0]);
+	nfds += nsrc;
+	bool parked = nsrc == 1 && park_ep(s, pfd[1].fd);
+
+	if (parked)
+		w.ep_events = pfd[1].events;
 
 	pthread_mutex_unlock(&s->lock);
 	r = poll(pfd, (nfds_t)nfds, wait_timeout_ms(deadline_ns));

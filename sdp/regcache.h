@@ -27,8 +27,8 @@
  *
  * Locking: regcache_get/put/free run under the owning socket's lock.
  * sdp_regcache_invalidate() may run in any thread, with or without any
- * engine lock held, and from inside a transport (libfabric frees memory
- * too): it only marks entries dead under a lock of its own and never calls
+ * engine lock held, and from inside a library a transport uses (which
+ * frees memory too): it only marks entries dead under a lock of its own and never calls
  * into a transport; dead entries are deregistered by their owner later.
  */
 #ifndef SDP_REGCACHE_H

@@ -157,6 +157,27 @@ static int zcopy_thresh_clamp(long v)
 	return v < 4096 ? 4096 : v > INT_MAX ? INT_MAX : (int)v;
 }
 
+/* net.ipv6.bindv6only: what IPV6_V6ONLY is on a new IPv6 socket. */
+static bool default_v6only(void)
+{
+	static int cached = -1;
+	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+
+	if (v < 0) {
+		char c = '0';
+		int fd = open("/proc/sys/net/ipv6/bindv6only", O_RDONLY | O_CLOEXEC);
+
+		if (fd >= 0) {
+			if (read(fd, &c, 1) != 1)
+				c = '0';
+			close(fd);
+		}
+		v = c == '1';
+		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table)
 {
 	struct sdp_sock *s = calloc(1, sizeof(*s));
@@ -185,6 +206,7 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 	s->keepintvl = 75;
 	s->keepcnt = 9;
 	s->rcvlowat = 1;
+	s->v6only = domain == AF_INET6 && default_v6only();
 	s->zcopy_thresh = zcopy_thresh_clamp(tun_int(TUN_zcopy_thresh));
 	SDP_STAT_INC(sockets_open, 1);
 	if (in_table && sock_publish(s)) {
@@ -327,10 +349,12 @@ static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_
 	struct oti_listener *l;
 	int n, ret;
 
+	unsigned flags = s->v6only && s->domain == AF_INET6 ? OTI_LISTEN_V6ONLY : 0;
+
 	n = oti_select_all(addr, NULL, ts, SDP_MAX_LISTENERS);
 	if (!n)
 		return -EADDRNOTAVAIL;
-	ret = ts[0]->listen(addr, len, SOMAXCONN, &l);
+	ret = ts[0]->listen(addr, len, SOMAXCONN, flags, &l);
 	if (ret)
 		return ret;
 	ret = ts[0]->listener_name(l, (struct sockaddr *)&name, &namelen);
@@ -343,7 +367,7 @@ static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_
 	memcpy(&same, addr, len);
 	addr_set_port(&same, addr_port(&name));
 	for (int i = 1; i < n; i++) {
-		ret = ts[i]->listen((struct sockaddr *)&same, len, SOMAXCONN, &l);
+		ret = ts[i]->listen((struct sockaddr *)&same, len, SOMAXCONN, flags, &l);
 		if (ret) {
 			sdp_dbg(LOGSYS, "sd %d: not listening over %s as well: %s", s->sd,
 				ts[i]->name, strerror(-ret));
@@ -496,7 +520,7 @@ int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags)
 	if (child->conn && child->conn->in_progress_set) {
 		progress_del(s, child->conn->ep_fd);
 		child->conn->in_progress_set = false;
-		if (progress_add(child, child->conn->ep_fd) == 0)
+		if (progress_add_ep(child, child->conn) == 0)
 			child->conn->in_progress_set = true;
 	}
 	child->parent = NULL;
@@ -1287,6 +1311,13 @@ int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 			ret = -EINVAL;
 		if (!ret)
 			s->zcopy_thresh = zcopy_thresh_clamp(v);
+	} else if (level == IPPROTO_IPV6 && name == IPV6_V6ONLY && s->domain == AF_INET6) {
+		/* As Linux: only before the socket has a port. */
+		ret = opt_int_in(val, len, &v);
+		if (!ret && (s->nlsn || s->state != SDP_S_NEW))
+			ret = -EINVAL;
+		if (!ret)
+			s->v6only = !!v;
 	} else {
 		ret = -ENOPROTOOPT;
 	}
@@ -1392,6 +1423,8 @@ int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len)
 		}
 	} else if (level == SOL_SDP && name == SDP_ZCOPY_THRESH) {
 		v = s->zcopy_thresh;
+	} else if (level == IPPROTO_IPV6 && name == IPV6_V6ONLY && s->domain == AF_INET6) {
+		v = s->v6only;
 	} else {
 		ret = -ENOPROTOOPT;
 		goto out;

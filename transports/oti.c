@@ -6,6 +6,7 @@
 #include "oti.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
@@ -81,7 +82,8 @@ static bool oti_valid(const struct oti_ops *ops)
 	    !ops->listen || !ops->listener_name || !ops->listener_fd || !ops->listener_arm ||
 	    !ops->get_connreq || !ops->reject || !ops->listener_close ||
 	    !ops->ep_accept_open || !ops->accept || !ops->ep_open || !ops->connect ||
-	    !ops->ep_names || !ops->ep_fd || !ops->ep_arm || !ops->get_event ||
+	    !ops->ep_names || !ops->ep_fd || !ops->ep_arm || !ops->ep_wait_events ||
+	    !ops->get_event ||
 	    !ops->poll_cq || !ops->mr_reg || !ops->mr_dereg || !ops->post_recv ||
 	    !ops->post_send || !ops->rdma_read || !ops->rdma_write || !ops->disconnect ||
 	    !ops->ep_close) {
@@ -186,4 +188,10 @@ int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, uint64_t raddr, 
 		uint64_t ctx)
 {
 	return -EOPNOTSUPP;
+}
+
+short oti_wait_pollin(struct oti_ep *ep)
+{
+	(void)ep;
+	return POLLIN;
 }

@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define OTI_VERSION 1
+#define OTI_VERSION 2
 
 /* Largest private data any backend may carry; events embed a copy. */
 #define OTI_MAX_PRIVATE_DATA 256
@@ -62,6 +62,13 @@ struct oti_caps {
 	uint32_t max_send_wr;		/* outstanding sends + RDMA ops per ep */
 	uint32_t max_recv_wr;		/* outstanding receives per ep */
 	uint64_t max_msg_size;		/* one send / one RDMA op */
+};
+
+/* listen() flags. */
+enum {
+	/* An IPv6 listener takes IPv6 peers only (IPV6_V6ONLY), so that an
+	 * IPv4 listener on the same port can exist beside it. */
+	OTI_LISTEN_V6ONLY = 1u << 0,
 };
 
 /* Memory access rights for mr_reg(). Local read is implied. */
@@ -166,8 +173,9 @@ struct oti_ops {
 
 	/* --- passive side ------------------------------------------------ */
 
-	/* Listen on addr (port 0: backend picks).  -EADDRINUSE as bind(2). */
-	int (*listen)(const struct sockaddr *addr, socklen_t addrlen, int backlog,
+	/* Listen on addr (port 0: backend picks), OTI_LISTEN_* flags.
+	 * -EADDRINUSE as bind(2). */
+	int (*listen)(const struct sockaddr *addr, socklen_t addrlen, int backlog, unsigned flags,
 		      struct oti_listener **out);
 	/* Bound address of the listener (actual port after port 0). */
 	int (*listener_name)(struct oti_listener *l, struct sockaddr *addr,
@@ -226,6 +234,13 @@ struct oti_ops {
 	int (*ep_fd)(struct oti_ep *ep);
 	/* 0 = nothing pending, safe to sleep on ep_fd(); -EAGAIN = poll again. */
 	int (*ep_arm)(struct oti_ep *ep);
+	/*
+	 * What to wait for on ep_fd() once armed: POLLIN, plus POLLOUT while
+	 * the backend holds output that the fd's writability lets it move
+	 * (a software transport whose socket buffer is full).  Backends
+	 * whose fd is readable for every kind of work use oti_wait_pollin.
+	 */
+	short (*ep_wait_events)(struct oti_ep *ep);
 	/* Next connection event, -EAGAIN if none. */
 	int (*get_event)(struct oti_ep *ep, struct oti_event *ev);
 	/* Up to n completions; returns the count (0 if none) or -errno. */
@@ -300,6 +315,9 @@ int oti_select_all(const struct sockaddr *local, const struct sockaddr *remote,
 
 /* Backend by name ("tcp-fallback"), whether enabled or not; NULL if none. */
 const struct oti_ops *oti_find(const char *name);
+
+/* ep_wait_events for backends whose ep fd only ever needs POLLIN. */
+short oti_wait_pollin(struct oti_ep *ep);
 
 /* Shared "not supported" entry for backends that lack an operation. */
 int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, uint64_t raddr,

@@ -801,7 +801,7 @@ static int ep_wait(struct hconn *h, uint64_t deadline)
 
 	if (now >= deadline)
 		return -ETIMEDOUT;
-	struct pollfd pf = { .fd = T->ep_fd(h->ep), .events = POLLIN };
+	struct pollfd pf = { .fd = T->ep_fd(h->ep), .events = T->ep_wait_events(h->ep) };
 	int ms = (int)((deadline - now) / 1000000ull) + 1;
 
 	if (poll(&pf, 1, ms > 200 ? 200 : ms) < 0 && errno != EINTR)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "oti.h"
+#include "tcp-fallback/tcpf_wire.h"
 #include "tunables.h"
 
 #define WAIT_MS 5000
@@ -251,7 +252,7 @@ static void progress(int ms)
 		if (ret == -EAGAIN)
 			again = true;
 		pfd[n].fd = T->ep_fd(eps[i]->ep);
-		pfd[n++].events = POLLIN;
+		pfd[n++].events = T->ep_wait_events(eps[i]->ep);
 	}
 	for (size_t i = 0; i < sizeof(liss) / sizeof(liss[0]); i++) {
 		if (!liss[i])
@@ -269,8 +270,7 @@ static void progress(int ms)
 
 /*
  * A few rounds of progress.  A stray native connection is no valid request:
- * the provider takes it in, sees it close and drops it; one still open at
- * listener_close would be leaked by libfabric 1.17, so tests let it settle.
+ * the listener takes it in, sees it close and drops it.
  */
 static void settle(void)
 {
@@ -321,10 +321,11 @@ static struct treq wait_connreq(struct tlis *l)
 	return l->q[l->h++ % 64];
 }
 
-/* Drained and armed, the ep's fd stays quiet: nothing spins. */
+/* Drained and armed, the ep's fd stays quiet for what the transport
+ * waits for: nothing spins. */
 static void assert_quiet(struct tep *t)
 {
-	struct pollfd pfd = { .fd = T->ep_fd(t->ep), .events = POLLIN };
+	struct pollfd pfd = { .fd = T->ep_fd(t->ep) };
 	int ret;
 
 	for (int i = 0; i < 10; i++) {
@@ -334,6 +335,7 @@ static void assert_quiet(struct tep *t)
 			break;
 	}
 	cr_assert_eq(ret, 0, "ep_arm: %d", ret);
+	pfd.events = T->ep_wait_events(t->ep);
 	cr_assert_eq(poll(&pfd, 1, 100), 0, "armed idle ep fd is readable");
 }
 
@@ -407,7 +409,7 @@ static struct tlis *listen_on(int family, const char *ip, uint16_t app_port,
 	struct oti_listener *l;
 	socklen_t len = sizeof(*name);
 
-	cr_assert_eq(T->listen((struct sockaddr *)&ss, salen(&ss), 16, &l), 0);
+	cr_assert_eq(T->listen((struct sockaddr *)&ss, salen(&ss), 16, 0, &l), 0);
 	cr_assert_eq(T->listener_name(l, (struct sockaddr *)name, &len), 0);
 	cr_assert_eq(name->ss_family, family);
 	cr_assert_neq(port_of(name), 0);
@@ -543,10 +545,10 @@ static void fill(uint8_t *p, size_t len, unsigned seed)
 /* ------------------------------------------------------------------------ */
 
 /*
- * Loading libfabric must not take the application's signals: Debian's
- * build pulls in PSM libraries that install crash and SIGINT/SIGTERM
- * handlers at load time.  No .init here: this test starts the transport
- * itself, in a fresh worker.
+ * Starting the transports must not take the application's signals (the
+ * libfabric the software transport once used installed crash and
+ * SIGINT/SIGTERM handlers at load time).  No .init here: this test starts
+ * the transport itself, in a fresh worker.
  */
 Test(tcpf, init_leaves_signals_alone)
 {
@@ -647,7 +649,7 @@ Test(tcpf, port_mapping, .init = tcpf_setup, .fini = tcpf_teardown)
 		nfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		native = bind(nfd, (struct sockaddr *)&nat, salen(&nat)) == 0 &&
 			 listen(nfd, 4) == 0;
-		int ret = T->listen((struct sockaddr *)&nat, salen(&nat), 16, &lp);
+		int ret = T->listen((struct sockaddr *)&nat, salen(&nat), 16, 0, &lp);
 		cr_assert(ret == 0 || ret == -EADDRINUSE, "listen: %d", ret);
 	}
 	cr_assert_not_null(lp);
@@ -667,7 +669,7 @@ Test(tcpf, port_mapping, .init = tcpf_setup, .fini = tcpf_teardown)
 	/* Listening twice on one application port fails as bind(2) does. */
 	struct sockaddr_storage again = mkaddr(AF_INET, "127.0.0.1", p);
 	struct oti_listener *l2;
-	cr_assert_eq(T->listen((struct sockaddr *)&again, salen(&again), 4, &l2), -EADDRINUSE);
+	cr_assert_eq(T->listen((struct sockaddr *)&again, salen(&again), 4, 0, &l2), -EADDRINUSE);
 	untrack_lis(l);
 
 	/* Another offset moves the TCP port with it. */
@@ -1028,8 +1030,8 @@ Test(tcpf, fd_wakes_after_arm, .init = tcpf_setup, .fini = tcpf_teardown)
 		long end = now_ms() + WAIT_MS;
 		for (;;) {
 			struct pollfd two[2] = {
-				{ .fd = T->ep_fd(p.b->ep), .events = POLLIN },
-				{ .fd = T->ep_fd(p.a->ep), .events = POLLIN },
+				{ .fd = T->ep_fd(p.b->ep), .events = T->ep_wait_events(p.b->ep) },
+				{ .fd = T->ep_fd(p.a->ep), .events = T->ep_wait_events(p.a->ep) },
 			};
 			pump_ep(p.a);
 			if (T->ep_arm(p.a->ep) == -EAGAIN)
@@ -1373,7 +1375,7 @@ static int mt_drive(struct oti_ep **eps_, int neps, struct oti_listener *l,
 			if (T->ep_arm(eps_[i]) == -EAGAIN)
 				again = 1;
 			pfd[n].fd = T->ep_fd(eps_[i]);
-			pfd[n++].events = POLLIN;
+			pfd[n++].events = T->ep_wait_events(eps_[i]);
 		}
 		if (l) {
 			if (T->listener_arm(l) == -EAGAIN)
@@ -1402,7 +1404,7 @@ static void *mt_run(void *arg)
 	socklen_t len = sizeof(ss);
 	int ret;
 
-	if ((ret = T->listen((struct sockaddr *)&ss, salen(&ss), 4, &l)))
+	if ((ret = T->listen((struct sockaddr *)&ss, salen(&ss), 4, 0, &l)))
 		MT_FAIL(w, "listen %d", ret);
 	T->listener_name(l, (struct sockaddr *)&ss, &len);
 	if ((ret = T->ep_open((struct sockaddr *)&ss, salen(&ss), NULL, 0, &ep[0])))
@@ -1496,7 +1498,7 @@ Test(tcpf, disconnected_comes_after_data, .init = tcpf_setup, .fini = tcpf_teard
 	/* Drive A alone until it is down: everything has left it. */
 	long end = now_ms() + WAIT_MS;
 	while (p.a->evh == p.a->evt) {
-		struct pollfd pfd = { .fd = T->ep_fd(p.a->ep), .events = POLLIN };
+		struct pollfd pfd = { .fd = T->ep_fd(p.a->ep), .events = T->ep_wait_events(p.a->ep) };
 
 		pump_ep(p.a);
 		if (p.a->evh != p.a->evt || T->ep_arm(p.a->ep) == -EAGAIN)
@@ -1514,7 +1516,8 @@ Test(tcpf, disconnected_comes_after_data, .init = tcpf_setup, .fini = tcpf_teard
 
 		cr_assert_geq(n, 0);
 		if (n == 0) {
-			struct pollfd pfd = { .fd = T->ep_fd(p.b->ep), .events = POLLIN };
+			struct pollfd pfd = { .fd = T->ep_fd(p.b->ep),
+					      .events = T->ep_wait_events(p.b->ep) };
 
 			if (T->ep_arm(p.b->ep) == 0)
 				cr_assert_eq(poll(&pfd, 1, WAIT_MS), 1, "B never woke");
@@ -1598,3 +1601,317 @@ Test(tcpf, posts_on_a_dead_connection_are_flushed, .init = tcpf_setup, .fini = t
 	freebuf(&p.brx);
 	freebuf(&tx);
 }
+
+/*
+ * An IPv6 listener with OTI_LISTEN_V6ONLY beside an IPv4 one on the same
+ * application port (what asyncio's start_server() and redis do): both are
+ * made, each takes its own family's clients.  Without the flag, the IPv6
+ * listener is dual-stack and the port is taken.
+ */
+Test(tcpf, v6only_beside_v4, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	int probe = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_storage lo6 = mkaddr(AF_INET6, "::1", 0);
+
+	if (probe < 0 || bind(probe, (struct sockaddr *)&lo6, salen(&lo6)) < 0) {
+		if (probe >= 0)
+			close(probe);
+		cr_skip_test("no IPv6 loopback");
+	}
+	close(probe);
+
+	struct sockaddr_storage any4 = mkaddr(AF_INET, "0.0.0.0", 0), name4, name6;
+	struct oti_listener *l4, *l6;
+	socklen_t len = sizeof(name4);
+
+	cr_assert_eq(T->listen((struct sockaddr *)&any4, salen(&any4), 16, 0, &l4), 0);
+	struct tlis *t4 = track_lis(l4);
+	cr_assert_eq(T->listener_name(l4, (struct sockaddr *)&name4, &len), 0);
+	struct sockaddr_storage any6 = mkaddr(AF_INET6, "::", port_of(&name4));
+
+	cr_assert_eq(T->listen((struct sockaddr *)&any6, salen(&any6), 16, 0, &l6), -EADDRINUSE,
+		     "a dual-stack listener took a port an IPv4 listener holds");
+	cr_assert_eq(T->listen((struct sockaddr *)&any6, salen(&any6), 16, OTI_LISTEN_V6ONLY, &l6), 0);
+	struct tlis *t6 = track_lis(l6);
+	len = sizeof(name6);
+	cr_assert_eq(T->listener_name(l6, (struct sockaddr *)&name6, &len), 0);
+	cr_assert_eq(port_of(&name6), port_of(&name4));
+
+	struct sockaddr_storage to4 = mkaddr(AF_INET, "127.0.0.1", port_of(&name4));
+	struct sockaddr_storage to6 = mkaddr(AF_INET6, "::1", port_of(&name4));
+	struct tep *c4 = open_to(&to4), *c6 = open_to(&to6);
+
+	cr_assert_eq(T->connect(c4->ep, "4", 1), 0);
+	cr_assert_eq(T->connect(c6->ep, "6", 1), 0);
+	struct treq r4 = wait_connreq(t4), r6 = wait_connreq(t6);
+
+	cr_assert_eq(r4.pdata[0], '4');
+	cr_assert_eq(r4.peer.ss_family, AF_INET);
+	cr_assert_eq(r6.pdata[0], '6');
+	cr_assert_eq(r6.peer.ss_family, AF_INET6);
+	cr_assert_eq(T->reject(l4, r4.req, NULL, 0), 0);
+	cr_assert_eq(T->reject(l6, r6.req, NULL, 0), 0);
+	untrack_ep(c4);
+	untrack_ep(c6);
+	untrack_lis(t4);
+	untrack_lis(t6);
+}
+
+/*
+ * A registration belongs to its connection: a peer that learned another
+ * connection's key (the key is 32 bits and the offset no secret) cannot
+ * reach that memory through its own connection; its write is refused and
+ * its connection dropped, the other connection untouched.
+ */
+Test(tcpf, registrations_are_per_connection, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct pair p1, p2;
+	struct oti_event ev;
+
+	connect_pair(&p1, AF_INET, "127.0.0.1");
+	connect_pair(&p2, AF_INET, "127.0.0.1");
+	struct buf sink = mkbuf(p1.b, 4096, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE |
+						 OTI_ACCESS_REMOTE_READ);
+	struct buf src = mkbuf(p2.a, 4096, OTI_ACCESS_LOCAL_WRITE);
+	struct oti_sge sge = { .addr = src.p, .len = 4096, .mr = src.mr };
+
+	memset(sink.p, 0x5a, sink.len);
+	fill(src.p, src.len, 7);
+	/* p2's B has no registration with p1's key. */
+	cr_assert_eq(T->rdma_write(p2.a->ep, &sge, sink.mr->raddr_base, sink.mr->rkey, 1), 0);
+	wait_event_type(p2.b, OTI_EV_DISCONNECTED, &ev);
+	cr_assert_eq(sink.p[0], 0x5a);
+	cr_assert_eq(sink.p[4095], 0x5a);
+	/* Reading it is refused the same way (a fresh pair). */
+	struct pair p3;
+
+	connect_pair(&p3, AF_INET, "127.0.0.1");
+	struct buf dst = mkbuf(p3.a, 4096, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE);
+	struct oti_sge rsge = { .addr = dst.p, .len = 4096, .mr = dst.mr };
+
+	cr_assert_eq(T->rdma_read(p3.a->ep, &rsge, sink.mr->raddr_base, sink.mr->rkey, 2), 0);
+	wait_event_type(p3.b, OTI_EV_DISCONNECTED, &ev);
+	struct oti_wc wc = wait_wc(p3.a);
+	cr_assert_eq(wc.op, OTI_WC_RDMA_READ);
+	cr_assert_neq(wc.status, 0);
+	/* The owner's own connection still works. */
+	struct buf msg = mkbuf(p1.a, 64, 0);
+
+	memcpy(msg.p, "still here", 11);
+	post_send(p1.a, &msg, 0, 11, 3, 0);
+	wc = wait_wc(p1.b);
+	cr_assert_eq(wc.status, 0);
+	cr_assert_str_eq((char *)p1.brx.p, "still here");
+	close_pair(&p1);
+	close_pair(&p2);
+	close_pair(&p3);
+	freebuf(&sink);
+	freebuf(&src);
+	freebuf(&dst);
+	freebuf(&msg);
+}
+
+/* Keys are random: two registrations of the same memory differ, and so
+ * do the keys of fresh connections (no counter to guess). */
+Test(tcpf, keys_are_random, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct pair p;
+	uint32_t keys[64];
+
+	connect_pair(&p, AF_INET, "127.0.0.1");
+	for (int i = 0; i < 64; i++) {
+		struct buf b = mkbuf(p.a, 64, OTI_ACCESS_REMOTE_READ);
+
+		keys[i] = b.mr->rkey;
+		cr_assert_neq(keys[i], 0);
+		freebuf(&b);
+	}
+	int ascending = 0;
+
+	for (int i = 1; i < 64; i++)
+		ascending += keys[i] == keys[i - 1] + 1;
+	cr_assert_lt(ascending, 4, "keys look sequential");
+	close_pair(&p);
+}
+
+/* --- a hostile peer, speaking the frames itself (tcpf_wire.h) --- */
+
+/* A raw TCP connection to listener l's TCP port that has sent CONNECT
+ * (with private data "raw") and been accepted: the accepted ep in *b,
+ * with NRX receive buffers of RXSLOT bytes posted in *brx. */
+static int raw_connect(struct tlis *l, const struct sockaddr_storage *name, struct tep **b,
+		       struct buf *brx)
+{
+	struct sockaddr_storage to = *name;
+	uint8_t f[TCPF_HDR_LEN + 3];
+	struct tcpf_hdr h = { .type = TCPF_CONNECT, .len = 3, .key = TCPF_MAGIC, .id = TCPF_PROTO };
+	int fd = socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	if (to.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&to)->sin6_port = htons((uint16_t)(port_of(name) + offset()));
+	else
+		((struct sockaddr_in *)&to)->sin_port = htons((uint16_t)(port_of(name) + offset()));
+	cr_assert_eq(connect(fd, (struct sockaddr *)&to, salen(&to)), 0);
+	tcpf_hdr_put(f, &h);
+	memcpy(f + TCPF_HDR_LEN, "raw", 3);
+	cr_assert_eq(write(fd, f, sizeof(f)), (ssize_t)sizeof(f));
+
+	struct treq r = wait_connreq(l);
+	struct oti_ep *ep;
+	struct oti_event ev;
+
+	cr_assert_eq(r.len, 3);
+	cr_assert_eq(T->ep_accept_open(l->l, r.req, &ep), 0);
+	*b = track_ep(ep);
+	*brx = mkbuf(*b, (size_t)RXSLOT * NRX, OTI_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < NRX; i++)
+		post_recv(*b, brx, (size_t)i * RXSLOT, RXSLOT, (uint64_t)i);
+	cr_assert_eq(T->accept(ep, NULL, 0), 0);
+	wait_event_type(*b, OTI_EV_ESTABLISHED, &ev);
+	/* The ACCEPT frame. */
+	cr_assert_eq(read(fd, f, TCPF_HDR_LEN), TCPF_HDR_LEN);
+	tcpf_hdr_get(f, &h);
+	cr_assert_eq(h.type, TCPF_ACCEPT);
+	return fd;
+}
+
+static void raw_send(int fd, const struct tcpf_hdr *h, const void *payload, size_t len)
+{
+	uint8_t f[TCPF_HDR_LEN];
+
+	tcpf_hdr_put(f, h);
+	cr_assert_eq(write(fd, f, sizeof(f)), (ssize_t)sizeof(f));
+	if (len)
+		cr_assert_eq(write(fd, payload, len), (ssize_t)len);
+}
+
+/* The accepted side went down (a reset on the wire for the raw peer),
+ * its receives flushed, nothing placed in its registered memory. */
+static void expect_dropped(struct tep *b, int fd)
+{
+	struct oti_event ev;
+	char c;
+
+	wait_event_type(b, OTI_EV_DISCONNECTED, &ev);
+	cr_assert_neq(ev.status, 0, "a broken rule is not an orderly close");
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	cr_assert_eq(poll(&pfd, 1, WAIT_MS), 1);
+	cr_assert_leq(read(fd, &c, 1), 0, "the peer was not cut off");
+	assert_quiet(b);
+}
+
+Test(tcpf, hostile_frames, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	static const struct {
+		const char *what;
+		struct tcpf_hdr h;
+		uint32_t payload;	/* bytes of payload sent after the header */
+	} cases[] = {
+		{ "unknown frame type", { .type = 99 }, 0 },
+		{ "CONNECT again", { .type = TCPF_CONNECT, .key = TCPF_MAGIC, .id = TCPF_PROTO }, 0 },
+		{ "ACCEPT out of place", { .type = TCPF_ACCEPT }, 0 },
+		{ "SEND longer than the receive", { .type = TCPF_SEND, .len = RXSLOT + 1 }, RXSLOT + 1 },
+		{ "WRITE with a key never given", { .type = TCPF_WRITE, .len = 16, .key = 0x12345678 }, 16 },
+		{ "READ_REQ with a key never given", { .type = TCPF_READ_REQ, .len = 4, .key = 7 }, 4 },
+		{ "READ_REQ malformed", { .type = TCPF_READ_REQ, .len = 9 }, 9 },
+		{ "READ_RESP nobody asked for", { .type = TCPF_READ_RESP, .len = 8, .id = 3 }, 8 },
+		{ "a 1 GiB SEND header", { .type = TCPF_SEND, .len = 1u << 30 }, 0 },
+	};
+	struct sockaddr_storage name;
+	struct tlis *l = listen_on(AF_INET, "127.0.0.1", 0, &name);
+	static uint8_t junk[RXSLOT + 1];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tep *b;
+		struct buf brx;
+		int fd = raw_connect(l, &name, &b, &brx);
+
+		cr_log_info("case: %s", cases[i].what);
+		memset(brx.p, 0x77, brx.len);
+		raw_send(fd, &cases[i].h, junk, cases[i].payload);
+		expect_dropped(b, fd);
+		if (cases[i].h.type == TCPF_SEND && cases[i].payload)
+			cr_assert_eq(brx.p[0], 0x77, "%s: bytes were placed", cases[i].what);
+		close(fd);
+		untrack_ep(b);
+		freebuf(&brx);
+	}
+	/* A region the peer may write, then a write just past its end. */
+	struct tep *b;
+	struct buf brx;
+	int fd = raw_connect(l, &name, &b, &brx);
+	struct buf sink = mkbuf(b, 4096, OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE);
+	struct tcpf_hdr w = { .type = TCPF_WRITE, .len = 16, .key = sink.mr->rkey, .addr = 4090 };
+
+	memset(sink.p, 0x33, sink.len);
+	raw_send(fd, &w, junk, 16);
+	expect_dropped(b, fd);
+	cr_assert_eq(sink.p[4090], 0x33);
+	close(fd);
+	untrack_ep(b);
+	freebuf(&brx);
+	freebuf(&sink);
+
+	/* Too many reads at once: refused, not queued without bound. */
+	fd = raw_connect(l, &name, &b, &brx);
+	sink = mkbuf(b, 1u << 20, OTI_ACCESS_REMOTE_READ);
+	for (int i = 0; i < 200; i++) {
+		struct tcpf_hdr r = { .type = TCPF_READ_REQ, .len = 4, .key = sink.mr->rkey,
+				      .id = (uint32_t)i };
+		uint8_t n[4];
+
+		tcpf_put32(n, 1u << 20);
+		raw_send(fd, &r, n, 4);
+	}
+	struct oti_event ev;
+
+	wait_event_type(b, OTI_EV_DISCONNECTED, &ev);
+	close(fd);
+	untrack_ep(b);
+	freebuf(&brx);
+	freebuf(&sink);
+
+	/* Listener side: a CONNECT with the wrong magic, one with private
+	 * data too large, and a connection that says nothing and closes:
+	 * none becomes a request, the listener goes on. */
+	struct tcpf_hdr bad[] = {
+		{ .type = TCPF_CONNECT, .key = 0xdeadbeef, .id = TCPF_PROTO },
+		{ .type = TCPF_CONNECT, .key = TCPF_MAGIC, .id = TCPF_PROTO, .len = OTI_MAX_PRIVATE_DATA + 1 },
+		{ .type = TCPF_SEND, .len = 4 },
+	};
+	for (size_t i = 0; i <= sizeof(bad) / sizeof(bad[0]); i++) {
+		struct sockaddr_storage to = mkaddr(AF_INET, "127.0.0.1",
+						    (uint16_t)(port_of(&name) + offset()));
+		int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		char x;
+
+		cr_assert_eq(connect(c, (struct sockaddr *)&to, salen(&to)), 0);
+		if (i < sizeof(bad) / sizeof(bad[0])) {
+			raw_send(c, &bad[i], junk, 0);
+			struct pollfd pfd = { .fd = c, .events = POLLIN };
+
+			for (int k = 0; k < 50 && poll(&pfd, 1, 0) == 0; k++)
+				progress(20);
+			cr_assert_leq(read(c, &x, 1), 0, "bad CONNECT %zu: not closed", i);
+		}
+		close(c);
+	}
+	settle();
+	cr_assert_eq(l->h, l->t, "a bad connection became a request");
+	/* And a good one still works. */
+	fd = raw_connect(l, &name, &b, &brx);
+	struct tcpf_hdr sh = { .type = TCPF_SEND, .len = 5 };
+
+	raw_send(fd, &sh, "hello", 5);
+	struct oti_wc wc = wait_wc(b);
+	cr_assert_eq(wc.status, 0);
+	cr_assert_eq(wc.len, 5);
+	cr_assert_arr_eq(brx.p, "hello", 5);
+	close(fd);
+	untrack_ep(b);
+	freebuf(&brx);
+	untrack_lis(l);
+}
+

@@ -57,9 +57,9 @@ static void ib_query_caps(struct oti_caps *caps)
 }
 
 static int ib_listen(const struct sockaddr *addr, socklen_t addrlen, int backlog,
-		     struct oti_listener **out)
+		     unsigned flags, struct oti_listener **out)
 {
-	return vb_listen(&ib_flavor, addr, addrlen, backlog, out);
+	return vb_listen(&ib_flavor, addr, addrlen, backlog, flags, out);
 }
 
 static int ib_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,

@@ -98,9 +98,9 @@ static void iw_query_caps(struct oti_caps *caps)
 }
 
 static int iw_listen(const struct sockaddr *addr, socklen_t addrlen, int backlog,
-		     struct oti_listener **out)
+		     unsigned flags, struct oti_listener **out)
 {
-	return vb_listen(&iw_flavor, addr, addrlen, backlog, out);
+	return vb_listen(&iw_flavor, addr, addrlen, backlog, flags, out);
 }
 
 static int iw_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,

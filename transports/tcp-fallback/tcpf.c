@@ -1,361 +1,150 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * tcp-fallback: the software OTI backend, on libfabric's "tcp" provider
- * (FI_EP_MSG, FI_MSG | FI_RMA).  It lets SDP run on any host with TCP/IP
- * and is registered last, behind the RDMA backends.
+ * tcp-fallback: the software OTI backend.  It gives SDP its RDMA semantics
+ * (messages into posted receive buffers, RDMA reads and writes of
+ * registered memory) over one kernel TCP connection per endpoint, so that
+ * SDP runs on any host with TCP/IP.  It is registered last, behind the
+ * RDMA backends.
  *
- * PORT SCHEME
- *   One application port will later listen on both stacks at once (native
- *   TCP on P, SDP on P), so an SDP listener must never take TCP port P.
- *   With offset = tunable tcpf_port_offset (default 20000), read when the
- *   listener or ep is created:
- *     listen(P)      binds TCP port T = (P + offset) mod 65536.  A P whose
- *                    T would be 0 cannot be served: -EADDRNOTAVAIL.
- *     listen(0)      lets the OS choose T; the application port reported by
- *                    listener_name() is (T - offset) mod 65536 (a T whose
- *                    application port would be 0 is given back and
- *                    another is chosen).
+ * WHY NOT A LIBRARY
+ *   It used to sit on libfabric's "tcp" provider.  That cost 8 descriptors
+ *   and about 430 KiB per endpoint (the provider's per-endpoint queues,
+ *   event queue, completion queue and wait sets), 360 ms to load and start
+ *   the library in every process, and 2 ms per refused connection attempt;
+ *   its state cannot be shared across fork() either.  What SDP needs is a
+ *   small subset: this file is that subset, one socket per endpoint and
+ *   no thread.
+ *
+ * PORT SCHEME (doc/port-scheme.md)
+ *   An SDP listener must never take TCP port P, which a native listener on
+ *   the same application port holds.  With offset = tunable
+ *   tcpf_port_offset (default 20000), read when the listener or ep is
+ *   created:
+ *     listen(P)      listens on TCP port T = (P + offset) mod 65536.  A P
+ *                    whose T would be 0 cannot be served: -EADDRNOTAVAIL.
+ *     listen(0)      lets the kernel choose T; the application port is
+ *                    (T - offset) mod 65536 (a T for which that is 0 is held
+ *                    while another is chosen).
  *     ep_open(P)     connects to TCP port (P + offset) mod 65536.
- *   Ports of the passive side (listener_name, the local name of an accepted
- *   ep) and the peer of an active ep are application ports.  The source
- *   port of an active ep is not mapped: ep_names() and get_connreq() report
- *   whatever TCP used (the engine only needs the IP of that side).  Both
- *   ends of a connection must use the same offset.
+ *   Ports of the passive side (listener_name, the local name of an
+ *   accepted ep) and the peer of an active ep are application ports; the
+ *   source port of an active ep is whatever TCP chose (the engine carries
+ *   the SDP source port in its Hello).
  *
- * PROVIDER FACTS (libfabric 1.17, "tcp"; read at run time where cheap)
- *   - cm data: FI_OPT_CM_DATA_SIZE is 256 bytes.
- *   - mr_mode is empty even when FI_MR_VIRT_ADDR / FI_MR_PROV_KEY are
- *     offered: RMA addresses are offsets into the region (raddr_base = 0)
- *     and keys are ours to choose (random 32-bit here).  Both bits are
- *     honoured should a provider report them.
- *   - inject_size 128, tx/rx queues 256 entries, max_msg_size unlimited.
- *   - Progress: reported FI_PROGRESS_AUTO, yet the 1.17 provider starts no
- *     thread.  Data moves inside fi_cq_read() (and fi_trywait() asks for
- *     POLLOUT when sends are queued), connection management inside
- *     fi_eq_read().  The CQ and EQ wait fds are epoll fds holding the
- *     sockets, readable whenever a socket needs service; so reading the CQ
- *     and EQ when the ep fd is readable is all it takes, and an armed idle
- *     ep costs no CPU.  The RDMA target does its part of a read or write
- *     when its own engine polls its CQ.
- *   - Completions: a send or RDMA write completes once the provider has
- *     handed it to the kernel, not when the peer has it.  An access error
- *     at the RDMA target, or a message longer than the receive buffer
- *     (-EMSGSIZE), makes the provider drop the connection: both sides then
- *     see DISCONNECTED.
- *   - Rejection: the provider reports "nobody listens" and a reject by the
- *     peer identically (FI_ECONNREFUSED, with the reject data as err_data).
- *     Our reject() therefore sends one marker byte in front of the
- *     caller's data; an error with that marker is REJECTED, one without is
- *     UNREACHABLE.  That byte is why max_private_data is one less than the
- *     provider's cm data size.
+ * WIRE FORMAT (both directions of the TCP connection)
+ *   Frames: a 24-byte header, big-endian, then len payload bytes.
+ *     byte 0  type      CONNECT ACCEPT REJECT SEND WRITE READ_REQ READ_RESP
+ *     byte 1  flags     READ_RESP: TCPF_F_ERROR (no data: refused)
+ *     2..3    reserved  0
+ *     4..7    len       payload bytes
+ *     8..11   key       CONNECT: TCPF_MAGIC; WRITE, READ_REQ: remote key
+ *     12..15  id        CONNECT: TCPF_PROTO; READ_REQ, READ_RESP: read id
+ *     16..23  addr      WRITE, READ_REQ: offset in the remote region
+ *   The active side sends CONNECT (payload: its private data) as soon as
+ *   TCP is up; the passive side answers ACCEPT or REJECT (private data)
+ *   and, after REJECT, closes.  SEND lands in the oldest posted receive; a
+ *   WRITE lands at key+addr; a READ_REQ (payload: the length, 4 bytes) is
+ *   answered with READ_RESP carrying the bytes, in order.  Everything a
+ *   peer sends is checked before a byte of it is placed: a frame that
+ *   breaks the rules (unknown type, a key this endpoint did not register
+ *   with the right access, a range outside the region, a SEND larger than
+ *   the receive buffer or without one, oversized private data) aborts the
+ *   connection with a reset.
  *
- * OBJECTS
- *   One fabric and one domain, opened by init(), are shared by every ep and
- *   listener (the domain is FI_THREAD_SAFE).  Each ep has its own CQ and EQ
- *   (FI_WAIT_FD) and one epoll fd holding both wait fds: that is ep_fd().
- *   Connection events that the provider does not produce (RESOLVED, an
- *   UNREACHABLE found while starting the connect) are written into the
- *   ep's own EQ with fi_eq_write(), so they are ordered with the
- *   provider's events and make the fd readable like them.  The provider
- *   finds a closed connection in the data path, behind the completions of
- *   the last messages; get_event() keeps such a DISCONNECTED (or ERROR)
- *   back until poll_cq() has emptied the CQ, so that no completion carries
- *   data after it, as the contract says.  Work posted once the
- *   connection is going or gone completes with -ECANCELED instead of
- *   failing, as on a verbs QP in the error state; so does work the provider
- *   took after it had seen the close (it would never complete it).
- *   An ep holds 8 fds (socket, two epoll fds and two socketpairs inside
- *   libfabric, our epoll fd), a listener 4.
+ * MEMORY KEYS
+ *   A registration belongs to the endpoint it was made on: a peer reaches
+ *   only memory registered on its own connection, never another
+ *   connection's in the same process.  Keys are random 32-bit values from
+ *   getrandom(); registration fails rather than use a predictable key.
+ *   Remote addresses are offsets into the region (raddr_base 0).
+ *
+ * COMPLETIONS AND EVENTS
+ *   A SEND or WRITE completes once the kernel has taken all of it, a READ
+ *   once its data has landed, a RECV when the message is in its buffer.
+ *   Connection events and completions are queued by the endpoint in the
+ *   order they happen; DISCONNECTED is held back until the completion
+ *   queue is empty, so no completion comes after it.  When the connection
+ *   goes down, everything outstanding completes with -ECANCELED, and so
+ *   does work posted afterwards (a verbs QP in the error state).
+ *
+ * WAITING
+ *   ep_fd() is the TCP socket itself; ep_wait_events() asks for POLLOUT
+ *   only while output is queued (the socket buffer was full), and for
+ *   nothing once the connection is down.  A connection that ended by an
+ *   error gets a quiet eventfd at its fd number, so that nothing spins on
+ *   a dead socket.  A listener's fd is an epoll set holding its listening
+ *   socket and the connections that have not sent their CONNECT yet.
+ *
+ * LOCKING
+ *   None inside: the engine holds the owning socket's lock around every
+ *   call on an endpoint or listener (oti.h), and registrations are only
+ *   used and released under it.  There is no global state but the
+ *   counter of live objects.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-
-#include "fabric_lib.h"
 #include "log.h"
 #include "oti.h"
+#include "tcpf_wire.h"
 #include "tunables.h"
-
-/* The few libfabric symbols come from the library we load (fabric_lib.h). */
-#define fi_getinfo tcpf_fi.getinfo
-#define fi_freeinfo tcpf_fi.freeinfo
-#define fi_dupinfo tcpf_fi.dupinfo
-#define fi_fabric tcpf_fi.fabric
-#define fi_strerror tcpf_fi.strerror
 
 #define TCPF "tcpf"
 
-/* The provider behaviour documented above was checked against 1.17. */
-#define TCPF_FI_VERSION FI_VERSION(1, 17)
-
-/* Our own EQ events; the provider's are small numbers (FI_NOTIFY ..). */
-#define TCPF_EV_RESOLVED 0x7cf00001u
-#define TCPF_EV_UNREACHABLE 0x7cf00002u
-
-/* First byte of every reject's cm data, see "Rejection" above. */
-#define TCPF_REJECT_MARK 0xa5
-
-/* A key collision is retried with another random key this many times. */
-#define TCPF_KEY_TRIES 16
-
+/* The largest RDMA operation and message: what a 32-bit length allows
+ * sensibly; the engine's own limits are far below. */
+#define TCPF_MAX_MSG (1u << 30)
+/* Reads a peer may have waiting for our answer, and reads of ours in
+ * flight: a peer that asks for more is hostile. */
+#define TCPF_MAX_READS 64
+/* Input is read in chunks of this size; a payload at least this large
+ * whose destination is known goes straight from the kernel into it. */
+#define TCPF_IBUF 16384
+/* Frames gathered into one sendmsg(). */
+#define TCPF_IOV 64
 /* listen(0): attempts to get a TCP port whose application port is not 0. */
 #define TCPF_LISTEN_TRIES 8
+/* Connections a listener holds before their CONNECT came. */
+#define TCPF_MAX_HALF 256
 
-/* Completions read from the provider per fi_cq_read() call. */
-#define TCPF_CQ_BATCH 16
-
-/* ------------------------------------------------------------------------ */
-
-/* Set once by init() and read-only until fini(), except objects. */
-static struct {
-	pthread_mutex_t lock;
-	bool ready;
-	struct fi_info *info;		/* template for every ep and listener */
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	size_t cm_max;			/* provider's cm data size */
-	size_t pdata_max;		/* what we offer: see REJECT_MARK */
-	size_t inject;
-	size_t tx_depth, rx_depth;
-	uint64_t max_msg;
-	bool virt_addr, prov_key;
-	atomic_int objects;		/* live eps, listeners and mrs */
-} tcpf = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-enum tcpf_state {
-	TCPF_IDLE,		/* active: resolved, connect() not called */
-	TCPF_CONNECTING,	/* active: connect() called */
-	TCPF_ACCEPT_READY,	/* passive: opened, accept() not called */
-	TCPF_ACCEPTING,		/* passive: accept() called */
-	TCPF_CONNECTED,
-	TCPF_DOWN,		/* the terminal event was returned */
-};
-
-/*
- * One posted work request.  Its address is the libfabric context, so a
- * completion (even an error, whose flags the provider may leave empty)
- * says which operation it was; fictx comes first in case a provider asks
- * for FI_CONTEXT.
- */
-enum tcpf_op_where {
-	TCPF_OP_FREE,
-	TCPF_OP_PROV,		/* handed to the provider */
-	TCPF_OP_FLUSH,		/* to complete with -ECANCELED, see tcpf_flush_post */
-};
-
-struct tcpf_op {
-	struct fi_context fictx;
-	uint64_t ctx;
-	uint64_t seq;		/* posting order */
-	enum oti_wc_op op;
-	enum tcpf_op_where where;
-	struct tcpf_op *next;
-};
-
-struct tcpf_fifo {
-	struct tcpf_op *head, **tail;
-};
-
-struct tcpf_ep {
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_eq *eq;
-	int epfd;
-	int eq_wfd;			/* the EQ's wait fd, see tcpf_cloexec_wait_set */
-	uint16_t port_offset;
-	enum tcpf_state state;
-	bool active;
-	/* disconnect() waits for the provider's sends and RDMA ops to
-	 * complete before shutting down, so that "sends already posted are
-	 * delivered first" holds; shut: fi_shutdown() was called. */
-	bool shutdown_pending;
-	bool shut;
-	/* A DISCONNECTED or ERROR read while completions were still queued:
-	 * kept back until poll_cq() has taken them, see tcpf_get_event(). */
-	bool held;
-	struct oti_event held_ev;
-	unsigned prov_tx, prov_rx;	/* ops the provider holds */
-	struct tcpf_op *tx_free, *rx_free;
-	struct tcpf_fifo tx_flush, rx_flush;
-	uint64_t seq;
-	struct tcpf_op *ops;		/* tx_depth + rx_depth records */
-	/* Active: the application address we connect to, and its TCP twin.
-	 * Passive: the peer's TCP address. */
-	struct sockaddr_storage peer;
-	struct sockaddr_storage dst_tcp;
-	size_t evbuf_len;
-	uint8_t evbuf[];		/* one EQ entry with cm data */
-};
-
-struct tcpf_connreq {
-	struct fi_info *info;		/* info->handle is the provider's request */
-	struct tcpf_connreq *next, **pprev;
-};
-
-struct tcpf_listener {
-	struct fid_pep *pep;
-	struct fid_eq *eq;
-	int fd;
-	uint16_t port_offset;
-	/* Requests returned by get_connreq() and not yet consumed: rejected
-	 * by listener_close(). */
-	struct tcpf_connreq *reqs;
-	size_t evbuf_len;
-	uint8_t evbuf[];
-};
-
-struct tcpf_mr {
-	struct oti_mr pub;		/* first: the engine sees only this */
-	struct fid_mr *mr;
-	void *desc;
-};
-
-static inline struct tcpf_ep *tcpf_ep(struct oti_ep *ep)
-{
-	return (struct tcpf_ep *)ep;
-}
-
-static inline struct tcpf_listener *tcpf_listener(struct oti_listener *l)
-{
-	return (struct tcpf_listener *)l;
-}
-
-static inline struct tcpf_connreq *tcpf_connreq(struct oti_connreq *r)
-{
-	return (struct tcpf_connreq *)r;
-}
+static atomic_int tcpf_objects;
 
 /* ------------------------------------------------------------------------ */
 
-/* libfabric errors are errno values below FI_ERRNO_OFFSET; map the rest. */
-static int tcpf_errno(long fi_err)
-{
-	int e = (int)(fi_err < 0 ? -fi_err : fi_err);
+/* --- addresses ------------------------------------------------------------ */
 
-	if (e == 0)
-		return 0;
-	if (e < FI_ERRNO_OFFSET)
-		return -e;
-	switch (e) {
-	case FI_ETRUNC:
-	case FI_ETOOSMALL:
-		return -EMSGSIZE;
-	case FI_EOPBADSTATE:
-		return -ENOTCONN;
-	case FI_ENOKEY:
-		return -EKEYREJECTED;
-	case FI_ECRC:
-		return -EBADMSG;
-	case FI_EOVERRUN:
-		return -EOVERFLOW;
-	case FI_EAVAIL:
-		return -EAGAIN;
-	default:
-		return -EIO;
-	}
-}
-
-static int tcpf_set_cloexec(int fd)
-{
-	int fl = fcntl(fd, F_GETFD);
-
-	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
-		return -errno;
-	return 0;
-}
-
-/*
- * The provider opens its fds (sockets, the socketpair behind each wait
- * object, epoll fds) without O_CLOEXEC.  Every one of them sits in, or is,
- * a wait object's epoll set, which /proc lists: mark those.  The write end
- * of a signal socketpair is in no set; it is the fd after the read end,
- * created in the same call, which the inode numbers confirm.  Best effort:
- * without /proc nothing is marked.
- */
-static void tcpf_cloexec_pair_peer(int fd)
-{
-	struct stat a, b;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-
-	if (fstat(fd, &a) || !S_ISSOCK(a.st_mode) || fstat(fd + 1, &b) || !S_ISSOCK(b.st_mode))
-		return;
-	if (b.st_ino != a.st_ino + 1)
-		return;
-	if (getsockname(fd + 1, (struct sockaddr *)&ss, &len) || ss.ss_family != AF_UNIX ||
-	    len > sizeof(sa_family_t))
-		return;
-	(void)tcpf_set_cloexec(fd + 1);
-}
-
-static void tcpf_cloexec_wait_set(int epfd)
-{
-	char path[64], buf[4096];
-	ssize_t n;
-	int fd;
-
-	(void)tcpf_set_cloexec(epfd);
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	buf[n] = '\0';
-	for (char *line = strstr(buf, "tfd:"); line; line = strstr(line + 4, "tfd:")) {
-		int member;
-
-		if (sscanf(line, "tfd: %d", &member) != 1 || member < 0)
-			continue;
-		(void)tcpf_set_cloexec(member);
-		tcpf_cloexec_pair_peer(member);
-	}
-}
-
-static uint32_t tcpf_addr_format(int family)
-{
-	return family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
-}
-
-static socklen_t tcpf_sa_len(int family)
+static socklen_t sa_len(int family)
 {
 	return family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
-static int tcpf_check_addr(const struct sockaddr *sa, socklen_t len)
+static int check_addr(const struct sockaddr *sa, socklen_t len)
 {
 	if (!sa)
 		return -EINVAL;
 	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
-	if (len < tcpf_sa_len(sa->sa_family))
+	if (len < sa_len(sa->sa_family))
 		return -EINVAL;
 	return 0;
 }
 
-static uint16_t tcpf_get_port(const void *sa)
+static uint16_t get_port(const void *sa)
 {
 	const struct sockaddr *s = sa;
 
@@ -364,7 +153,7 @@ static uint16_t tcpf_get_port(const void *sa)
 	return ntohs(((const struct sockaddr_in *)sa)->sin_port);
 }
 
-static void tcpf_set_port(void *sa, uint16_t port)
+static void set_port(void *sa, uint16_t port)
 {
 	struct sockaddr *s = sa;
 
@@ -376,207 +165,659 @@ static void tcpf_set_port(void *sa, uint16_t port)
 
 /* Read once per listener or ep, so that a change of the tunable never
  * makes one object translate its ports two ways. */
-static uint16_t tcpf_offset(void)
+static uint16_t port_offset(void)
 {
 	return (uint16_t)(tun_int(TUN_tcpf_port_offset) & 0xffff);
 }
 
-/* Application port -> TCP port; 0 means the port cannot be mapped. */
-static uint16_t tcpf_app_to_tcp(uint16_t app, uint16_t off)
+static uint16_t app_to_tcp(uint16_t app, uint16_t off)
 {
 	return (uint16_t)((app + off) & 0xffff);
 }
 
-static uint16_t tcpf_tcp_to_app(uint16_t tcp, uint16_t off)
+static uint16_t tcp_to_app(uint16_t tcp, uint16_t off)
 {
 	return (uint16_t)((tcp + 0x10000u - off) & 0xffff);
 }
 
-/* A copy of the template info for one ep or listener; addresses are
- * copied in by the caller's pointers (NULL: none). */
-static struct fi_info *tcpf_make_info(const struct sockaddr *src, const struct sockaddr *dst)
+static uint64_t now_ns(void)
 {
-	struct fi_info *info = fi_dupinfo(tcpf.info);
-	const struct sockaddr *any = src ? src : dst;
+	struct timespec ts;
 
-	if (!info)
-		return NULL;
-	free(info->src_addr);
-	free(info->dest_addr);
-	info->src_addr = info->dest_addr = NULL;
-	info->src_addrlen = info->dest_addrlen = 0;
-	if (any)
-		info->addr_format = tcpf_addr_format(any->sa_family);
-	if (src) {
-		info->src_addrlen = tcpf_sa_len(src->sa_family);
-		info->src_addr = malloc(info->src_addrlen);
-		if (!info->src_addr)
-			goto fail;
-		memcpy(info->src_addr, src, info->src_addrlen);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A TCP socket of ours: non-blocking, close-on-exec, no Nagle. */
+static int tcp_socket(int family)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+
+	if (fd < 0)
+		return -errno;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* --- objects ------------------------------------------------------------- */
+
+struct tcpf_ep;
+
+struct tcpf_mr {
+	struct oti_mr pub;	/* what the engine sees: first */
+	struct tcpf_ep *ep;	/* NULL once the ep is closed */
+};
+
+/* One frame waiting to be written, whole or the rest of it. */
+struct tcpf_out {
+	struct tcpf_out *next;
+	uint8_t hdr[TCPF_HDR_LEN];
+	uint8_t small[4];	/* READ_REQ's payload */
+	const uint8_t *data;	/* payload */
+	uint32_t len;
+	uint32_t done;		/* bytes of header + payload written */
+	uint8_t *owned;		/* payload copied here, freed with the frame */
+	struct tcpf_mr *src;	/* READ_RESP: the region it reads */
+	bool completes;		/* SEND, WRITE: a completion once written */
+	enum oti_wc_op op;
+	uint64_t ctx;
+};
+
+struct tcpf_recv {
+	uint8_t *addr;
+	uint32_t len;
+	uint64_t ctx;
+};
+
+struct tcpf_read {
+	uint32_t id;
+	uint8_t *addr;
+	uint32_t len;
+	uint64_t ctx;
+};
+
+enum tcpf_state {
+	TS_ACTIVE,	/* active: before ACCEPT (TCP connecting, or CONNECT sent) */
+	TS_PASSIVE,	/* passive: before accept() */
+	TS_UP,
+	TS_DOWN,
+};
+
+struct tcpf_ep {
+	int fd;
+	uint16_t port_off;
+	enum tcpf_state state;
+	bool connect_queued;	/* active: CONNECT is in the output */
+	bool tcp_up;		/* the TCP handshake is done */
+	bool shut_wanted;	/* disconnect(): SHUT_WR once the output is out */
+	bool down_held;		/* DISCONNECTED waits for an empty CQ */
+	int down_status;
+	struct sockaddr_storage local, peer;
+
+	struct oti_event ev[4];
+	unsigned ev_head, ev_count;
+
+	/* Every operation posted and not yet completed has a place kept in
+	 * the CQ (cq_owed), so a completion is never dropped. */
+	struct oti_wc *cq;
+	uint32_t cq_cap, cq_head, cq_count, cq_owed;
+
+	struct tcpf_recv *rq;
+	uint32_t rq_cap, rq_head, rq_count;
+
+	struct tcpf_read rd[TCPF_MAX_READS];
+	unsigned rd_head, rd_count;
+	uint32_t rd_next_id;
+
+	struct tcpf_out *out_head, *out_tail, *out_free;
+	unsigned resp_queued;	/* READ_RESPs in the output */
+
+	/* Input: ib[ib_off, ib_len) not yet parsed; a frame in progress. */
+	uint8_t *ib;
+	uint32_t ib_off, ib_len;
+	bool in_frame;
+	struct tcpf_hdr cur;
+	uint8_t *dst;		/* where its payload goes; NULL: ctl */
+	uint32_t got;
+	uint8_t ctl[OTI_MAX_PRIVATE_DATA];
+
+	struct tcpf_mr **mrs;
+	unsigned nmrs, mrs_cap;
+};
+
+static inline struct tcpf_ep *EP(struct oti_ep *ep)
+{
+	return (struct tcpf_ep *)ep;
+}
+
+/* --- queues ---------------------------------------------------------------- */
+
+/* A ring of cap elements of size elem, count of them from head on, made
+ * at least want large; head becomes 0. */
+static int ring_reserve(void **arr, uint32_t *cap, uint32_t *head, uint32_t count, uint32_t want,
+			size_t elem)
+{
+	if (want <= *cap)
+		return 0;
+	uint32_t ncap = *cap ? *cap : 16;
+
+	while (ncap < want)
+		ncap *= 2;
+	uint8_t *n = malloc((size_t)ncap * elem), *o = *arr;
+
+	if (!n)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++)
+		memcpy(n + (size_t)i * elem, o + (size_t)((*head + i) % *cap) * elem, elem);
+	free(o);
+	*arr = n;
+	*cap = ncap;
+	*head = 0;
+	return 0;
+}
+
+/* Keep a CQ place for one more operation about to be posted. */
+static int cq_reserve(struct tcpf_ep *e)
+{
+	int ret = ring_reserve((void **)&e->cq, &e->cq_cap, &e->cq_head, e->cq_count,
+			       e->cq_count + e->cq_owed + 1, sizeof(*e->cq));
+
+	if (!ret)
+		e->cq_owed++;
+	return ret;
+}
+
+/* A completion of an operation that cq_reserve() counted. */
+static void push_wc(struct tcpf_ep *e, uint64_t ctx, enum oti_wc_op op, int status, uint32_t len)
+{
+	e->cq_owed--;
+	e->cq[(e->cq_head + e->cq_count++) % e->cq_cap] =
+		(struct oti_wc){ .ctx = ctx, .op = op, .status = status, .len = len };
+}
+
+static void push_event(struct tcpf_ep *e, enum oti_event_type type, int status,
+		       const void *pdata, size_t len)
+{
+	if (e->ev_count == sizeof(e->ev) / sizeof(e->ev[0]))
+		return;		/* at most RESOLVED, then one outcome, then down */
+	struct oti_event *ev = &e->ev[(e->ev_head + e->ev_count++) % 4];
+
+	memset(ev, 0, offsetof(struct oti_event, private_data));
+	ev->type = type;
+	ev->status = status;
+	ev->private_data_len = len;
+	if (len)
+		memcpy(ev->private_data, pdata, len);
+}
+
+static struct tcpf_out *out_new(struct tcpf_ep *e)
+{
+	struct tcpf_out *o = e->out_free;
+
+	if (o)
+		e->out_free = o->next;
+	else
+		o = malloc(sizeof(*o));
+	if (o)
+		memset(o, 0, sizeof(*o));
+	return o;
+}
+
+static void out_release(struct tcpf_ep *e, struct tcpf_out *o)
+{
+	if (o->src && o->data)
+		e->resp_queued--;
+	free(o->owned);
+	o->owned = NULL;
+	o->next = e->out_free;
+	e->out_free = o;
+}
+
+static void out_append(struct tcpf_ep *e, struct tcpf_out *o)
+{
+	o->next = NULL;
+	if (e->out_tail)
+		e->out_tail->next = o;
+	else
+		e->out_head = o;
+	e->out_tail = o;
+}
+
+/* --- going down ------------------------------------------------------------ */
+
+/* Put a quiet eventfd at the socket's number (closing the socket): what
+ * is left of a dead connection must not keep the fd readable. */
+static void quiet_fd(struct tcpf_ep *e, bool reset)
+{
+	int q = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	if (q < 0)
+		return;		/* the socket stays: spurious wake-ups only */
+	if (reset) {
+		struct linger lg = { 1, 0 };
+
+		(void)setsockopt(e->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	}
-	if (dst) {
-		info->dest_addrlen = tcpf_sa_len(dst->sa_family);
-		info->dest_addr = malloc(info->dest_addrlen);
-		if (!info->dest_addr)
-			goto fail;
-		memcpy(info->dest_addr, dst, info->dest_addrlen);
+	(void)dup3(q, e->fd, O_CLOEXEC);
+	close(q);
+}
+
+/* Everything outstanding completes with -ECANCELED, in posting order per
+ * queue (sends and writes, reads, receives). */
+static void flush_all(struct tcpf_ep *e)
+{
+	while (e->out_head) {
+		struct tcpf_out *o = e->out_head;
+
+		e->out_head = o->next;
+		if (o->completes)
+			push_wc(e, o->ctx, o->op, -ECANCELED, 0);
+		out_release(e, o);
 	}
-	return info;
-fail:
-	fi_freeinfo(info);
+	e->out_tail = NULL;
+	while (e->rd_count) {
+		push_wc(e, e->rd[e->rd_head].ctx, OTI_WC_RDMA_READ, -ECANCELED, 0);
+		e->rd_head = (e->rd_head + 1) % TCPF_MAX_READS;
+		e->rd_count--;
+	}
+	while (e->rq_count) {
+		push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
+		e->rq_head = (e->rq_head + 1) % e->rq_cap;
+		e->rq_count--;
+	}
+}
+
+enum down_how {
+	DOWN_ORDERLY,	/* our SHUT_WR is out, or the peer's EOF came */
+	DOWN_ABORT,	/* we reset the connection (a rule was broken) */
+	DOWN_LOST,	/* the kernel says the connection is gone */
+};
+
+/*
+ * The connection is over.  An established one reports DISCONNECTED (once
+ * the CQ is empty); one still being set up reports why it failed.
+ */
+static void go_down(struct tcpf_ep *e, enum down_how how, int status)
+{
+	enum tcpf_state was = e->state;
+
+	if (was == TS_DOWN)
+		return;
+	e->state = TS_DOWN;
+	flush_all(e);
+	if (how != DOWN_ORDERLY)
+		quiet_fd(e, how == DOWN_ABORT);
+	if (was == TS_ACTIVE) {
+		/* Nobody accepted: no SDP listener there, or not SDP at all. */
+		push_event(e, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
+										 : -ECONNREFUSED,
+			   NULL, 0);
+		return;
+	}
+	e->down_held = true;
+	e->down_status = status;
+}
+
+/* A peer broke the rules: reset the connection. */
+static void protocol_error(struct tcpf_ep *e, const char *why)
+{
+	sdp_warn(TCPF, "peer broke the transport's rules (%s): connection reset", why);
+	go_down(e, DOWN_ABORT, -EPROTO);
+}
+
+/* An error from the socket itself. */
+static void socket_error(struct tcpf_ep *e, int err)
+{
+	go_down(e, DOWN_LOST, -err);
+}
+
+/* --- output -------------------------------------------------------------- */
+
+static size_t out_total(const struct tcpf_out *o)
+{
+	return TCPF_HDR_LEN + (size_t)o->len;
+}
+
+/* Write what the socket takes; completions for frames fully written. */
+static void flush_out(struct tcpf_ep *e)
+{
+	while (e->out_head && e->state != TS_DOWN) {
+		struct iovec iov[TCPF_IOV];
+		int n = 0;
+
+		for (struct tcpf_out *o = e->out_head; o && n + 2 <= TCPF_IOV; o = o->next) {
+			size_t d = o->done;
+
+			if (d < TCPF_HDR_LEN) {
+				iov[n++] = (struct iovec){ o->hdr + d, TCPF_HDR_LEN - d };
+				d = TCPF_HDR_LEN;
+			}
+			if (o->len)
+				iov[n++] = (struct iovec){ (void *)(o->data + (d - TCPF_HDR_LEN)),
+							   o->len - (d - TCPF_HDR_LEN) };
+		}
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(e->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;		/* POLLOUT will say when */
+			socket_error(e, errno);
+			return;
+		}
+		e->tcp_up = true;
+		size_t left = (size_t)w;
+
+		while (left && e->out_head) {
+			struct tcpf_out *o = e->out_head;
+			size_t rest = out_total(o) - o->done;
+
+			if (left < rest) {
+				o->done += (uint32_t)left;
+				break;
+			}
+			left -= rest;
+			e->out_head = o->next;
+			if (!e->out_head)
+				e->out_tail = NULL;
+			if (o->completes)
+				push_wc(e, o->ctx, o->op, 0, 0);
+			out_release(e, o);
+		}
+	}
+}
+
+/* Queue one frame; data must stay valid until the frame is written (the
+ * engine's buffers do until their completion).  Caller flushes. */
+static int queue_frame(struct tcpf_ep *e, const struct tcpf_hdr *h, const void *data,
+		       bool completes, enum oti_wc_op op, uint64_t ctx)
+{
+	struct tcpf_out *o = out_new(e);
+
+	if (!o)
+		return -ENOMEM;
+	tcpf_hdr_put(o->hdr, h);
+	o->data = data;
+	o->len = h->len;
+	o->completes = completes;
+	o->op = op;
+	o->ctx = ctx;
+	out_append(e, o);
+	return 0;
+}
+
+/* --- registrations ------------------------------------------------------------ */
+
+static struct tcpf_mr *find_mr(struct tcpf_ep *e, uint32_t key)
+{
+	for (unsigned i = 0; i < e->nmrs; i++)
+		if (e->mrs[i]->pub.rkey == key)
+			return e->mrs[i];
 	return NULL;
 }
 
-static int tcpf_open_eq(struct fid_eq **eq, void *ctx)
+/* The region of key on e, if it allows access and holds [off, off + len). */
+static uint8_t *remote_target(struct tcpf_ep *e, uint32_t key, uint64_t off, uint32_t len,
+			      unsigned access, struct tcpf_mr **mrp)
 {
-	struct fi_eq_attr attr = {
-		.size = 64,
-		.wait_obj = FI_WAIT_FD,
-	};
+	struct tcpf_mr *mr = find_mr(e, key);
 
-	return tcpf_errno(fi_eq_open(tcpf.fabric, &attr, eq, ctx));
+	if (!mr || !(mr->pub.access & access) || off > mr->pub.len || len > mr->pub.len - off)
+		return NULL;
+	if (mrp)
+		*mrp = mr;
+	return (uint8_t *)mr->pub.addr + off;
 }
 
-static int tcpf_wait_fd(struct fid *fid, int *fd)
-{
-	int ret = fi_control(fid, FI_GETWAIT, fd);
+/* --- input ------------------------------------------------------------------ */
 
-	if (ret)
-		return tcpf_errno(ret);
-	tcpf_cloexec_wait_set(*fd);
-	return 0;
+static void answer_read(struct tcpf_ep *e, const struct tcpf_hdr *req, uint32_t want)
+{
+	struct tcpf_mr *mr = NULL;
+	uint8_t *p = remote_target(e, req->key, req->addr, want, OTI_ACCESS_REMOTE_READ, &mr);
+
+	if (!p) {
+		protocol_error(e, "RDMA read outside what was registered for it");
+		return;
+	}
+	if (e->resp_queued >= TCPF_MAX_READS) {
+		protocol_error(e, "too many RDMA reads at once");
+		return;
+	}
+	struct tcpf_hdr h = { .type = TCPF_READ_RESP, .len = want, .id = req->id };
+
+	if (queue_frame(e, &h, p, false, 0, 0)) {
+		go_down(e, DOWN_ABORT, -ENOMEM);
+		return;
+	}
+	e->out_tail->src = mr;
+	e->resp_queued++;
 }
 
-/* ------------------------------------------------------------------------ */
-
-static int tcpf_init_locked(void)
+/*
+ * A header is in: check it and say where its payload goes.  Returns false
+ * when the connection went down.
+ */
+static bool frame_begin(struct tcpf_ep *e)
 {
-	struct fi_info *hints, *info = NULL;
-	struct fid_pep *pep;
-	size_t cm = 0, optlen = sizeof(cm);
-	int ret;
+	struct tcpf_hdr *h = &e->cur;
 
-	hints = fi_dupinfo(NULL);	/* fi_allocinfo(), without its symbol */
-	if (!hints)
-		return -ENOMEM;
-	hints->fabric_attr->prov_name = strdup("tcp");
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->caps = FI_MSG | FI_RMA;
-	/* Everything we can honour; the provider keeps what it needs. */
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				      FI_MR_PROV_KEY;
-	hints->domain_attr->threading = FI_THREAD_SAFE;
-	hints->mode = FI_CONTEXT;
-	if (!hints->fabric_attr->prov_name) {
-		fi_freeinfo(hints);
-		return -ENOMEM;
+	e->dst = NULL;
+	if (e->state == TS_ACTIVE) {
+		if ((h->type != TCPF_ACCEPT && h->type != TCPF_REJECT) ||
+		    h->len > OTI_MAX_PRIVATE_DATA) {
+			/* Something that is not an SDP listener answered. */
+			go_down(e, DOWN_ABORT, -ECONNREFUSED);
+			return false;
+		}
+		return true;
 	}
-	ret = fi_getinfo(TCPF_FI_VERSION, NULL, NULL, 0, hints, &info);
-	fi_freeinfo(hints);
-	if (ret) {
-		sdp_dbg(TCPF, "no libfabric tcp provider: %s", fi_strerror(-ret));
-		return -ENODEV;
+	switch (h->type) {
+	case TCPF_SEND:
+		if (!e->rq_count) {
+			protocol_error(e, "a message with no receive posted");
+			return false;
+		}
+		if (h->len > e->rq[e->rq_head].len) {
+			/* As on verbs: the receive completes in error and the
+			 * connection is over. */
+			push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, -EMSGSIZE, 0);
+			e->rq_head = (e->rq_head + 1) % e->rq_cap;
+			e->rq_count--;
+			protocol_error(e, "a message longer than the receive buffer");
+			return false;
+		}
+		e->dst = e->rq[e->rq_head].addr;
+		return true;
+	case TCPF_WRITE:
+		e->dst = remote_target(e, h->key, h->addr, h->len, OTI_ACCESS_REMOTE_WRITE, NULL);
+		if (!e->dst) {
+			protocol_error(e, "RDMA write outside what was registered for it");
+			return false;
+		}
+		return true;
+	case TCPF_READ_REQ:
+		if (h->len != 4) {
+			protocol_error(e, "malformed RDMA read request");
+			return false;
+		}
+		return true;
+	case TCPF_READ_RESP:
+		if (!e->rd_count || e->rd[e->rd_head].id != h->id ||
+		    (!(h->flags & TCPF_F_ERROR) && h->len != e->rd[e->rd_head].len) ||
+		    ((h->flags & TCPF_F_ERROR) && h->len)) {
+			protocol_error(e, "an RDMA read answer nobody asked for");
+			return false;
+		}
+		e->dst = e->rd[e->rd_head].addr;
+		return true;
+	default:
+		protocol_error(e, "unknown frame");
+		return false;
 	}
-	/* Any interface's info will do: the tcp provider's fabric and domain
-	 * are not tied to an interface, the sockets are. */
-	tcpf.info = fi_dupinfo(info);
-	fi_freeinfo(info);
-	if (!tcpf.info)
-		return -ENOMEM;
-
-	ret = fi_fabric(tcpf.info->fabric_attr, &tcpf.fabric, NULL);
-	if (ret) {
-		sdp_err(TCPF, "fi_fabric: %s", fi_strerror(-ret));
-		goto err_info;
-	}
-	ret = fi_domain(tcpf.fabric, tcpf.info, &tcpf.domain, NULL);
-	if (ret) {
-		sdp_err(TCPF, "fi_domain: %s", fi_strerror(-ret));
-		goto err_fabric;
-	}
-
-	/* A passive ep without an address has no socket yet: a cheap way to
-	 * ask the provider for its cm data size. */
-	info = tcpf_make_info(NULL, NULL);
-	ret = info ? fi_passive_ep(tcpf.fabric, info, &pep, NULL) : -FI_ENOMEM;
-	fi_freeinfo(info);
-	if (!ret) {
-		ret = fi_getopt(&pep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &cm, &optlen);
-		fi_close(&pep->fid);
-	}
-	if (ret || cm < 2) {
-		sdp_err(TCPF, "cannot learn the cm data size: %s", fi_strerror(-ret));
-		ret = -ENODEV;
-		goto err_domain;
-	}
-	tcpf.cm_max = cm;
-	tcpf.pdata_max = (cm > OTI_MAX_PRIVATE_DATA ? OTI_MAX_PRIVATE_DATA : cm) - 1;
-	tcpf.inject = tcpf.info->tx_attr->inject_size;
-	tcpf.tx_depth = tcpf.info->tx_attr->size ? tcpf.info->tx_attr->size : 256;
-	tcpf.rx_depth = tcpf.info->rx_attr->size ? tcpf.info->rx_attr->size : 256;
-	tcpf.max_msg = tcpf.info->ep_attr->max_msg_size;
-	tcpf.virt_addr = tcpf.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-	tcpf.prov_key = tcpf.info->domain_attr->mr_mode & FI_MR_PROV_KEY;
-	atomic_store(&tcpf.objects, 0);
-	tcpf.ready = true;
-	sdp_dbg(TCPF, "tcp provider %s: cm data %zu, inject %zu, depth %zu/%zu, mr_mode 0x%x",
-		tcpf.info->fabric_attr->name, cm, tcpf.inject, tcpf.tx_depth, tcpf.rx_depth,
-		(unsigned)tcpf.info->domain_attr->mr_mode);
-	return 0;
-
-err_domain:
-	fi_close(&tcpf.domain->fid);
-	tcpf.domain = NULL;
-err_fabric:
-	fi_close(&tcpf.fabric->fid);
-	tcpf.fabric = NULL;
-err_info:
-	fi_freeinfo(tcpf.info);
-	tcpf.info = NULL;
-	return -ENODEV;
 }
+
+/* The payload is in. */
+static void frame_end(struct tcpf_ep *e)
+{
+	struct tcpf_hdr *h = &e->cur;
+
+	switch (h->type) {
+	case TCPF_ACCEPT:
+		e->state = TS_UP;
+		push_event(e, OTI_EV_ESTABLISHED, 0, e->ctl, h->len);
+		break;
+	case TCPF_REJECT:
+		push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, e->ctl, h->len);
+		e->state = TS_DOWN;	/* the peer closes */
+		flush_all(e);
+		break;
+	case TCPF_SEND:
+		push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, 0, h->len);
+		e->rq_head = (e->rq_head + 1) % e->rq_cap;
+		e->rq_count--;
+		break;
+	case TCPF_READ_REQ:
+		answer_read(e, h, tcpf_get32(e->ctl));
+		break;
+	case TCPF_READ_RESP:
+		push_wc(e, e->rd[e->rd_head].ctx, OTI_WC_RDMA_READ,
+			(h->flags & TCPF_F_ERROR) ? -EACCES : 0, 0);
+		e->rd_head = (e->rd_head + 1) % TCPF_MAX_READS;
+		e->rd_count--;
+		break;
+	default:
+		break;		/* WRITE: silent at the target */
+	}
+}
+
+/* recv() into p; returns bytes, 0 at EOF, -EAGAIN, or takes the
+ * connection down and returns -1. */
+static ssize_t rx(struct tcpf_ep *e, void *p, size_t len)
+{
+	for (;;) {
+		ssize_t n = recv(e->fd, p, len, MSG_DONTWAIT);
+
+		if (n > 0)
+			return n;
+		if (n == 0) {
+			/* The peer's EOF: orderly if no frame was cut short. */
+			if (e->in_frame || e->ib_len > e->ib_off)
+				go_down(e, DOWN_LOST, -ECONNRESET);
+			else
+				go_down(e, DOWN_ORDERLY, 0);
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -EAGAIN;
+		socket_error(e, errno);
+		return -1;
+	}
+}
+
+/* Read and act on what the peer sent, until the socket is empty. */
+static void read_in(struct tcpf_ep *e)
+{
+	if (!e->ib) {
+		e->ib = malloc(TCPF_IBUF);
+		if (!e->ib) {
+			go_down(e, DOWN_ABORT, -ENOMEM);
+			return;
+		}
+	}
+	while (e->state == TS_UP || e->state == TS_ACTIVE) {
+		if (!e->in_frame) {
+			if (e->ib_len - e->ib_off < TCPF_HDR_LEN) {
+				if (e->ib_off) {
+					memmove(e->ib, e->ib + e->ib_off, e->ib_len - e->ib_off);
+					e->ib_len -= e->ib_off;
+					e->ib_off = 0;
+				}
+				ssize_t n = rx(e, e->ib + e->ib_len, TCPF_IBUF - e->ib_len);
+
+				if (n < 0)
+					return;
+				e->ib_len += (uint32_t)n;
+				continue;
+			}
+			tcpf_hdr_get(e->ib + e->ib_off, &e->cur);
+			e->ib_off += TCPF_HDR_LEN;
+			e->in_frame = true;
+			e->got = 0;
+			if (!frame_begin(e))
+				return;
+		}
+		uint32_t want = e->cur.len - e->got;
+		uint8_t *to = e->dst ? e->dst : e->ctl;
+
+		if (want) {
+			uint32_t avail = e->ib_len - e->ib_off;
+
+			if (avail) {
+				uint32_t take = avail < want ? avail : want;
+
+				memcpy(to + e->got, e->ib + e->ib_off, take);
+				e->ib_off += take;
+				e->got += take;
+			} else if (want >= TCPF_IBUF / 2 && e->dst) {
+				ssize_t n = rx(e, to + e->got, want);
+
+				if (n < 0)
+					return;
+				e->got += (uint32_t)n;
+			} else {
+				e->ib_off = e->ib_len = 0;
+				ssize_t n = rx(e, e->ib, TCPF_IBUF);
+
+				if (n < 0)
+					return;
+				e->ib_len = (uint32_t)n;
+			}
+			if (e->got < e->cur.len)
+				continue;
+		}
+		e->in_frame = false;
+		frame_end(e);
+	}
+}
+
+/* Move what can be moved now. */
+static void ep_progress(struct tcpf_ep *e)
+{
+	if (e->state == TS_DOWN || e->state == TS_PASSIVE)
+		return;
+	flush_out(e);
+	if (e->state == TS_UP || (e->state == TS_ACTIVE && e->tcp_up)) {
+		read_in(e);
+		/* Answers to the peer's RDMA reads go at once: the peer
+		 * waits for them, and whoever sleeps on this ep next may
+		 * not be waiting for writability. */
+		if (e->out_head)
+			flush_out(e);
+	}
+	if (e->state == TS_UP && e->shut_wanted && !e->out_head) {
+		(void)shutdown(e->fd, SHUT_WR);
+		go_down(e, DOWN_ORDERLY, 0);
+	}
+}
+
+/* --- init, probe, caps ------------------------------------------------------ */
 
 static int tcpf_init(void)
 {
-	int ret = 0;
-
-	pthread_mutex_lock(&tcpf.lock);
-	if (!tcpf.ready) {
-		struct tcpf_sigstate saved;
-
-		ret = tcpf_fabric_load();
-		if (!ret) {
-			/* Providers initialise on the first fi_getinfo(). */
-			tcpf_signals_save(&saved);
-			ret = tcpf_init_locked();
-			tcpf_signals_restore(&saved);
-		}
-	}
-	pthread_mutex_unlock(&tcpf.lock);
-	return ret;
+	return 0;
 }
 
 static void tcpf_fini(void)
 {
-	pthread_mutex_lock(&tcpf.lock);
-	if (!tcpf.ready)
-		goto out;
-	if (atomic_load(&tcpf.objects)) {
-		/* Closing the domain under live objects would free memory
-		 * they still use; leaking is the lesser harm. */
-		sdp_err(TCPF, "fini with %d objects still open; not closing the domain",
-			atomic_load(&tcpf.objects));
-		goto out;
-	}
-	fi_close(&tcpf.domain->fid);
-	fi_close(&tcpf.fabric->fid);
-	fi_freeinfo(tcpf.info);
-	tcpf.domain = NULL;
-	tcpf.fabric = NULL;
-	tcpf.info = NULL;
-	tcpf.ready = false;
-out:
-	pthread_mutex_unlock(&tcpf.lock);
+	int left = atomic_load(&tcpf_objects);
+
+	if (left)
+		sdp_dbg(TCPF, "fini with %d endpoints or listeners still open", left);
 }
 
 static int tcpf_probe(const struct sockaddr *local, const struct sockaddr *remote)
@@ -593,1329 +834,802 @@ static void tcpf_query_caps(struct oti_caps *caps)
 {
 	memset(caps, 0, sizeof(*caps));
 	caps->flags = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE | OTI_CAP_SOFTWARE;
-	caps->max_private_data = (uint32_t)tcpf.pdata_max;
-	caps->max_inline = (uint32_t)tcpf.inject;
-	caps->max_send_wr = (uint32_t)tcpf.tx_depth;
-	caps->max_recv_wr = (uint32_t)tcpf.rx_depth;
-	caps->max_msg_size = tcpf.max_msg > UINT32_MAX ? UINT32_MAX : tcpf.max_msg;
+	caps->max_private_data = OTI_MAX_PRIVATE_DATA;
+	/* Every send is a copy into the kernel here: "inline" is free. */
+	caps->max_inline = 256;
+	caps->max_send_wr = 4096;
+	caps->max_recv_wr = 4096;
+	caps->max_msg_size = TCPF_MAX_MSG;
 }
 
-/* --- passive side ------------------------------------------------------ */
+/* --- passive side -------------------------------------------------------------- */
 
-static void tcpf_reject_handle(struct tcpf_listener *l, fid_t handle, const void *pdata,
-			       size_t len)
+/* A connection that has not sent its CONNECT yet, or a complete request. */
+struct tcpf_half {
+	struct tcpf_half *next;
+	int fd;
+	uint64_t since_ns;
+	struct sockaddr_storage peer;
+	uint8_t buf[TCPF_HDR_LEN + OTI_MAX_PRIVATE_DATA];
+	uint32_t got, need;	/* need: header, then header + payload */
+};
+
+struct oti_connreq {
+	struct tcpf_half h;
+};
+
+struct tcpf_listener {
+	int lfd, epfd;
+	uint16_t port_off;
+	int backlog;
+	struct tcpf_half *half;	/* waiting for CONNECT */
+	int nhalf;
+	struct tcpf_half *ready, *ready_tail;	/* complete, FIFO */
+	struct tcpf_half *given;	/* handed out, not yet accepted or rejected */
+};
+
+/* Take h off a list it is on. */
+static void half_unlink(struct tcpf_half **list, struct tcpf_half *h)
 {
-	uint8_t buf[OTI_MAX_PRIVATE_DATA + 1];
+	for (struct tcpf_half **pp = list; *pp; pp = &(*pp)->next) {
+		if (*pp == h) {
+			*pp = h->next;
+			return;
+		}
+	}
+}
 
-	buf[0] = TCPF_REJECT_MARK;
+static inline struct tcpf_listener *LS(struct oti_listener *l)
+{
+	return (struct tcpf_listener *)l;
+}
+
+/* REJECT with pdata, best effort, then close: the active side learns why. */
+static void reject_fd(int fd, const void *pdata, size_t len)
+{
+	uint8_t buf[TCPF_HDR_LEN + OTI_MAX_PRIVATE_DATA];
+	struct tcpf_hdr h = { .type = TCPF_REJECT, .len = (uint32_t)len };
+
+	tcpf_hdr_put(buf, &h);
 	if (len)
-		memcpy(buf + 1, pdata, len);
-	int ret = fi_reject(l->pep, handle, buf, len + 1);
-	if (ret)
-		sdp_warn(TCPF, "fi_reject: %s", fi_strerror(-ret));
+		memcpy(buf + TCPF_HDR_LEN, pdata, len);
+	/* A fresh socket's buffer takes this whole, or the peer is gone. */
+	(void)send(fd, buf, TCPF_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
 }
 
-static void tcpf_listener_free(struct tcpf_listener *l)
+static void half_drop(struct tcpf_listener *l, struct tcpf_half **pp)
 {
-	/* The pep is bound to the EQ: it goes first. */
-	if (l->pep)
-		fi_close(&l->pep->fid);
-	if (l->eq)
-		fi_close(&l->eq->fid);
-	free(l);
+	struct tcpf_half *h = *pp;
+
+	*pp = h->next;
+	(void)epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+	close(h->fd);
+	free(h);
+	l->nhalf--;
 }
 
-/* One pep on ss, listening; *port gets the TCP port it is bound to. */
-static int tcpf_listen_once(const struct sockaddr *ss, struct tcpf_listener **out,
-			    uint16_t *port)
+static int listen_once(const struct sockaddr *ss, unsigned flags, int backlog, int *out,
+		       uint16_t *port)
 {
 	struct sockaddr_storage bound;
-	size_t blen = sizeof(bound);
-	struct tcpf_listener *l;
-	struct fi_info *info;
-	int ret;
+	socklen_t blen = sizeof(bound);
+	int fd = socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
 
-	l = calloc(1, sizeof(*l) + sizeof(struct fi_eq_cm_entry) + tcpf.cm_max);
-	if (!l)
-		return -ENOMEM;
-	l->evbuf_len = sizeof(struct fi_eq_cm_entry) + tcpf.cm_max;
-	l->fd = -1;
-	info = tcpf_make_info(ss, NULL);
-	if (!info) {
-		free(l);
-		return -ENOMEM;
+	if (fd < 0)
+		return -errno;
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss->sa_family == AF_INET6) {
+		int v6only = !!(flags & OTI_LISTEN_V6ONLY);
+
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
 	}
-	ret = tcpf_open_eq(&l->eq, l);
-	if (!ret)
-		ret = tcpf_errno(fi_passive_ep(tcpf.fabric, info, &l->pep, l));
-	fi_freeinfo(info);
-	if (!ret)
-		ret = tcpf_errno(fi_pep_bind(l->pep, &l->eq->fid, 0));
-	if (!ret)
-		ret = tcpf_errno(fi_listen(l->pep));
-	if (!ret)
-		ret = tcpf_wait_fd(&l->eq->fid, &l->fd);
-	if (!ret)
-		ret = tcpf_errno(fi_getname(&l->pep->fid, &bound, &blen));
-	if (ret) {
-		tcpf_listener_free(l);
-		return ret;
+	if (bind(fd, ss, sa_len(ss->sa_family)) < 0 || listen(fd, backlog) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&bound, &blen) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
 	}
-	*port = tcpf_get_port(&bound);
-	*out = l;
+	*port = get_port(&bound);
+	*out = fd;
 	return 0;
 }
 
 static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backlog,
-		       struct oti_listener **out)
+		       unsigned flags, struct oti_listener **out)
 {
-	struct tcpf_listener *l, *held = NULL;
 	struct sockaddr_storage ss;
-	uint16_t app, port, off = tcpf_offset();
-	int ret;
+	uint16_t app, port = 0, off = port_offset();
+	int ret, fd = -1, held = -1;
 
-	if (!tcpf.ready)
-		return -ENODEV;
-	ret = tcpf_check_addr(addr, addrlen);
+	ret = check_addr(addr, addrlen);
 	if (ret)
 		return ret;
-	memcpy(&ss, addr, tcpf_sa_len(addr->sa_family));
-	app = tcpf_get_port(&ss);
+	memcpy(&ss, addr, sa_len(addr->sa_family));
+	app = get_port(&ss);
 	if (app) {
-		if (!tcpf_app_to_tcp(app, off))
+		if (!app_to_tcp(app, off))
 			return -EADDRNOTAVAIL;
-		tcpf_set_port(&ss, tcpf_app_to_tcp(app, off));
+		set_port(&ss, app_to_tcp(app, off));
 	}
-
-	/* The provider's own backlog (4096) applies; ours is not passed on. */
-	(void)backlog;
-	ret = -EADDRNOTAVAIL;
+	if (backlog < 16)
+		backlog = 16;
 	for (int attempt = 0; attempt < TCPF_LISTEN_TRIES; attempt++) {
-		ret = tcpf_listen_once((struct sockaddr *)&ss, &l, &port);
-		if (ret)
+		ret = listen_once((struct sockaddr *)&ss, flags, backlog, &fd, &port);
+		if (ret || app || tcp_to_app(port, off))
 			break;
-		if (app || tcpf_tcp_to_app(port, off)) {
-			sdp_dbg(TCPF, "listening on tcp port %u for app port %u", port,
-				tcpf_tcp_to_app(port, off));
-			l->port_offset = off;
-			atomic_fetch_add(&tcpf.objects, 1);
-			*out = (struct oti_listener *)l;
-			break;
-		}
-		/* The OS chose the one TCP port that stands for application
-		 * port 0: keep it taken while asking for another. */
-		if (held)
-			tcpf_listener_free(held);
-		held = l;
+		/* The kernel chose the one TCP port that stands for
+		 * application port 0: keep it taken while asking again. */
+		if (held >= 0)
+			close(held);
+		held = fd;
+		fd = -1;
 		ret = -EADDRNOTAVAIL;
 	}
-	if (held)
-		tcpf_listener_free(held);
-	return ret;
+	if (held >= 0)
+		close(held);
+	if (ret)
+		return ret;
+
+	struct tcpf_listener *l = calloc(1, sizeof(*l));
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+	if (!l) {
+		close(fd);
+		return -ENOMEM;
+	}
+	l->lfd = fd;
+	l->port_off = off;
+	l->backlog = backlog;
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		ret = -errno;
+		if (l->epfd >= 0)
+			close(l->epfd);
+		close(fd);
+		free(l);
+		return ret;
+	}
+	sdp_dbg(TCPF, "listening on tcp port %u for app port %u", port, tcp_to_app(port, off));
+	atomic_fetch_add(&tcpf_objects, 1);
+	*out = (struct oti_listener *)l;
+	return 0;
 }
 
 static int tcpf_listener_name(struct oti_listener *ol, struct sockaddr *addr, socklen_t *addrlen)
 {
-	struct tcpf_listener *l = tcpf_listener(ol);
+	struct tcpf_listener *l = LS(ol);
 	struct sockaddr_storage ss;
-	size_t len = sizeof(ss);
-	int ret;
+	socklen_t len = sizeof(ss);
 
-	ret = tcpf_errno(fi_getname(&l->pep->fid, &ss, &len));
-	if (ret)
-		return ret;
-	tcpf_set_port(&ss, tcpf_tcp_to_app(tcpf_get_port(&ss), l->port_offset));
-	/* Truncated to the caller's room, as getsockname(2) does. */
-	memcpy(addr, &ss, *addrlen < len ? *addrlen : len);
-	*addrlen = (socklen_t)len;
+	if (getsockname(l->lfd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	set_port(&ss, tcp_to_app(get_port(&ss), l->port_off));
+	len = sa_len(ss.ss_family);
+	if (*addrlen < len)
+		return -EINVAL;
+	memcpy(addr, &ss, len);
+	*addrlen = len;
 	return 0;
 }
 
 static int tcpf_listener_fd(struct oti_listener *ol)
 {
-	return tcpf_listener(ol)->fd;
-}
-
-static int tcpf_trywait(struct fid **fids, int n)
-{
-	int ret = fi_trywait(tcpf.fabric, fids, n);
-
-	if (ret == -FI_EAGAIN)
-		return -EAGAIN;
-	return tcpf_errno(ret);
+	return LS(ol)->epfd;
 }
 
 static int tcpf_listener_arm(struct oti_listener *ol)
 {
-	struct fid *fid = &tcpf_listener(ol)->eq->fid;
-
-	return tcpf_trywait(&fid, 1);
+	return LS(ol)->ready ? -EAGAIN : 0;
 }
 
-static int tcpf_get_connreq(struct oti_listener *ol, struct oti_connreq **out, void *pdata,
+/* New connections into the half list. */
+static void take_new(struct tcpf_listener *l)
+{
+	for (;;) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept4(l->lfd, (struct sockaddr *)&peer, &plen,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;		/* EAGAIN, or a connection that went */
+		struct tcpf_half *h = calloc(1, sizeof(*h));
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+		if (!h || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			free(h);
+			close(fd);
+			continue;
+		}
+		int one = 1;
+
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		h->fd = fd;
+		h->peer = peer;
+		h->since_ns = now_ns();
+		h->need = TCPF_HDR_LEN;
+		h->next = l->half;
+		l->half = h;
+		/* The oldest goes when too many never said anything. */
+		if (++l->nhalf > TCPF_MAX_HALF) {
+			struct tcpf_half **pp = &l->half;
+
+			while ((*pp)->next)
+				pp = &(*pp)->next;
+			half_drop(l, pp);
+		}
+	}
+}
+
+/* Read what the half-open connections sent; complete ones become ready. */
+static void read_halves(struct tcpf_listener *l)
+{
+	uint64_t now = now_ns();
+	uint64_t limit = (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
+
+	for (struct tcpf_half **pp = &l->half; *pp;) {
+		struct tcpf_half *h = *pp;
+		ssize_t n = recv(h->fd, h->buf + h->got, h->need - h->got, MSG_DONTWAIT);
+
+		if (n > 0)
+			h->got += (uint32_t)n;
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			half_drop(l, pp);
+			continue;
+		}
+		if (h->got == TCPF_HDR_LEN && h->need == TCPF_HDR_LEN) {
+			struct tcpf_hdr hd;
+
+			tcpf_hdr_get(h->buf, &hd);
+			if (hd.type != TCPF_CONNECT || hd.key != TCPF_MAGIC || hd.id != TCPF_PROTO ||
+			    hd.len > OTI_MAX_PRIVATE_DATA) {
+				/* Not an SDP client of ours. */
+				half_drop(l, pp);
+				continue;
+			}
+			h->need += hd.len;
+		}
+		if (h->got == h->need) {
+			*pp = h->next;
+			(void)epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+			l->nhalf--;
+			h->next = NULL;
+			if (l->ready_tail)
+				l->ready_tail->next = h;
+			else
+				l->ready = h;
+			l->ready_tail = h;
+			continue;
+		}
+		if (now - h->since_ns > limit) {
+			half_drop(l, pp);
+			continue;
+		}
+		pp = &h->next;
+	}
+}
+
+static int tcpf_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdata,
 			    size_t *pdata_len, struct sockaddr_storage *peer)
 {
-	struct tcpf_listener *l = tcpf_listener(ol);
-	struct fi_eq_cm_entry *ent = (struct fi_eq_cm_entry *)l->evbuf;
+	struct tcpf_listener *l = LS(ol);
 
-	for (;;) {
-		uint32_t event;
-		ssize_t n = fi_eq_read(l->eq, &event, l->evbuf, l->evbuf_len, 0);
-
-		if (n == -FI_EAGAIN)
-			return -EAGAIN;
-		if (n == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = { 0 };
-
-			if (fi_eq_readerr(l->eq, &err, 0) > 0)
-				sdp_dbg(TCPF, "listener error event: %s", fi_strerror(err.err));
-			continue;
-		}
-		if (n < 0)
-			return tcpf_errno(n);
-		if (event != FI_CONNREQ || (size_t)n < sizeof(*ent) || !ent->info) {
-			sdp_dbg(TCPF, "listener: ignoring event %u", event);
-			continue;
-		}
-
-		struct tcpf_connreq *req = calloc(1, sizeof(*req));
-		if (!req) {
-			tcpf_reject_handle(l, ent->info->handle, NULL, 0);
-			fi_freeinfo(ent->info);
-			return -ENOMEM;
-		}
-		req->info = ent->info;
-		size_t len = (size_t)n - sizeof(*ent);
-		if (len > OTI_MAX_PRIVATE_DATA)
-			len = OTI_MAX_PRIVATE_DATA;
-		if (pdata && len)
-			memcpy(pdata, ent->data, len);
-		if (pdata_len)
-			*pdata_len = len;
-		if (peer) {
-			memset(peer, 0, sizeof(*peer));
-			if (req->info->dest_addr && req->info->dest_addrlen <= sizeof(*peer))
-				memcpy(peer, req->info->dest_addr, req->info->dest_addrlen);
-		}
-		req->next = l->reqs;
-		req->pprev = &l->reqs;
-		if (l->reqs)
-			l->reqs->pprev = &req->next;
-		l->reqs = req;
-		*out = (struct oti_connreq *)req;
-		return 0;
+	if (!l->ready) {
+		take_new(l);
+		read_halves(l);
 	}
+	struct tcpf_half *h = l->ready;
+
+	if (!h)
+		return -EAGAIN;
+	l->ready = h->next;
+	if (!l->ready)
+		l->ready_tail = NULL;
+	h->next = l->given;
+	l->given = h;
+	*pdata_len = h->need - TCPF_HDR_LEN;
+	memcpy(pdata, h->buf + TCPF_HDR_LEN, *pdata_len);
+	*peer = h->peer;
+	*req = (struct oti_connreq *)h;
+	return 0;
 }
 
-static void tcpf_connreq_unlink(struct tcpf_connreq *req)
-{
-	*req->pprev = req->next;
-	if (req->next)
-		req->next->pprev = req->pprev;
-}
-
-static int tcpf_reject(struct oti_listener *ol, struct oti_connreq *oreq, const void *pdata,
+static int tcpf_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdata,
 		       size_t len)
 {
-	struct tcpf_listener *l = tcpf_listener(ol);
-	struct tcpf_connreq *req = tcpf_connreq(oreq);
-	int ret = 0;
-
-	if (len > tcpf.pdata_max) {
-		/* Still consumed, as promised, but without the data. */
-		len = 0;
-		ret = -EINVAL;
-	}
-	tcpf_reject_handle(l, req->info->handle, pdata, len);
-	tcpf_connreq_unlink(req);
-	fi_freeinfo(req->info);
+	half_unlink(&LS(ol)->given, &req->h);
+	if (len > OTI_MAX_PRIVATE_DATA)
+		len = OTI_MAX_PRIVATE_DATA;
+	reject_fd(req->h.fd, pdata, len);
 	free(req);
-	return ret;
+	return 0;
 }
 
 static void tcpf_listener_close(struct oti_listener *ol)
 {
-	struct tcpf_listener *l = tcpf_listener(ol);
+	struct tcpf_listener *l = LS(ol);
 
-	if (!l)
-		return;
-	while (l->reqs)
-		tcpf_reject(ol, (struct oti_connreq *)l->reqs, NULL, 0);
-	/*
-	 * Requests the engine has not seen yet: refuse them too, rather than
-	 * leaving the peers to time out.  Reading the EQ also accepts queued
-	 * TCP connections, whose request is read on the next pass: hence a
-	 * second empty read before stopping.  (A connection that never sends
-	 * its request is leaked by the 1.17 provider when the pep closes.)
-	 */
-	for (int empty = 0; empty < 2;) {
-		struct fi_eq_cm_entry *ent = (struct fi_eq_cm_entry *)l->evbuf;
-		uint32_t event;
-		ssize_t n = fi_eq_read(l->eq, &event, l->evbuf, l->evbuf_len, 0);
+	close(l->lfd);
+	while (l->half)
+		half_drop(l, &l->half);
+	/* Requests nobody answered are refused. */
+	for (struct tcpf_half **list = &l->ready; list; list = list == &l->ready ? &l->given : NULL) {
+		while (*list) {
+			struct tcpf_half *h = *list;
 
-		if (n == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = { 0 };
-
-			if (fi_eq_readerr(l->eq, &err, 0) > 0)
-				continue;
-			break;
-		}
-		if (n == -FI_EAGAIN) {
-			empty++;
-			continue;
-		}
-		if (n < 0)
-			break;
-		empty = 0;
-		if (event == FI_CONNREQ && (size_t)n >= sizeof(*ent) && ent->info) {
-			tcpf_reject_handle(l, ent->info->handle, NULL, 0);
-			fi_freeinfo(ent->info);
+			*list = h->next;
+			reject_fd(h->fd, NULL, 0);
+			free(h);
 		}
 	}
-	tcpf_listener_free(l);
-	atomic_fetch_sub(&tcpf.objects, 1);
+	close(l->epfd);
+	free(l);
+	atomic_fetch_sub(&tcpf_objects, 1);
 }
 
-/* --- endpoints ---------------------------------------------------------- */
+/* --- endpoints ---------------------------------------------------------------- */
 
-static void tcpf_ep_free(struct tcpf_ep *e)
+static struct tcpf_ep *ep_new(int fd, uint16_t off)
 {
-	/* The ep references its CQ and EQ: it must be closed first. */
-	if (e->ep)
-		fi_close(&e->ep->fid);
-	if (e->cq)
-		fi_close(&e->cq->fid);
-	if (e->eq)
-		fi_close(&e->eq->fid);
-	if (e->epfd >= 0)
-		close(e->epfd);
-	free(e->ops);
-	free(e);
-}
-
-static struct tcpf_ep *tcpf_ep_alloc(void)
-{
-	size_t evlen = sizeof(struct fi_eq_cm_entry) + tcpf.cm_max;
-	struct tcpf_ep *e = calloc(1, sizeof(*e) + evlen);
-	size_t i;
+	struct tcpf_ep *e = calloc(1, sizeof(*e));
 
 	if (!e)
 		return NULL;
-	e->evbuf_len = evlen;
-	e->epfd = -1;
-	e->ops = calloc(tcpf.tx_depth + tcpf.rx_depth, sizeof(*e->ops));
-	if (!e->ops) {
-		free(e);
-		return NULL;
-	}
-	for (i = 0; i < tcpf.tx_depth; i++) {
-		e->ops[i].next = e->tx_free;
-		e->tx_free = &e->ops[i];
-	}
-	for (; i < tcpf.tx_depth + tcpf.rx_depth; i++) {
-		e->ops[i].next = e->rx_free;
-		e->rx_free = &e->ops[i];
-	}
-	e->tx_flush.tail = &e->tx_flush.head;
-	e->rx_flush.tail = &e->rx_flush.head;
+	e->fd = fd;
+	e->port_off = off;
+	atomic_fetch_add(&tcpf_objects, 1);
 	return e;
 }
 
-/* The CQ, EQ and epoll fd of an ep; e->ep is created by the caller in
- * between tcpf_ep_queues() and tcpf_ep_finish(). */
-static int tcpf_ep_queues(struct tcpf_ep *e)
-{
-	struct fi_cq_attr cq_attr = {
-		.size = tcpf.tx_depth + tcpf.rx_depth,
-		.format = FI_CQ_FORMAT_MSG,
-		.wait_obj = FI_WAIT_FD,
-	};
-	int ret;
-
-	ret = tcpf_open_eq(&e->eq, e);
-	if (ret)
-		return ret;
-	return tcpf_errno(fi_cq_open(tcpf.domain, &cq_attr, &e->cq, e));
-}
-
-static int tcpf_ep_finish(struct tcpf_ep *e)
-{
-	struct epoll_event ev = { .events = EPOLLIN };
-	int fds[2], ret;
-
-	ret = tcpf_errno(fi_ep_bind(e->ep, &e->eq->fid, 0));
-	if (!ret)
-		ret = tcpf_errno(fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV));
-	if (!ret)
-		ret = tcpf_errno(fi_enable(e->ep));
-	if (!ret)
-		ret = tcpf_wait_fd(&e->cq->fid, &fds[0]);
-	if (!ret)
-		ret = tcpf_wait_fd(&e->eq->fid, &fds[1]);
-	if (ret)
-		return ret;
-	e->eq_wfd = fds[1];
-	e->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (e->epfd < 0)
-		return -errno;
-	for (int i = 0; i < 2; i++) {
-		ev.data.fd = fds[i];
-		if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0)
-			return -errno;
-	}
-	return 0;
-}
-
-/* An event of our own, queued behind whatever the provider has posted. */
-static int tcpf_post_event(struct tcpf_ep *e, uint32_t event, int status)
-{
-	struct fi_eq_entry ent = {
-		.fid = &e->ep->fid,
-		.context = e,
-		.data = (uint64_t)(int64_t)status,
-	};
-	ssize_t n = fi_eq_write(e->eq, event, &ent, sizeof(ent), 0);
-
-	return n == (ssize_t)sizeof(ent) ? 0 : (n < 0 ? tcpf_errno(n) : -EIO);
-}
-
-static int tcpf_ep_accept_open(struct oti_listener *ol, struct oti_connreq *oreq,
+static int tcpf_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 			       struct oti_ep **out)
 {
-	struct tcpf_listener *l = tcpf_listener(ol);
-	struct tcpf_connreq *req = tcpf_connreq(oreq);
-	struct fi_info *info = req->info;
-	struct tcpf_ep *e;
-	int ret;
+	struct tcpf_listener *l = LS(ol);
+	struct tcpf_ep *e = ep_new(req->h.fd, l->port_off);
+	socklen_t len = sizeof(e->local);
 
-	tcpf_connreq_unlink(req);
-	free(req);
-	e = tcpf_ep_alloc();
+	half_unlink(&l->given, &req->h);
 	if (!e) {
-		ret = -ENOMEM;
-		goto reject;
+		close(req->h.fd);
+		free(req);
+		return -ENOMEM;
 	}
-	e->state = TCPF_ACCEPT_READY;
-	e->port_offset = l->port_offset;
-	if (info->dest_addr && info->dest_addrlen <= sizeof(e->peer))
-		memcpy(&e->peer, info->dest_addr, info->dest_addrlen);
-	ret = tcpf_ep_queues(e);
-	if (ret)
-		goto reject;
-	ret = tcpf_errno(fi_endpoint(tcpf.domain, info, &e->ep, e));
-	if (ret)
-		goto reject;
-	ret = tcpf_ep_finish(e);
-	if (ret)
-		goto reject;
-	fi_freeinfo(info);
-	atomic_fetch_add(&tcpf.objects, 1);
+	e->state = TS_PASSIVE;
+	e->tcp_up = true;
+	e->peer = req->h.peer;
+	if (getsockname(e->fd, (struct sockaddr *)&e->local, &len) == 0)
+		set_port(&e->local, tcp_to_app(get_port(&e->local), l->port_off));
+	free(req);
 	*out = (struct oti_ep *)e;
 	return 0;
-
-reject:
-	/* Once an ep exists it owns the socket, and the reject only frees
-	 * the provider's request; close the ep first so the peer sees the
-	 * connection go away. */
-	if (e)
-		tcpf_ep_free(e);
-	tcpf_reject_handle(l, info->handle, NULL, 0);
-	fi_freeinfo(info);
-	return ret;
 }
 
 static int tcpf_accept(struct oti_ep *oep, const void *pdata, size_t len)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	int ret;
+	struct tcpf_ep *e = EP(oep);
 
-	if (e->state != TCPF_ACCEPT_READY)
+	if (e->state != TS_PASSIVE)
 		return -EINVAL;
-	if (len > tcpf.pdata_max || (len && !pdata))
+	if (len > OTI_MAX_PRIVATE_DATA)
 		return -EINVAL;
-	ret = tcpf_errno(fi_accept(e->ep, pdata, len));
-	if (!ret) {
-		e->state = TCPF_ACCEPTING;
-		/* The connection's socket has just joined the EQ's set. */
-		tcpf_cloexec_wait_set(e->eq_wfd);
+	struct tcpf_out *o = out_new(e);
+
+	if (!o)
+		return -ENOMEM;
+	struct tcpf_hdr h = { .type = TCPF_ACCEPT, .len = (uint32_t)len };
+
+	tcpf_hdr_put(o->hdr, &h);
+	if (len) {
+		o->owned = malloc(len);
+		if (!o->owned) {
+			out_release(e, o);
+			return -ENOMEM;
+		}
+		memcpy(o->owned, pdata, len);
 	}
-	return ret;
-}
-
-/* The source address the kernel would use towards dst, port 0: a
- * connected UDP socket asks the routing table without sending anything. */
-static int tcpf_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
-{
-	socklen_t len = sizeof(*src);
-	int fd, ret = 0;
-
-	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, dst, tcpf_sa_len(dst->sa_family)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)src, &len) < 0)
-		ret = -errno;
-	close(fd);
-	if (!ret)
-		tcpf_set_port(src, 0);
-	return ret;
-}
-
-static bool tcpf_unreachable_errno(int err)
-{
-	switch (err) {
-	case -ECONNREFUSED:
-	case -ETIMEDOUT:
-	case -EHOSTUNREACH:
-	case -ENETUNREACH:
-	case -EHOSTDOWN:
-	case -ENETDOWN:
-	case -EADDRNOTAVAIL:
-		return true;
-	default:
-		return false;
-	}
+	o->data = o->owned;
+	o->len = (uint32_t)len;
+	out_append(e, o);
+	e->state = TS_UP;
+	push_event(e, OTI_EV_ESTABLISHED, 0, NULL, 0);
+	flush_out(e);
+	return 0;
 }
 
 static int tcpf_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
 			socklen_t srclen, struct oti_ep **out)
 {
-	struct sockaddr_storage route_src;
-	const struct sockaddr *bind_src = src;
-	struct fi_info *info;
-	struct tcpf_ep *e;
-	uint16_t app, off = tcpf_offset();
-	int route_err = 0, ret;
+	struct sockaddr_storage to;
+	uint16_t off = port_offset(), app;
+	int ret = check_addr(dst, dstlen);
 
-	if (!tcpf.ready)
-		return -ENODEV;
-	ret = tcpf_check_addr(dst, dstlen);
 	if (ret)
 		return ret;
+	if (src && (ret = check_addr(src, srclen)))
+		return ret;
+	if (src && src->sa_family != dst->sa_family)
+		return -EAFNOSUPPORT;
+	memcpy(&to, dst, sa_len(dst->sa_family));
+	app = get_port(&to);
+	if (!app_to_tcp(app, off))
+		return -ECONNREFUSED;	/* no SDP listener can have that port */
+	set_port(&to, app_to_tcp(app, off));
+
+	int fd = tcp_socket(dst->sa_family);
+
+	if (fd < 0)
+		return fd;
 	if (src) {
-		ret = tcpf_check_addr(src, srclen);
-		if (ret)
+		struct sockaddr_storage from;
+		int one = 1;
+
+		/* The source address only: TCP picks the port at connect. */
+		memcpy(&from, src, sa_len(src->sa_family));
+		set_port(&from, 0);
+		(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+		if (bind(fd, (struct sockaddr *)&from, sa_len(from.ss_family)) < 0) {
+			ret = -errno;
+			close(fd);
 			return ret;
-		if (src->sa_family != dst->sa_family)
-			return -EAFNOSUPPORT;
+		}
 	}
-	app = tcpf_get_port(dst);
-	if (!app || !tcpf_app_to_tcp(app, off))
-		return -EADDRNOTAVAIL;
+	if (connect(fd, (struct sockaddr *)&to, sa_len(to.ss_family)) < 0 && errno != EINPROGRESS) {
+		ret = -errno;
+		close(fd);
+		return ret == -EAGAIN ? -EADDRNOTAVAIL : ret;	/* no ephemeral port left */
+	}
+	struct tcpf_ep *e = ep_new(fd, off);
 
-	e = tcpf_ep_alloc();
-	if (!e)
+	if (!e) {
+		close(fd);
 		return -ENOMEM;
-	e->active = true;
-	e->state = TCPF_IDLE;
-	memcpy(&e->peer, dst, tcpf_sa_len(dst->sa_family));
-	memcpy(&e->dst_tcp, dst, tcpf_sa_len(dst->sa_family));
-	e->port_offset = off;
-	tcpf_set_port(&e->dst_tcp, tcpf_app_to_tcp(app, off));
-
-	/* Binding the routed source address up front makes ep_names() give
-	 * the real local IP as soon as RESOLVED is seen, as address
-	 * resolution does on RDMA; the port is chosen by connect(). */
-	if (!src) {
-		route_err = tcpf_route_src((struct sockaddr *)&e->dst_tcp, &route_src);
-		if (!route_err)
-			bind_src = (struct sockaddr *)&route_src;
 	}
-	info = tcpf_make_info(bind_src, (struct sockaddr *)&e->dst_tcp);
-	if (!info) {
-		ret = -ENOMEM;
-		goto fail;
-	}
-	ret = tcpf_ep_queues(e);
-	if (!ret)
-		ret = tcpf_errno(fi_endpoint(tcpf.domain, info, &e->ep, e));
-	fi_freeinfo(info);
-	if (!ret)
-		ret = tcpf_ep_finish(e);
-	if (ret)
-		goto fail;
-	if (route_err && tcpf_unreachable_errno(route_err)) {
-		ret = tcpf_post_event(e, TCPF_EV_UNREACHABLE, route_err);
-	} else if (route_err) {
-		ret = route_err;
-	} else {
-		ret = tcpf_post_event(e, TCPF_EV_RESOLVED, 0);
-	}
-	if (ret)
-		goto fail;
-	atomic_fetch_add(&tcpf.objects, 1);
+	e->state = TS_ACTIVE;
+	memcpy(&e->peer, dst, sa_len(dst->sa_family));
+	/* Nothing to resolve: the engine may register and post now. */
+	push_event(e, OTI_EV_RESOLVED, 0, NULL, 0);
 	*out = (struct oti_ep *)e;
 	return 0;
-fail:
-	tcpf_ep_free(e);
-	return ret;
 }
 
 static int tcpf_connect(struct oti_ep *oep, const void *pdata, size_t len)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	int ret;
+	struct tcpf_ep *e = EP(oep);
 
-	if (e->state != TCPF_IDLE)
+	if (e->state != TS_ACTIVE || e->connect_queued)
+		return e->state == TS_DOWN ? -ENOTCONN : -EINVAL;
+	if (len > OTI_MAX_PRIVATE_DATA)
 		return -EINVAL;
-	if (len > tcpf.pdata_max || (len && !pdata))
-		return -EINVAL;
-	ret = tcpf_errno(fi_connect(e->ep, &e->dst_tcp, pdata, len));
-	if (ret && tcpf_unreachable_errno(ret)) {
-		/* connect(2) failed on the spot (no route...): the contract
-		 * reports that as an event, like a late failure. */
-		ret = tcpf_post_event(e, TCPF_EV_UNREACHABLE, ret);
+	struct tcpf_out *o = out_new(e);
+
+	if (!o)
+		return -ENOMEM;
+	struct tcpf_hdr h = { .type = TCPF_CONNECT, .len = (uint32_t)len, .key = TCPF_MAGIC,
+			      .id = TCPF_PROTO };
+
+	tcpf_hdr_put(o->hdr, &h);
+	if (len) {
+		o->owned = malloc(len);
+		if (!o->owned) {
+			out_release(e, o);
+			return -ENOMEM;
+		}
+		memcpy(o->owned, pdata, len);
 	}
-	if (!ret) {
-		e->state = TCPF_CONNECTING;
-		tcpf_cloexec_wait_set(e->eq_wfd);
-	}
-	return ret;
+	o->data = o->owned;
+	o->len = (uint32_t)len;
+	out_append(e, o);
+	e->connect_queued = true;
+	flush_out(e);
+	return 0;
 }
 
 static int tcpf_ep_names(struct oti_ep *oep, struct sockaddr_storage *local,
 			 struct sockaddr_storage *peer)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
+	struct tcpf_ep *e = EP(oep);
 
 	if (local) {
-		size_t len = sizeof(*local);
-		int ret = tcpf_errno(fi_getname(&e->ep->fid, local, &len));
+		if (e->local.ss_family == AF_UNSPEC) {
+			socklen_t len = sizeof(e->local);
 
-		if (ret)
-			return ret;
-		if (!e->active)
-			tcpf_set_port(local, tcpf_tcp_to_app(tcpf_get_port(local), e->port_offset));
+			/* Active: the local address TCP chose (the port is
+			 * not an application port: see PORT SCHEME). */
+			if (getsockname(e->fd, (struct sockaddr *)&e->local, &len) < 0)
+				return -errno;
+		}
+		*local = e->local;
 	}
 	if (peer)
-		memcpy(peer, &e->peer, sizeof(*peer));
+		*peer = e->peer;
 	return 0;
 }
 
 static int tcpf_ep_fd(struct oti_ep *oep)
 {
-	return tcpf_ep(oep)->epfd;
-}
-
-/* Errors that mean the connection itself went away. */
-static bool tcpf_conn_lost_errno(int err)
-{
-	switch (err) {
-	case -ECONNRESET:
-	case -ECONNABORTED:
-	case -EPIPE:
-	case -ENOTCONN:
-	case -ESHUTDOWN:
-	case -ETIMEDOUT:
-	case -EHOSTUNREACH:
-	case -ENETUNREACH:
-	case -ENETRESET:
-	case -EIO:
-		return true;
-	default:
-		return false;
-	}
-}
-
-static void tcpf_set_event(struct oti_event *ev, enum oti_event_type type, int status,
-			   const void *pdata, size_t len)
-{
-	ev->type = type;
-	ev->status = status;
-	if (len > OTI_MAX_PRIVATE_DATA)
-		len = OTI_MAX_PRIVATE_DATA;
-	ev->private_data_len = len;
-	if (len)
-		memcpy(ev->private_data, pdata, len);
-}
-
-/* Translate one provider error entry; false if it is to be ignored. */
-static bool tcpf_error_event(struct tcpf_ep *e, const struct fi_eq_err_entry *err,
-			     struct oti_event *ev)
-{
-	int status = tcpf_errno(err->err ? err->err : FI_EIO);
-	const uint8_t *data = err->err_data;
-	size_t len = err->err_data ? err->err_data_size : 0;
-
-	switch (e->state) {
-	case TCPF_IDLE:
-	case TCPF_CONNECTING:
-		if (status == -ECONNREFUSED && len >= 1 && data[0] == TCPF_REJECT_MARK)
-			tcpf_set_event(ev, OTI_EV_REJECTED, -ECONNREFUSED, data + 1, len - 1);
-		else
-			tcpf_set_event(ev, OTI_EV_UNREACHABLE, status, NULL, 0);
-		break;
-	case TCPF_ACCEPT_READY:
-	case TCPF_ACCEPTING:
-	case TCPF_CONNECTED:
-		if (tcpf_conn_lost_errno(status) || status == -ECONNREFUSED)
-			tcpf_set_event(ev, OTI_EV_DISCONNECTED, status, NULL, 0);
-		else
-			tcpf_set_event(ev, OTI_EV_ERROR, status, NULL, 0);
-		break;
-	case TCPF_DOWN:
-		return false;
-	}
-	e->state = TCPF_DOWN;
-	return true;
-}
-
-/* Translate one provider event; false if it is to be ignored. */
-static bool tcpf_provider_event(struct tcpf_ep *e, uint32_t event, size_t n, struct oti_event *ev)
-{
-	const struct fi_eq_entry *ent = (const struct fi_eq_entry *)e->evbuf;
-	const struct fi_eq_cm_entry *cm = (const struct fi_eq_cm_entry *)e->evbuf;
-
-	if (e->state == TCPF_DOWN)
-		return false;
-	switch (event) {
-	case TCPF_EV_RESOLVED:
-		tcpf_set_event(ev, OTI_EV_RESOLVED, 0, NULL, 0);
-		return true;
-	case TCPF_EV_UNREACHABLE:
-		tcpf_set_event(ev, OTI_EV_UNREACHABLE,
-			       n >= sizeof(*ent) ? (int)(int64_t)ent->data : -EIO, NULL, 0);
-		e->state = TCPF_DOWN;
-		return true;
-	case FI_CONNECTED:
-		if (e->state != TCPF_CONNECTING && e->state != TCPF_ACCEPTING)
-			return false;
-		if (n > sizeof(*cm) && e->active)
-			tcpf_set_event(ev, OTI_EV_ESTABLISHED, 0, cm->data, n - sizeof(*cm));
-		else
-			tcpf_set_event(ev, OTI_EV_ESTABLISHED, 0, NULL, 0);
-		e->state = TCPF_CONNECTED;
-		return true;
-	case FI_SHUTDOWN:
-		tcpf_set_event(ev, OTI_EV_DISCONNECTED, 0, NULL, 0);
-		e->state = TCPF_DOWN;
-		return true;
-	default:
-		sdp_dbg(TCPF, "ep %p: ignoring event %u", (void *)e, event);
-		return false;
-	}
-}
-
-/* Completions poll_cq() can give without the provider: flushed work,
- * or work stranded on a dead connection (see tcpf_poll_cq). */
-static bool tcpf_soft_pending(const struct tcpf_ep *e)
-{
-	if (e->rx_flush.head && !e->prov_rx)
-		return true;
-	if (e->tx_flush.head && !e->prov_tx)
-		return true;
-	return (e->state == TCPF_DOWN || e->shut) && (e->prov_rx || e->prov_tx);
-}
-
-/* Are completions waiting?  A zero-count read of the CQ takes none. */
-static bool tcpf_cq_pending(struct tcpf_ep *e)
-{
-	ssize_t n;
-
-	if (tcpf_soft_pending(e) || e->rx_flush.head || e->tx_flush.head)
-		return true;
-	n = fi_cq_read(e->cq, NULL, 0);
-	return n == 0 || n == -FI_EAVAIL;
+	return EP(oep)->fd;
 }
 
 static int tcpf_ep_arm(struct oti_ep *oep)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	struct fid *fids[2] = { &e->cq->fid, &e->eq->fid };
+	struct tcpf_ep *e = EP(oep);
 
-	/* Work of our own (a held event, flushed completions) shows on no
-	 * fd: the caller must come back for it. */
-	if (e->held || tcpf_soft_pending(e))
-		return -EAGAIN;
-	return tcpf_trywait(fids, 2);
+	return e->ev_count || e->cq_count || e->down_held ? -EAGAIN : 0;
 }
 
-/*
- * The provider learns of a closed connection while reading the socket,
- * after it has queued the completions of the messages before the close; so
- * when the event is read they may still wait in the CQ.  The contract says
- * no completion carries data after DISCONNECTED: the event waits for them.
- */
-static bool tcpf_hold(struct tcpf_ep *e, const struct oti_event *ev)
+static short tcpf_ep_wait_events(struct oti_ep *oep)
 {
-	if (!tcpf_cq_pending(e))
-		return false;
-	e->held_ev = *ev;
-	e->held = true;
-	return true;
+	struct tcpf_ep *e = EP(oep);
+
+	if (e->state == TS_DOWN || e->state == TS_PASSIVE)
+		return 0;
+	/* Writability also tells how an active connect went. */
+	return POLLIN | (e->out_head ? POLLOUT : 0);
 }
 
 static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	bool progressed = false;
+	struct tcpf_ep *e = EP(oep);
 
-	if (e->held) {
-		if (tcpf_cq_pending(e))
-			return -EAGAIN;
-		*ev = e->held_ev;
-		e->held = false;
-		return 0;
+	if (!e->ev_count)
+		ep_progress(e);
+	if (!e->ev_count && e->down_held && !e->cq_count) {
+		e->down_held = false;
+		push_event(e, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
 	}
-	for (;;) {
-		enum tcpf_state was = e->state;
-		uint32_t event = 0;
-		ssize_t n = fi_eq_read(e->eq, &event, e->evbuf, e->evbuf_len, 0);
-		bool got;
-
-		if (n == -FI_EAGAIN) {
-			if (progressed)
-				return -EAGAIN;
-			/* The provider notices a peer's close while reading
-			 * the socket in the data path: give it that chance,
-			 * without taking completions, in case the caller only
-			 * asks for events. */
-			(void)fi_cq_read(e->cq, NULL, 0);
-			progressed = true;
-			continue;
-		}
-		if (n == -FI_EAVAIL) {
-			struct fi_eq_err_entry err = { 0 };
-			ssize_t m = fi_eq_readerr(e->eq, &err, 0);
-
-			if (m == -FI_EAGAIN)
-				return -EAGAIN;
-			if (m < 0)
-				return tcpf_errno(m);
-			got = tcpf_error_event(e, &err, ev);
-		} else if (n < 0) {
-			return tcpf_errno(n);
-		} else {
-			got = tcpf_provider_event(e, event, (size_t)n, ev);
-		}
-		if (!got)
-			continue;
-		/* Only an established connection has data completions. */
-		if (was == TCPF_CONNECTED && e->state == TCPF_DOWN && tcpf_hold(e, ev))
-			return -EAGAIN;
-		return 0;
-	}
-}
-
-static struct tcpf_op *tcpf_take(struct tcpf_ep *e, struct tcpf_op **pool, uint64_t ctx,
-				 enum oti_wc_op kind)
-{
-	struct tcpf_op *op = *pool;
-
-	if (!op)
-		return NULL;
-	*pool = op->next;
-	op->next = NULL;
-	op->ctx = ctx;
-	op->op = kind;
-	op->seq = e->seq++;
-	return op;
-}
-
-static struct tcpf_op **tcpf_pool(struct tcpf_ep *e, const struct tcpf_op *op)
-{
-	return op->op == OTI_WC_RECV ? &e->rx_free : &e->tx_free;
-}
-
-static void tcpf_give(struct tcpf_ep *e, struct tcpf_op *op)
-{
-	struct tcpf_op **pool = tcpf_pool(e, op);
-
-	op->where = TCPF_OP_FREE;
-	op->next = *pool;
-	*pool = op;
-}
-
-static void tcpf_fifo_push(struct tcpf_fifo *f, struct tcpf_op *op)
-{
-	op->next = NULL;
-	*f->tail = op;
-	f->tail = &op->next;
-}
-
-static struct tcpf_op *tcpf_fifo_pop(struct tcpf_fifo *f)
-{
-	struct tcpf_op *op = f->head;
-
-	f->head = op->next;
-	if (!f->head)
-		f->tail = &f->head;
-	return op;
-}
-
-/* Handed to the provider. */
-static void tcpf_to_prov(struct tcpf_ep *e, struct tcpf_op *op)
-{
-	op->where = TCPF_OP_PROV;
-	if (op->op == OTI_WC_RECV)
-		e->prov_rx++;
-	else
-		e->prov_tx++;
-}
-
-/*
- * Work posted once the connection is going or gone completes with
- * -ECANCELED, as on a verbs QP in the error state, rather than failing:
- * the engine may not know yet that the connection is gone.
- */
-static void tcpf_flush_post(struct tcpf_ep *e, struct tcpf_op *op)
-{
-	op->where = TCPF_OP_FLUSH;
-	tcpf_fifo_push(op->op == OTI_WC_RECV ? &e->rx_flush : &e->tx_flush, op);
-}
-
-/* One completion: the wc from the op's record, and the record goes back. */
-static void tcpf_reap(struct tcpf_ep *e, struct tcpf_op *op, struct oti_wc *wc, int status,
-		      uint32_t len)
-{
-	wc->ctx = op->ctx;
-	wc->op = op->op;
-	wc->status = status;
-	wc->len = op->op == OTI_WC_RECV && !status ? len : 0;
-	if (op->where == TCPF_OP_PROV) {
-		if (op->op == OTI_WC_RECV)
-			e->prov_rx--;
-		else
-			e->prov_tx--;
-	}
-	tcpf_give(e, op);
-}
-
-static int tcpf_seq_cmp(const void *a, const void *b)
-{
-	const struct tcpf_op *x = *(struct tcpf_op *const *)a;
-	const struct tcpf_op *y = *(struct tcpf_op *const *)b;
-
-	return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-/*
- * The connection is gone and the provider's CQ is empty: the provider
- * flushed what it held when it went down, so whatever it still has was
- * posted after that (1.17 accepts a receive on a dead ep and never
- * completes it).  Those are flushed here, in posting order.
- */
-static void tcpf_sweep(struct tcpf_ep *e)
-{
-	size_t n = tcpf.tx_depth + tcpf.rx_depth, k = 0;
-	struct tcpf_op **v;
-
-	if (!e->prov_rx && !e->prov_tx)
-		return;
-	v = calloc(e->prov_rx + e->prov_tx, sizeof(*v));
-	if (!v)
-		return;		/* tried again on the next poll */
-	for (size_t i = 0; i < n && k < e->prov_rx + e->prov_tx; i++)
-		if (e->ops[i].where == TCPF_OP_PROV)
-			v[k++] = &e->ops[i];
-	qsort(v, k, sizeof(*v), tcpf_seq_cmp);
-	/* Flushed ones behind them go after them. */
-	struct tcpf_fifo rx = e->rx_flush, tx = e->tx_flush;
-	e->rx_flush.head = e->tx_flush.head = NULL;
-	e->rx_flush.tail = &e->rx_flush.head;
-	e->tx_flush.tail = &e->tx_flush.head;
-	for (size_t i = 0; i < k; i++)
-		tcpf_flush_post(e, v[i]);
-	if (rx.head) {
-		*e->rx_flush.tail = rx.head;
-		e->rx_flush.tail = rx.tail;
-	}
-	if (tx.head) {
-		*e->tx_flush.tail = tx.head;
-		e->tx_flush.tail = tx.tail;
-	}
-	e->prov_rx = e->prov_tx = 0;
-	free(v);
-}
-
-/* fi_shutdown() cancels what the provider has not yet written to the
- * socket, so it waits until every send and RDMA op has completed. */
-static int tcpf_do_shutdown(struct tcpf_ep *e)
-{
-	e->shutdown_pending = false;
-	e->shut = true;
-	return tcpf_errno(fi_shutdown(e->ep, 0));
+	if (!e->ev_count)
+		return -EAGAIN;
+	*ev = e->ev[e->ev_head];
+	e->ev_head = (e->ev_head + 1) % 4;
+	e->ev_count--;
+	return 0;
 }
 
 static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	struct fi_cq_msg_entry ent[TCPF_CQ_BATCH];
-	bool drained = false;
+	struct tcpf_ep *e = EP(oep);
 	int got = 0;
 
-	while (got < n) {
-		int want = n - got < TCPF_CQ_BATCH ? n - got : TCPF_CQ_BATCH;
-		ssize_t r = fi_cq_read(e->cq, ent, (size_t)want);
-
-		if (r == -FI_EAGAIN) {
-			drained = true;
-			break;
-		}
-		if (r == -FI_EAVAIL) {
-			struct fi_cq_err_entry err = { 0 };
-			ssize_t m = fi_cq_readerr(e->cq, &err, 0);
-
-			if (m == -FI_EAGAIN)
-				break;
-			if (m < 0) {
-				if (!got)
-					return tcpf_errno(m);
-				break;
-			}
-			if (!err.op_context)
-				continue;
-			int status = tcpf_errno(err.err ? err.err : FI_EIO);
-			/* The provider fails work on a connection it has
-			 * already closed with ENOTCONN: that is a flush. */
-			if (status == -ENOTCONN)
-				status = -ECANCELED;
-			else if (status == -EAGAIN)
-				status = -EIO;
-			tcpf_reap(e, err.op_context, &wc[got++], status, 0);
-			continue;
-		}
-		if (r < 0) {
-			if (!got)
-				return tcpf_errno(r);
-			break;
-		}
-		for (ssize_t i = 0; i < r; i++)
-			tcpf_reap(e, ent[i].op_context, &wc[got++], 0, (uint32_t)ent[i].len);
-	}
-	if (drained && (e->state == TCPF_DOWN || e->shut))
-		tcpf_sweep(e);
-	while (got < n) {
-		struct tcpf_fifo *f = NULL;
-
-		/* After the provider's own, to keep each queue in order. */
-		if (e->rx_flush.head && !e->prov_rx)
-			f = &e->rx_flush;
-		else if (e->tx_flush.head && !e->prov_tx)
-			f = &e->tx_flush;
-		if (!f)
-			break;
-		tcpf_reap(e, tcpf_fifo_pop(f), &wc[got++], -ECANCELED, 0);
-	}
-	if (e->shutdown_pending && !e->prov_tx) {
-		int ret = tcpf_do_shutdown(e);
-
-		if (ret)
-			sdp_warn(TCPF, "deferred fi_shutdown: %d", ret);
+	if (e->cq_count < (uint32_t)n)
+		ep_progress(e);
+	while (got < n && e->cq_count) {
+		wc[got++] = e->cq[e->cq_head];
+		e->cq_head = (e->cq_head + 1) % e->cq_cap;
+		e->cq_count--;
 	}
 	return got;
 }
 
-/* --- data ---------------------------------------------------------------- */
+/* --- data ------------------------------------------------------------------ */
 
-static uint32_t tcpf_random_key(void)
+static int random_key(uint32_t *key)
 {
-	uint32_t key;
+	ssize_t n;
 
-	if (getrandom(&key, sizeof(key), GRND_NONBLOCK) != sizeof(key)) {
-		static atomic_uint fallback = 0x5d9e1000u;
-
-		key = atomic_fetch_add(&fallback, 0x9e3779b1u);
-	}
-	return key;
+	do {
+		n = getrandom(key, sizeof(*key), GRND_NONBLOCK);
+	} while (n < 0 && errno == EINTR);
+	/* Never a predictable key: without randomness, no registration. */
+	return n == (ssize_t)sizeof(*key) ? 0 : n < 0 ? -errno : -EIO;
 }
 
 static int tcpf_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
 		       struct oti_mr **out)
 {
-	uint64_t fi_access = FI_SEND | FI_WRITE;
-	struct tcpf_mr *m;
-	int ret = -EIO;
+	struct tcpf_ep *e = EP(oep);
+	struct tcpf_mr *mr;
+	uint32_t key;
+	int ret;
 
-	if (!addr || !len)
+	if (!addr || !len || len > TCPF_MAX_MSG)
 		return -EINVAL;
-	if (access & OTI_ACCESS_LOCAL_WRITE)
-		fi_access |= FI_RECV | FI_READ;
-	if (access & OTI_ACCESS_REMOTE_READ)
-		fi_access |= FI_REMOTE_READ;
-	if (access & OTI_ACCESS_REMOTE_WRITE)
-		fi_access |= FI_REMOTE_WRITE;
-	m = calloc(1, sizeof(*m));
-	if (!m)
+	do {
+		ret = random_key(&key);
+		if (ret)
+			return ret;
+	} while (!key || find_mr(e, key));
+	if (e->nmrs == e->mrs_cap) {
+		unsigned ncap = e->mrs_cap ? e->mrs_cap * 2 : 8;
+		struct tcpf_mr **n = realloc(e->mrs, ncap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		e->mrs = n;
+		e->mrs_cap = ncap;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
 		return -ENOMEM;
-
-	/* Random keys: a peer holding a stale key of a freed registration
-	 * must not reach the next one by luck. */
-	for (int i = 0; i < TCPF_KEY_TRIES; i++) {
-		uint64_t key = tcpf.prov_key ? 0 : tcpf_random_key();
-
-		ret = fi_mr_reg(tcpf.domain, addr, len, fi_access, 0, key, 0, &m->mr, m);
-		if (!ret)
-			break;
-		/* A key already in use is -FI_ENOKEY (checked on 1.17). */
-		if (tcpf.prov_key || ret != -FI_ENOKEY)
-			break;
-	}
-	if (ret) {
-		free(m);
-		return tcpf_errno(ret);
-	}
-	uint64_t key = fi_mr_key(m->mr);
-	if (key > UINT32_MAX) {
-		/* The SDP wire carries 32-bit keys. */
-		fi_close(&m->mr->fid);
-		free(m);
-		return -EOVERFLOW;
-	}
-	m->desc = fi_mr_desc(m->mr);
-	m->pub.addr = addr;
-	m->pub.len = len;
-	m->pub.rkey = (uint32_t)key;
-	m->pub.raddr_base = tcpf.virt_addr ? (uint64_t)(uintptr_t)addr : 0;
-	m->pub.access = access;
-	atomic_fetch_add(&tcpf.objects, 1);
-	*out = &m->pub;
+	mr->pub = (struct oti_mr){ .addr = addr, .len = len, .rkey = key, .raddr_base = 0,
+				   .access = access };
+	mr->ep = e;
+	e->mrs[e->nmrs++] = mr;
+	*out = &mr->pub;
 	return 0;
 }
 
 static int tcpf_mr_dereg(struct oti_mr *pub)
 {
-	struct tcpf_mr *m = (struct tcpf_mr *)pub;
-	int ret;
+	struct tcpf_mr *mr = (struct tcpf_mr *)pub;
+	struct tcpf_ep *e = mr->ep;
 
-	if (!m)
-		return -EINVAL;
-	ret = tcpf_errno(fi_close(&m->mr->fid));
-	free(m);
-	atomic_fetch_sub(&tcpf.objects, 1);
-	return ret;
-}
+	if (e) {
+		for (unsigned i = 0; i < e->nmrs; i++) {
+			if (e->mrs[i] == mr) {
+				e->mrs[i] = e->mrs[--e->nmrs];
+				break;
+			}
+		}
+		/* An answer to the peer's read still going out of this
+		 * region keeps what it has left to send. */
+		for (struct tcpf_out *o = e->out_head; o; o = o->next) {
+			if (o->src != mr)
+				continue;
+			uint8_t *copy = malloc(o->len);
 
-static void *tcpf_desc(const struct oti_sge *sge)
-{
-	return sge->mr ? ((struct tcpf_mr *)sge->mr)->desc : NULL;
-}
-
-/* 1: the work is to be flushed (the connection is going or gone),
- * 0: it goes to the provider, or -ENOTCONN: not connected yet. */
-static int tcpf_can_post(const struct tcpf_ep *e, bool recv)
-{
-	if (e->state == TCPF_DOWN || e->shutdown_pending || e->shut)
-		return 1;
-	if (!recv && e->state != TCPF_CONNECTED)
-		return -ENOTCONN;
+			o->src = NULL;
+			e->resp_queued--;
+			if (!copy) {
+				go_down(e, DOWN_ABORT, -ENOMEM);
+				break;
+			}
+			memcpy(copy, o->data, o->len);
+			o->owned = copy;
+			o->data = copy;
+		}
+	}
+	free(mr);
 	return 0;
+}
+
+/* Work posted on a connection that is over completes at once (its CQ
+ * place is kept already). */
+static bool posted_on_dead(struct tcpf_ep *e, uint64_t ctx, enum oti_wc_op op)
+{
+	if (e->state != TS_DOWN)
+		return false;
+	push_wc(e, ctx, op, -ECANCELED, 0);
+	return true;
 }
 
 static int tcpf_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	struct tcpf_op *op;
-	int ret = tcpf_can_post(e, true);
+	struct tcpf_ep *e = EP(oep);
 
-	if (ret < 0)
-		return ret;
-	op = tcpf_take(e, &e->rx_free, ctx, OTI_WC_RECV);
-	if (!op)
-		return -EAGAIN;
-	if (ret) {
-		tcpf_flush_post(e, op);
+	if (!sge || (!sge->addr && sge->len))
+		return -EINVAL;
+	if (ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
+			 sizeof(*e->rq)) ||
+	    cq_reserve(e))
+		return -ENOMEM;
+	if (posted_on_dead(e, ctx, OTI_WC_RECV))
 		return 0;
+	e->rq[(e->rq_head + e->rq_count) % e->rq_cap] =
+		(struct tcpf_recv){ .addr = sge->addr, .len = sge->len, .ctx = ctx };
+	e->rq_count++;
+	return 0;
+}
+
+/* A frame that carries local memory out: SEND or WRITE. */
+static int post_out(struct tcpf_ep *e, const struct tcpf_hdr *h, const struct oti_sge *sge,
+		    enum oti_wc_op op, uint64_t ctx)
+{
+	if (!sge || (!sge->addr && sge->len) || sge->len > TCPF_MAX_MSG)
+		return -EINVAL;
+	if (e->state == TS_ACTIVE || e->state == TS_PASSIVE)
+		return -ENOTCONN;
+	if (cq_reserve(e))
+		return -ENOMEM;
+	if (posted_on_dead(e, ctx, op))
+		return 0;
+	int ret = queue_frame(e, h, sge->addr, true, op, ctx);
+
+	if (ret) {
+		e->cq_owed--;
+		return ret;
 	}
-	ret = tcpf_errno(fi_recv(e->ep, sge->addr, sge->len, tcpf_desc(sge), 0, op));
-	if (ret)
-		tcpf_give(e, op);
-	else
-		tcpf_to_prov(e, op);
-	return ret;
+	flush_out(e);
+	return 0;
 }
 
 static int tcpf_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
 			  unsigned flags)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
-	struct tcpf_op *op;
-	int ret = tcpf_can_post(e, false);
+	struct tcpf_hdr h = { .type = TCPF_SEND, .len = sge ? sge->len : 0 };
 
-	if (ret < 0)
-		return ret;
-	op = tcpf_take(e, &e->tx_free, ctx, OTI_WC_SEND);
-	if (!op)
-		return -EAGAIN;
-	if (ret) {
-		tcpf_flush_post(e, op);
-		return 0;
-	}
-	if ((flags & OTI_SEND_INLINE) && sge->len <= tcpf.inject) {
-		/* Copied by the provider, so the buffer is free at once; the
-		 * completion is still asked for, the engine counts on it. */
-		struct iovec iov = { .iov_base = sge->addr, .iov_len = sge->len };
-		void *desc = tcpf_desc(sge);
-		struct fi_msg msg = {
-			.msg_iov = &iov,
-			.desc = &desc,
-			.iov_count = 1,
-			.context = op,
-		};
-
-		ret = tcpf_errno(fi_sendmsg(e->ep, &msg, FI_INJECT | FI_COMPLETION));
-	} else {
-		ret = tcpf_errno(fi_send(e->ep, sge->addr, sge->len, tcpf_desc(sge), 0, op));
-	}
-	if (ret)
-		tcpf_give(e, op);
-	else
-		tcpf_to_prov(e, op);
-	return ret;
-}
-
-static int tcpf_rdma(struct tcpf_ep *e, const struct oti_sge *local, uint64_t raddr,
-		     uint32_t rkey, uint64_t ctx, enum oti_wc_op kind)
-{
-	struct tcpf_op *op;
-	int ret = tcpf_can_post(e, false);
-
-	if (ret < 0)
-		return ret;
-	op = tcpf_take(e, &e->tx_free, ctx, kind);
-	if (!op)
-		return -EAGAIN;
-	if (ret) {
-		tcpf_flush_post(e, op);
-		return 0;
-	}
-	if (kind == OTI_WC_RDMA_READ)
-		ret = tcpf_errno(fi_read(e->ep, local->addr, local->len, tcpf_desc(local), 0,
-					 raddr, rkey, op));
-	else
-		ret = tcpf_errno(fi_write(e->ep, local->addr, local->len, tcpf_desc(local), 0,
-					  raddr, rkey, op));
-	if (ret)
-		tcpf_give(e, op);
-	else
-		tcpf_to_prov(e, op);
-	return ret;
-}
-
-static int tcpf_rdma_read(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
-			  uint32_t rkey, uint64_t ctx)
-{
-	return tcpf_rdma(tcpf_ep(oep), local, raddr, rkey, ctx, OTI_WC_RDMA_READ);
+	(void)flags;
+	return post_out(EP(oep), &h, sge, OTI_WC_SEND, ctx);
 }
 
 static int tcpf_rdma_write(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
 			   uint32_t rkey, uint64_t ctx)
 {
-	return tcpf_rdma(tcpf_ep(oep), local, raddr, rkey, ctx, OTI_WC_RDMA_WRITE);
+	struct tcpf_hdr h = { .type = TCPF_WRITE, .len = local ? local->len : 0, .key = rkey,
+			      .addr = raddr };
+
+	return post_out(EP(oep), &h, local, OTI_WC_RDMA_WRITE, ctx);
 }
 
-/* --- teardown ------------------------------------------------------------- */
+static int tcpf_rdma_read(struct oti_ep *oep, const struct oti_sge *local, uint64_t raddr,
+			  uint32_t rkey, uint64_t ctx)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	if (!local || !local->addr || !local->len || local->len > TCPF_MAX_MSG)
+		return -EINVAL;
+	if (e->state == TS_ACTIVE || e->state == TS_PASSIVE)
+		return -ENOTCONN;
+	if (e->rd_count == TCPF_MAX_READS)
+		return -EAGAIN;
+	if (cq_reserve(e))
+		return -ENOMEM;
+	if (posted_on_dead(e, ctx, OTI_WC_RDMA_READ))
+		return 0;
+	struct tcpf_out *o = out_new(e);
+
+	if (!o) {
+		e->cq_owed--;
+		return -ENOMEM;
+	}
+	uint32_t id = e->rd_next_id++;
+	struct tcpf_hdr h = { .type = TCPF_READ_REQ, .len = 4, .key = rkey, .id = id,
+			      .addr = raddr };
+
+	tcpf_hdr_put(o->hdr, &h);
+	tcpf_put32(o->small, local->len);
+	o->data = o->small;
+	o->len = 4;
+	out_append(e, o);
+	e->rd[(e->rd_head + e->rd_count++) % TCPF_MAX_READS] =
+		(struct tcpf_read){ .id = id, .addr = local->addr, .len = local->len, .ctx = ctx };
+	flush_out(e);
+	return 0;
+}
+
+/* --- teardown ---------------------------------------------------------------- */
 
 static int tcpf_disconnect(struct oti_ep *oep)
 {
-	struct tcpf_ep *e = tcpf_ep(oep);
+	struct tcpf_ep *e = EP(oep);
 
-	switch (e->state) {
-	case TCPF_IDLE:
-	case TCPF_ACCEPT_READY:
+	if (e->state == TS_DOWN)
+		return 0;
+	if (e->state != TS_UP)
 		return -ENOTCONN;
-	case TCPF_DOWN:
-		return 0;
-	default:
-		break;
-	}
-	if (e->shutdown_pending || e->shut)
-		return 0;
-	if (e->prov_tx) {
-		e->shutdown_pending = true;
-		return 0;
-	}
-	return tcpf_do_shutdown(e);
+	e->shut_wanted = true;
+	ep_progress(e);
+	return 0;
 }
 
 static void tcpf_ep_close(struct oti_ep *oep)
 {
-	if (!oep)
-		return;
-	tcpf_ep_free(tcpf_ep(oep));
-	atomic_fetch_sub(&tcpf.objects, 1);
-}
+	struct tcpf_ep *e = EP(oep);
 
-/*
- * One lock around every entry that enters the provider.  Its progress is
- * shared by the whole domain (reading one endpoint's CQ drives the others),
- * and despite FI_THREAD_SAFE the 1.17 provider was seen to crash inside
- * fi_cq_read() while another thread was closing a different endpoint.  The
- * engine already serialises the calls on one endpoint; this serialises
- * the calls on all of them.  Recursive, in case an entry calls another;
- * re-made in a fork child (a parent thread may have held it).
- */
-static pthread_mutex_t tcpf_big_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+	close(e->fd);
+	for (unsigned i = 0; i < e->nmrs; i++)
+		e->mrs[i]->ep = NULL;
+	while (e->out_head) {
+		struct tcpf_out *o = e->out_head;
 
-static void tcpf_big_lock_atfork_child(void)
-{
-	pthread_mutexattr_t a;
-
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-	pthread_mutex_init(&tcpf_big_lock, &a);
-	pthread_mutexattr_destroy(&a);
-}
-
-__attribute__((constructor)) static void tcpf_big_lock_register(void)
-{
-	pthread_atfork(NULL, NULL, tcpf_big_lock_atfork_child);
-}
-
-#define TCPF_LOCKED(ret, name, params, args)              \
-	static ret name##_locked params                   \
-	{                                                 \
-		pthread_mutex_lock(&tcpf_big_lock);       \
-		ret r_ = name args;                       \
-		pthread_mutex_unlock(&tcpf_big_lock);     \
-		return r_;                                \
+		e->out_head = o->next;
+		free(o->owned);
+		free(o);
 	}
-#define TCPF_LOCKED_VOID(name, params, args)              \
-	static void name##_locked params                  \
-	{                                                 \
-		pthread_mutex_lock(&tcpf_big_lock);       \
-		name args;                                \
-		pthread_mutex_unlock(&tcpf_big_lock);     \
-	}
+	while (e->out_free) {
+		struct tcpf_out *o = e->out_free;
 
-TCPF_LOCKED(int, tcpf_listen, (const struct sockaddr *a, socklen_t l, int b, struct oti_listener **o),
-	    (a, l, b, o))
-TCPF_LOCKED(int, tcpf_listener_arm, (struct oti_listener *l), (l))
-TCPF_LOCKED(int, tcpf_get_connreq, (struct oti_listener *l, struct oti_connreq **r, void *p,
-				    size_t *pl, struct sockaddr_storage *peer),
-	    (l, r, p, pl, peer))
-TCPF_LOCKED(int, tcpf_reject, (struct oti_listener *l, struct oti_connreq *r, const void *p,
-			       size_t len),
-	    (l, r, p, len))
-TCPF_LOCKED_VOID(tcpf_listener_close, (struct oti_listener *l), (l))
-TCPF_LOCKED(int, tcpf_ep_accept_open, (struct oti_listener *l, struct oti_connreq *r,
-				       struct oti_ep **o),
-	    (l, r, o))
-TCPF_LOCKED(int, tcpf_accept, (struct oti_ep *e, const void *p, size_t len), (e, p, len))
-TCPF_LOCKED(int, tcpf_ep_open, (const struct sockaddr *d, socklen_t dl, const struct sockaddr *s,
-				socklen_t sl, struct oti_ep **o),
-	    (d, dl, s, sl, o))
-TCPF_LOCKED(int, tcpf_connect, (struct oti_ep *e, const void *p, size_t len), (e, p, len))
-TCPF_LOCKED(int, tcpf_ep_arm, (struct oti_ep *e), (e))
-TCPF_LOCKED(int, tcpf_get_event, (struct oti_ep *e, struct oti_event *ev), (e, ev))
-TCPF_LOCKED(int, tcpf_poll_cq, (struct oti_ep *e, struct oti_wc *wc, int n), (e, wc, n))
-TCPF_LOCKED(int, tcpf_mr_reg, (struct oti_ep *e, void *a, size_t len, unsigned acc,
-			       struct oti_mr **o),
-	    (e, a, len, acc, o))
-TCPF_LOCKED(int, tcpf_mr_dereg, (struct oti_mr *m), (m))
-TCPF_LOCKED(int, tcpf_post_recv, (struct oti_ep *e, const struct oti_sge *sge, uint64_t ctx),
-	    (e, sge, ctx))
-TCPF_LOCKED(int, tcpf_post_send, (struct oti_ep *e, const struct oti_sge *sge, uint64_t ctx,
-				  unsigned fl),
-	    (e, sge, ctx, fl))
-TCPF_LOCKED(int, tcpf_rdma_read, (struct oti_ep *e, const struct oti_sge *l, uint64_t ra,
-				  uint32_t rk, uint64_t ctx),
-	    (e, l, ra, rk, ctx))
-TCPF_LOCKED(int, tcpf_rdma_write, (struct oti_ep *e, const struct oti_sge *l, uint64_t ra,
-				   uint32_t rk, uint64_t ctx),
-	    (e, l, ra, rk, ctx))
-TCPF_LOCKED(int, tcpf_disconnect, (struct oti_ep *e), (e))
-TCPF_LOCKED_VOID(tcpf_ep_close, (struct oti_ep *e), (e))
+		e->out_free = o->next;
+		free(o);
+	}
+	free(e->mrs);
+	free(e->cq);
+	free(e->rq);
+	free(e->ib);
+	free(e);
+	atomic_fetch_sub(&tcpf_objects, 1);
+}
 
 const struct oti_ops tcpf_transport_ops = {
 	.size = sizeof(struct oti_ops),
@@ -1925,28 +1639,29 @@ const struct oti_ops tcpf_transport_ops = {
 	.fini = tcpf_fini,
 	.probe = tcpf_probe,
 	.query_caps = tcpf_query_caps,
-	.listen = tcpf_listen_locked,
+	.listen = tcpf_listen,
 	.listener_name = tcpf_listener_name,
 	.listener_fd = tcpf_listener_fd,
-	.listener_arm = tcpf_listener_arm_locked,
-	.get_connreq = tcpf_get_connreq_locked,
-	.reject = tcpf_reject_locked,
-	.listener_close = tcpf_listener_close_locked,
-	.ep_accept_open = tcpf_ep_accept_open_locked,
-	.accept = tcpf_accept_locked,
-	.ep_open = tcpf_ep_open_locked,
-	.connect = tcpf_connect_locked,
+	.listener_arm = tcpf_listener_arm,
+	.get_connreq = tcpf_get_connreq,
+	.reject = tcpf_reject,
+	.listener_close = tcpf_listener_close,
+	.ep_accept_open = tcpf_ep_accept_open,
+	.accept = tcpf_accept,
+	.ep_open = tcpf_ep_open,
+	.connect = tcpf_connect,
 	.ep_names = tcpf_ep_names,
 	.ep_fd = tcpf_ep_fd,
-	.ep_arm = tcpf_ep_arm_locked,
-	.get_event = tcpf_get_event_locked,
-	.poll_cq = tcpf_poll_cq_locked,
-	.mr_reg = tcpf_mr_reg_locked,
-	.mr_dereg = tcpf_mr_dereg_locked,
-	.post_recv = tcpf_post_recv_locked,
-	.post_send = tcpf_post_send_locked,
-	.rdma_read = tcpf_rdma_read_locked,
-	.rdma_write = tcpf_rdma_write_locked,
-	.disconnect = tcpf_disconnect_locked,
-	.ep_close = tcpf_ep_close_locked,
+	.ep_arm = tcpf_ep_arm,
+	.ep_wait_events = tcpf_ep_wait_events,
+	.get_event = tcpf_get_event,
+	.poll_cq = tcpf_poll_cq,
+	.mr_reg = tcpf_mr_reg,
+	.mr_dereg = tcpf_mr_dereg,
+	.post_recv = tcpf_post_recv,
+	.post_send = tcpf_post_send,
+	.rdma_read = tcpf_rdma_read,
+	.rdma_write = tcpf_rdma_write,
+	.disconnect = tcpf_disconnect,
+	.ep_close = tcpf_ep_close,
 };

@@ -106,6 +106,7 @@ struct vb_listener {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct rdma_cm_id *id4;	/* split_dual_stack: the IPv4 half of [::] */
+	bool afonly;		/* id takes its own family only (IPV6_V6ONLY) */
 	uint16_t port_off;	/* rdma_cm port - SDP port, read at listen */
 };
 
@@ -489,7 +490,7 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 		l->id = held;
 		return ret;
 	}
-	if (l->id4) {
+	if (l->id4 || l->afonly) {
 		int one = 1;
 
 		rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one));
@@ -504,10 +505,11 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 #define VB_LISTEN_PORT_TRIES 8
 
 int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t addrlen,
-	      int backlog, struct oti_listener **out)
+	      int backlog, unsigned flags, struct oti_listener **out)
 {
 	struct vb_listener *l;
 	int ret, tries = 0;
+	bool v6only = (flags & OTI_LISTEN_V6ONLY) && addr->sa_family == AF_INET6;
 
 	(void)addrlen;
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
@@ -528,8 +530,19 @@ again:
 		ret = neg_errno(ENOMEM);
 		goto destroy_ch;
 	}
-	if (fl->split_dual_stack && addr->sa_family == AF_INET6 &&
-	    IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
+	if (v6only) {
+		/* IPv6 peers only: an IPv4 listener may hold the port too. */
+		int one = 1;
+
+		errno = 0;
+		if (rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				    sizeof(one))) {
+			ret = neg_errno(EINVAL);
+			goto destroy_id;
+		}
+		l->afonly = true;
+	} else if (fl->split_dual_stack && addr->sa_family == AF_INET6 &&
+		   IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
 		/* Both halves AF-only, else rdma_cm refuses the second on the
 		 * port; its bind follows the first's, whose port it takes. */
 		int one = 1;

@@ -55,7 +55,7 @@ int vb_probe(const struct vb_flavor *fl, const struct sockaddr *local,
 	     const struct sockaddr *remote);
 void vb_query_caps(const struct vb_flavor *fl, struct oti_caps *caps);
 int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t addrlen,
-	      int backlog, struct oti_listener **out);
+	      int backlog, unsigned flags, struct oti_listener **out);
 int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t dstlen,
 	       const struct sockaddr *src, socklen_t srclen, struct oti_ep **out);
 
@@ -100,6 +100,7 @@ void vb_ep_close(struct oti_ep *ep);
 	.ep_names = vb_ep_names, \
 	.ep_fd = vb_ep_fd, \
 	.ep_arm = vb_ep_arm, \
+	.ep_wait_events = oti_wait_pollin, \
 	.get_event = vb_get_event, \
 	.poll_cq = vb_poll_cq, \
 	.mr_reg = vb_mr_reg, \
