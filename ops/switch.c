@@ -421,8 +421,8 @@ static int bound_addr(int fd, struct ops_sock *s, struct sockaddr_storage *l, so
 	return native.getsockname(fd, (void *)l, ll) < 0 ? -errno : 0;
 }
 
-static int sdp_listen_on(struct ops_sock *s, const struct sockaddr_storage *l, socklen_t ll,
-			 int backlog)
+static int sdp_listen_on(int fd, struct ops_sock *s, const struct sockaddr_storage *l,
+			 socklen_t ll, int backlog)
 {
 	int r;
 
@@ -430,6 +430,17 @@ static int sdp_listen_on(struct ops_sock *s, const struct sockaddr_storage *l, s
 		r = new_engine_socket(s);
 		if (r < 0)
 			return r;
+	}
+	if (s->domain == AF_INET6) {
+		/* IPV6_V6ONLY as the kernel socket has it (set by the program
+		 * or net.ipv6.bindv6only): a dual-stack listener, or one
+		 * beside an IPv4 listener on the same port (asyncio's
+		 * start_server(), redis's bind * -::*). */
+		int v6only = 0;
+		socklen_t vl = sizeof(v6only);
+
+		if (native.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
+			(void)ENGINE(sdp_setsockopt(s->sd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl));
 	}
 	r = ENGINE(sdp_bind(s->sd, (const void *)l, ll));
 	if (r == 0 || r == -EINVAL)	/* -EINVAL: bound already (direct) */
@@ -451,7 +462,7 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 				socklen_t *ll, int backlog)
 {
 	int held[REBIND_TRIES], nheld = 0;
-	int r = sdp_listen_on(s, l, *ll, backlog);
+	int r = sdp_listen_on(fd, s, l, *ll, backlog);
 
 	while (r == -EADDRINUSE && s->any_port && nheld < REBIND_TRIES) {
 		int nfd = native.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -463,6 +474,13 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 		for (int i = 0; i < s->nopts; i++)
 			(void)native.setsockopt(nfd, s->opts[i].level, s->opts[i].name,
 						s->opts[i].val, s->opts[i].len);
+		if (s->domain == AF_INET6) {
+			int v6only = 0;
+			socklen_t vl = sizeof(v6only);
+
+			if (native.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
+				(void)native.setsockopt(nfd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl);
+		}
 		if (l->ss_family == AF_INET6)
 			((struct sockaddr_in6 *)l)->sin6_port = 0;
 		else
@@ -472,7 +490,7 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 									  : sizeof(struct sockaddr_in)) < 0 ||
 		    native.getsockname(nfd, (void *)l, ll) < 0)
 			break;
-		r = sdp_listen_on(s, l, *ll, backlog);
+		r = sdp_listen_on(nfd, s, l, *ll, backlog);
 		if (r == 0) {
 			/* This one: it takes fd's number, flags and all. */
 			int fl = native.fcntl(fd, F_GETFL), fdfl = native.fcntl(fd, F_GETFD);

@@ -12,6 +12,8 @@
 #     socket on TCP;
 #   - the first non-blocking connect of a fresh process says EINPROGRESS;
 #   - a destination that refused SDP (or timed out) is remembered;
+#   - dual stack: IPv4 and IPv6-only listeners on one port, and a
+#     dual-stack one, all on SDP;
 #   - direct AF_INET_SDP sockets, and their errors;
 #   - sdp_run runs a program with the preload.
 # Every transfer is checksummed by sdpcat.
@@ -159,6 +161,85 @@ while True:
 		else
 			log "the SDP side of port $RPORT is taken here: remembered-timeout case not run"
 		fi
+	fi
+fi
+
+# --- dual stack: an IPv4 and an IPv6-only listener on one port --------------------
+# asyncio's start_server() (and redis's "bind * -::*") listen on 0.0.0.0:P
+# and on [::]:P with IPV6_V6ONLY: both must get their SDP side, and clients
+# of both families connect over SDP.  Then one dual-stack [::] listener
+# (IPV6_V6ONLY 0) serves both families over SDP.  Loopback only (IPv6).
+if [ "$TEST_TRANSPORT" = tcp-fallback ] && command -v python3 >/dev/null 2>&1 &&
+	python3 -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
+	cat >"$TMP/dual.py" <<'PYEOF'
+import asyncio, os, random, socket, sys
+async def echo(r, w):
+    w.write(await r.read(100)); await w.drain(); w.close()
+def free_port():
+    # a port P free on both families, whose SDP port (P + 20000) is too
+    for _ in range(200):
+        p = random.randint(20000, 40000)
+        try:
+            for fam, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+                for q in (p, p + 20000):
+                    s = socket.socket(fam)
+                    if fam == socket.AF_INET6:
+                        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    s.bind((host, q)); s.close()
+            return p
+        except OSError:
+            pass
+async def main():
+    # port=P, no host: a listener per family, IPv6 with IPV6_V6ONLY
+    srv = await asyncio.start_server(echo, port=free_port())
+    port = srv.sockets[0].getsockname()[1]
+    open(sys.argv[1] + ".tmp", "w").write(str(port)); os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    async with srv:
+        await asyncio.sleep(30)
+asyncio.run(main())
+PYEOF
+	cat >"$TMP/dualc.py" <<'PYEOF'
+import socket, sys
+for host in ("127.0.0.1", "::1"):
+    c = socket.create_connection((host, int(sys.argv[1])))
+    c.sendall(b"ping " + host.encode()); print(c.recv(100).decode()); c.close()
+PYEOF
+	pf=$TMP/dual.port
+	start_bg "$TMP/dual-server.out" env $(preload_env "$both") python3 "$TMP/dual.py" "$pf"
+	DUAL_PID=$BG_PID
+	if wait_for_file "$pf" 30; then
+		DPORT=$(cat "$pf")
+		out=$(run_with_timeout 30 env $(preload_env "$both") python3 "$TMP/dualc.py" "$DPORT" 2>&1)
+		n4=$(grep -c "listening on 0.0.0.0:$DPORT over SDP and TCP" "$TMP/dual-server.out")
+		n6=$(grep -c "listening on \[::\]:$DPORT over SDP and TCP" "$TMP/dual-server.out")
+		c4=$(printf '%s\n' "$out" | grep -c "connected to 127.0.0.1:$DPORT over SDP")
+		c6=$(printf '%s\n' "$out" | grep -c "connected to \[::1\]:$DPORT over SDP")
+		echoes=$(printf '%s\n' "$out" | grep -c '^ping ')
+		if [ "$n4$n6$c4$c6$echoes" = 11112 ]; then
+			log "ok   dual stack (asyncio): SDP listeners on 0.0.0.0 and [::] (v6-only), SDP clients of both families"
+		else
+			bad "dual stack: listeners v4=$n4 v6=$n6, SDP clients v4=$c4 v6=$c6, echoes $echoes: $out $(grep -i 'failed\|TCP only' "$TMP/dual-server.out")"
+		fi
+	else
+		bad "the asyncio server did not start: $(cat "$TMP/dual-server.out")"
+	fi
+	kill "$DUAL_PID" 2>/dev/null
+	cat >"$TMP/dual2.py" <<'PYEOF'
+import socket
+s6 = socket.socket(socket.AF_INET6)
+s6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s6.bind(("::", 0)); s6.listen(); p = s6.getsockname()[1]
+for host, fam in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
+    c = socket.socket(fam); c.connect((host, p)); a, addr = s6.accept()
+    c.sendall(b"x"); print(host, addr[0], a.recv(1).decode())
+PYEOF
+	out=$(run_with_timeout 30 env $(preload_env "$both") python3 "$TMP/dual2.py" 2>&1)
+	if [ "$(printf '%s\n' "$out" | grep -c 'over SDP (')" -eq 2 ] &&
+		printf '%s\n' "$out" | grep -q '^127.0.0.1 ::ffff:127.0.0.1 x$' &&
+		printf '%s\n' "$out" | grep -q '^::1 ::1 x$'; then
+		log "ok   a dual-stack [::] listener serves both families over SDP"
+	else
+		bad "dual-stack [::] listener: $out"
 	fi
 fi
 
