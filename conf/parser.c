@@ -790,6 +790,26 @@ static int conf_parse_transport(struct conf_parser *ps)
 
 /* --- lines ----------------------------------------------------------------- */
 
+/*
+ * Whether the first word of a statement could be a misspelt keyword, and
+ * so worth showing.  Other files than an sdp.conf get named by mistake
+ * (LIBSDP_CONFIG_FILE, a wrong path): their first line's content stays
+ * out of the log, which others may read.
+ */
+static bool conf_keyword_like(const struct conf_word *w)
+{
+	if (w->len > 16)
+		return false;
+	for (size_t i = 0; i < w->len; i++) {
+		unsigned char c = (unsigned char)w->s[i];
+
+		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') &&
+		    c != '-' && c != '_')
+			return false;
+	}
+	return true;
+}
+
 static int conf_parse_line(struct conf_parser *ps)
 {
 	char buf[CONF_SHOW_MAX];
@@ -817,6 +837,11 @@ static int conf_parse_line(struct conf_parser *ps)
 		return conf_parse_set(ps);
 	if (conf_is(&w, "transport"))
 		return conf_parse_transport(ps);
+	if (!conf_keyword_like(&w))
+		return conf_err(ps, w.col,
+				"expected 'use', 'log', 'set' or 'transport' at the start of a statement, "
+				"got a word of %zu bytes that is no keyword (not shown: is this an sdp.conf?)",
+				w.len);
 	return conf_err(ps, w.col,
 			"expected 'use', 'log', 'set' or 'transport' at the start of a statement, got %s",
 			conf_got(&w, buf, sizeof(buf)));
