@@ -33,8 +33,10 @@ static int log_open_file_locked(const char *path)
 		return 0;
 	}
 	/* O_NOFOLLOW: a log path in a shared directory must not be turned
-	 * into a write to someone else's file through a symlink. */
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	 * into a write to someone else's file through a symlink; O_NOCTTY: a
+	 * terminal named there is not the program's to adopt. */
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY,
+		      0600);
 	if (fd < 0)
 		return -errno;
 	if (log_fd != STDERR_FILENO)

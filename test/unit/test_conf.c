@@ -755,6 +755,55 @@ Test(conf, log_statement)
 	tc_err("log min-level 5 verbose", "t.conf:1:17: expected 'min-level' or 'destination' in a 'log' statement, got 'verbose'");
 }
 
+/* A relative log file name is a file in /var/log itself; no name climbs
+ * with '..'. */
+Test(conf, log_file_names)
+{
+	static const struct {
+		const char *word, *path;
+	} good[] = {
+		{ "libsdp.log", "/var/log/libsdp.log" },
+		{ "..x", "/var/log/..x" },
+		{ "x..", "/var/log/x.." },
+		{ "a..b", "/var/log/a..b" },
+		{ ".hidden", "/var/log/.hidden" },
+		{ "\"a b.log\"", "/var/log/a b.log" },
+		{ "/var/tmp/x.log", "/var/tmp/x.log" },
+		{ "/tmp/..x/y..", "/tmp/..x/y.." },
+		{ "/var/log/libsdp/x.log", "/var/log/libsdp/x.log" },
+	};
+	static const struct {
+		const char *word, *err;
+	} bad[] = {
+		{ "../../tmp/x", "t.conf:1:22: the log file name '../../tmp/x' has a '..' component (write the path without it)" },
+		{ "..", "t.conf:1:22: the log file name '..' has a '..' component (write the path without it)" },
+		{ "x/..", "t.conf:1:24: the log file name 'x/..' has a '..' component (write the path without it)" },
+		{ "x/../y", "t.conf:1:24: the log file name 'x/../y' has a '..' component (write the path without it)" },
+		{ "\"a/../../b\"", "t.conf:1:25: the log file name 'a/../../b' has a '..' component (write the path without it)" },
+		{ "/var/log/../../etc/x", "t.conf:1:31: the log file name '/var/log/../../etc/x' has a '..' component (write the path without it)" },
+		{ "/tmp/..", "t.conf:1:27: the log file name '/tmp/..' has a '..' component (write the path without it)" },
+		{ "sub/x.log", "t.conf:1:25: the relative log file name 'sub/x.log' has a '/': a relative name is a file in /var/log/ itself (write an absolute path for another directory)" },
+		{ "./x", "t.conf:1:23: the relative log file name './x' has a '/': a relative name is a file in /var/log/ itself (write an absolute path for another directory)" },
+		{ "x/", "t.conf:1:23: the relative log file name 'x/' has a '/': a relative name is a file in /var/log/ itself (write an absolute path for another directory)" },
+		{ ".", "t.conf:1:22: the log file name '.' names /var/log/ itself" },
+	};
+	char text[128];
+	const char *path;
+
+	for (size_t i = 0; i < NELEM(good); i++) {
+		snprintf(text, sizeof(text), "log destination file %s\n", good[i].word);
+		struct conf_policy *p = tc_load(text);
+
+		cr_assert_eq(conf_log_destination(p, &path), CONF_LOG_DEST_FILE, "%s", text);
+		cr_assert_str_eq(path, good[i].path, "%s", text);
+		conf_free(p);
+	}
+	for (size_t i = 0; i < NELEM(bad); i++) {
+		snprintf(text, sizeof(text), "log destination file %s", bad[i].word);
+		tc_err(text, bad[i].err);
+	}
+}
+
 /* --- set ----------------------------------------------------------------------- */
 
 Test(conf, set_good)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -327,10 +328,16 @@ Test(tunables_lazy, first_use_reads_environment)
 
 /* --- what is said about the environment ---------------------------------------------- */
 
-/* stdout and stderr into files of their own while tun_report_env() runs
- * (twice: it says things once); what each got, the logger's line prefix
- * ("libsdp[pid.tid] time error tunables: ") cut from stderr's lines. */
-static void tt_report(char *out, size_t outcap, char *err, size_t errcap)
+static void tt_report_twice(void)
+{
+	tun_report_env();
+	tun_report_env();
+}
+
+/* stdout and stderr into files of their own while fn runs; what each got,
+ * the logger's line prefix ("libsdp[pid.tid] time error SUBSYS: ") cut
+ * from stderr's lines. */
+static void tt_capture(void (*fn)(void), char *out, size_t outcap, char *err, size_t errcap)
 {
 	FILE *fo = tmpfile(), *fe = tmpfile();
 	int o = dup(1), e = dup(2);
@@ -340,8 +347,7 @@ static void tt_report(char *out, size_t outcap, char *err, size_t errcap)
 	fflush(stderr);
 	cr_assert_geq(dup2(fileno(fo), 1), 0);
 	cr_assert_geq(dup2(fileno(fe), 2), 0);
-	tun_report_env();
-	tun_report_env();
+	fn();
 	dup2(o, 1);
 	dup2(e, 2);
 	close(o);
@@ -354,14 +360,20 @@ static void tt_report(char *out, size_t outcap, char *err, size_t errcap)
 	char line[1024];
 
 	while (fgets(line, sizeof(line), fe)) {
-		const char *m = strstr(line, " error tunables: ");
+		const char *m = strstr(line, " error ");
 
-		cr_assert_not_null(m, "not a line of the logger's: %s", line);
-		m += strlen(" error tunables: ");
+		cr_assert(m && strchr(m, ':'), "not a line of the logger's: %s", line);
+		m = strchr(m, ':') + 2;
 		n += (size_t)snprintf(err + n, errcap - n, "%s", m);
 	}
 	err[n < errcap ? n : errcap - 1] = '\0';
 	fclose(fe);
+}
+
+/* What tun_report_env() says (it says things once: it runs twice). */
+static void tt_report(char *out, size_t outcap, char *err, size_t errcap)
+{
+	tt_capture(tt_report_twice, out, outcap, err, errcap);
 }
 
 /* Each malformed variable is reported once, on stderr (never stdout),
@@ -464,4 +476,27 @@ Test(tunables, secure_execution_ignores_environment)
 	cr_assert_null(tun_getenv("LIBSDP_CONFIG_FILE"));
 	tt_report(out, sizeof(out), err, sizeof(err));
 	cr_assert_str_eq(err, "");
+}
+
+/* The log file is never opened through a symbolic link; the logger says
+ * so on stderr and stays there. */
+Test(tunables, log_file_symlink_refused)
+{
+	char dir[] = "/tmp/sdp-tt-XXXXXX", link[64], target[64], out[256], err[1024], want[512];
+	struct stat st;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(link, sizeof(link), "%s/sdp.log", dir);
+	snprintf(target, sizeof(target), "%s/elsewhere", dir);
+	cr_assert_eq(symlink(target, link), 0);
+	setenv("SDP_LOG_FILE", link, 1);
+	tun_reset();
+	tt_capture(sdp_log_init, out, sizeof(out), err, sizeof(err));
+	snprintf(want, sizeof(want), "cannot open the log file %s: %s; logging to stderr\n", link,
+		 strerror(ELOOP));
+	cr_assert_str_eq(err, want);
+	cr_assert_str_eq(out, "");
+	cr_assert_neq(lstat(target, &st), 0, "written through the symbolic link");
+	unlink(link);
+	rmdir(dir);
 }
