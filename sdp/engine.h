@@ -401,6 +401,8 @@ enum zc_outcome {
 	ZC_DONE,	/* the sink read it all (or some, then refused) */
 	ZC_BCOPY,	/* use Bcopy for the rest of this call */
 	ZC_CANCELLED,	/* cancelled for the caller's deadline or a signal */
+	ZC_WAIT,	/* the peer's advert is to take it, once credits allow:
+			 * wait for a change (write_zcopy.c) */
 };
 /*
  * Offer buf[0, len) with SrcAvail and wait until the sink is done with it.

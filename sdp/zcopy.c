@@ -187,7 +187,10 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		if (c->rx_sa.active)
 			return 0;	/* the peer's offer is unread: no crossing */
 		if (c->psnk.active) {
-			*outcome = ZC_DONE;	/* the peer's advert takes it (write_zcopy.c) */
+			/* The peer's advert takes it (write_zcopy.c), once
+			 * credits and a control slot allow: the caller
+			 * waits, it does not call again at once. */
+			*outcome = ZC_WAIT;
 			return 0;
 		}
 		if (zc_can_offer(c))

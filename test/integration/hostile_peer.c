@@ -72,6 +72,12 @@
  * half is not Transaction), an empty one, and a second one while the first
  * is held must be aborted.
  *
+ * A SinkAvail whose BSDH grants the victim no buffers (bufs 0) leaves it
+ * an advert it may not use yet: its blocking send must sleep -- its own
+ * thread CPU clock over the send stays a small part of the send's time --
+ * until a credit update lets it write, or until its SO_SNDTIMEO ends it
+ * (HOSTILE_MAGIC_PIPE_TIMEO) with EAGAIN; meanwhile it sends nothing.
+ *
  * On the RECV and PIPE connections the victim's own word -- what its
  * recv() or sends returned, whether its memory changed, how the connection
  * ended -- comes back on a pipe once the connection is over and is part of
@@ -141,6 +147,11 @@
  * asks for Pipelined when it completes it gets the second by Write Zcopy
  * once it advertises a buffer. */
 #define HOSTILE_MAGIC_PIPE 0x53445050u	/* "SDPP" */
+/* Header magic: as HOSTILE_MAGIC_PIPE, but the second send has an
+ * SO_SNDTIMEO of HOSTILE_SNDTIMEO_MS, and the victim reports as soon as
+ * its sends returned (then closes) instead of waiting for the end. */
+#define HOSTILE_MAGIC_PIPE_TIMEO 0x53445054u	/* "SDPT" */
+#define HOSTILE_SNDTIMEO_MS 1000
 
 /*
  * The victim's word on a connection with one of those two magics, sent on
@@ -152,6 +163,7 @@ struct vreport {
 	uint32_t flags;		/* VR_* */
 	int64_t r1, r2;		/* RECV: the first recv(); PIPE: the two sends (count or -errno) */
 	int64_t end;		/* how the connection ended: 0 EOF, -errno */
+	int64_t cpu_ns, wall_ns;	/* PIPE: the second send's thread CPU and wall time */
 	char text[200];
 };
 #define VR_DATA_BAD 1u		/* a recv() delivered bytes that are not the stream's */
@@ -394,7 +406,15 @@ out:
 	free(snap);
 }
 
-/* The victim sends twice (HOSTILE_MAGIC_PIPE). */
+static int64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The victim sends twice (HOSTILE_MAGIC_PIPE, _PIPE_TIMEO). */
 static void victim_pipe(struct vconn *v, const struct xfer_hdr *h)
 {
 	uint8_t trailer[XFER_VERDICT_LEN], b[64];
@@ -415,8 +435,30 @@ static void victim_pipe(struct vconn *v, const struct xfer_hdr *h)
 	xgen_init(&g, h->seed);
 	xgen_fill(&g, buf, 2 * h->bytes);
 	n1 = sdp_send(v->sd, buf, h->bytes, MSG_NOSIGNAL);
-	if (n1 == (ssize_t)h->bytes)
+	if (n1 == (ssize_t)h->bytes) {
+		bool timeo = h->magic == HOSTILE_MAGIC_PIPE_TIMEO;
+		struct timeval tv = { 0, HOSTILE_SNDTIMEO_MS * 1000 };
+		int64_t cpu0, wall0;
+
+		if (timeo && sdp_setsockopt(v->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+			say("victim: SO_SNDTIMEO refused");
+		cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		wall0 = clock_ns(CLOCK_MONOTONIC);
 		n2 = sdp_send(v->sd, buf + h->bytes, h->bytes, MSG_NOSIGNAL);
+		v->rep.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+		v->rep.wall_ns = clock_ns(CLOCK_MONOTONIC) - wall0;
+		if (timeo) {
+			/* The word goes now: the peer cannot see when the
+			 * send returned otherwise. */
+			v->rep.r1 = n1;
+			v->rep.r2 = n2;
+			snprintf(v->result, sizeof(v->result), "sends returned %zd and %zd (%s)", n1,
+				 n2, n2 < 0 ? strerror((int)-n2) : "bytes");
+			memset(buf, 0xA5, 2 * h->bytes);
+			free(buf);
+			return;
+		}
+	}
 	memset(buf, 0xA5, 2 * h->bytes);
 	free(buf);
 	v->rep.r1 = n1;
@@ -462,7 +504,8 @@ static void *victim_conn(void *arg)
 		victim_send(v, &h);
 		goto out;
 	}
-	if (h.magic == HOSTILE_MAGIC_RECV || h.magic == HOSTILE_MAGIC_PIPE) {
+	if (h.magic == HOSTILE_MAGIC_RECV || h.magic == HOSTILE_MAGIC_PIPE ||
+	    h.magic == HOSTILE_MAGIC_PIPE_TIMEO) {
 		if (h.magic == HOSTILE_MAGIC_RECV)
 			victim_recv(v, &h);
 		else
@@ -641,6 +684,7 @@ struct hconn {
 	int event_status;
 	uint32_t next_mseq;
 	uint32_t last_rx_mseq;
+	bool no_credits;	/* our messages grant no buffers (bufs 0) */
 	unsigned rx_msgs;
 	bool saw_abort;
 	uint64_t send_ctx;
@@ -1042,7 +1086,7 @@ static void put_bsdh(struct hconn *h, uint8_t *out, uint8_t mid, uint8_t flags, 
 	struct sdp_bsdh b = {
 		.mid = mid,
 		.flags = flags,
-		.bufs = NRECV,
+		.bufs = h->no_credits ? 0 : NRECV,
 		.len = len,
 		.mseq = h->next_mseq++,
 		.mseq_ack = h->last_rx_mseq,
@@ -2334,16 +2378,17 @@ static bool got_pipelined_offer(const struct hconn *h)
 }
 
 /*
- * Ask the victim for two sends of ZC_BYTES (HOSTILE_MAGIC_PIPE), read the
+ * Ask the victim for two sends of ZC_BYTES (magic: HOSTILE_MAGIC_PIPE or
+ * _PIPE_TIMEO), read the
  * first offer and complete it with REQ_PIPE; the victim must then say
  * ModeChange to Pipelined and offer the second send with a SrcAvail
  * without inline bytes, which is left waiting.  0, or -errno with why
  * filled in.
  */
-static int pipe_open(struct hconn *h, uint32_t tag, char *why, size_t cap)
+static int pipe_open(struct hconn *h, uint32_t magic, uint32_t tag, char *why, size_t cap)
 {
 	uint8_t ext[SDP_U32H_LEN];
-	int r = zc_open_offer(h, HOSTILE_MAGIC_PIPE, tag, why, cap);
+	int r = zc_open_offer(h, magic, tag, why, cap);
 
 	if (!r && (r = hconn_expose(h)))
 		snprintf(why, cap, "registering the sink buffer: %s", strerror(-r));
@@ -2375,6 +2420,38 @@ static int pipe_open(struct hconn *h, uint32_t tag, char *why, size_t cap)
 		return -EPROTO;
 	}
 	h->sa_base = ZC_BYTES;
+	return 0;
+}
+
+/* After our honest SinkAvail for the victim's second send: it must write
+ * the right bytes into it, complete it, and send the trailer. */
+static int pipe_written(struct hconn *h, uint32_t tag, char *why, size_t cap)
+{
+	int r = await_victim(h, got_wr_compl, "no RdmaWrCompl for an honest SinkAvail (%s)", why,
+			     cap);
+
+	if (r)
+		return r;
+	struct xgen g;
+
+	xgen_init(&g, HOSTILE_SEED_TAG | tag);
+	g.off = ZC_BYTES;
+	if (h->wrcompl_len != ZC_BYTES || xgen_check(&g, h->xmem, ZC_BYTES) != ZC_BYTES) {
+		snprintf(why, cap, "RdmaWrCompl{%u} for %u bytes%s", h->wrcompl_len, ZC_BYTES,
+			 h->wrcompl_len == ZC_BYTES ? ", the WRONG BYTES written" : "");
+		return -EIO;
+	}
+	r = pump_until(h, got_trailer, deadline_after(case_timeout_ms));
+	uint64_t total, zero;
+
+	xfer_verdict_decode(h->data_head, &total, &zero);
+	if (r || total != 2ull * ZC_BYTES) {
+		snprintf(why, cap, "%u bytes written; then %s", ZC_BYTES,
+			 r ? "no trailer" : "the trailer counts the wrong total");
+		return r ? r : -EIO;
+	}
+	snprintf(why, cap, "%u bytes written into our buffer, right ones, then the trailer",
+		 ZC_BYTES);
 	return 0;
 }
 
@@ -2412,7 +2489,7 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 	int r;
 
 	why[0] = '\0';
-	r = pipe_open(&h, tag, why, cap);
+	r = pipe_open(&h, HOSTILE_MAGIC_PIPE, tag, why, cap);
 	if (r)
 		goto out;
 	uint32_t rkey = h.xmr->rkey, nond = h.nond_rcvd;
@@ -2424,33 +2501,7 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 			snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
 			break;
 		}
-		r = await_victim(&h, got_wr_compl, "no RdmaWrCompl for an honest SinkAvail (%s)",
-				 why, cap);
-		if (r)
-			break;
-		struct xgen g;
-
-		xgen_init(&g, HOSTILE_SEED_TAG | tag);
-		g.off = ZC_BYTES;
-		if (h.wrcompl_len != ZC_BYTES ||
-		    xgen_check(&g, h.xmem, ZC_BYTES) != ZC_BYTES) {
-			snprintf(why, cap, "RdmaWrCompl{%u} for %u bytes%s", h.wrcompl_len, ZC_BYTES,
-				 h.wrcompl_len == ZC_BYTES ? ", the WRONG BYTES written" : "");
-			r = -EIO;
-			break;
-		}
-		r = pump_until(&h, got_trailer, deadline_after(case_timeout_ms));
-		uint64_t total, zero;
-
-		xfer_verdict_decode(h.data_head, &total, &zero);
-		if (r || total != 2ull * ZC_BYTES) {
-			snprintf(why, cap, "%u bytes written; then %s", ZC_BYTES,
-				 r ? "no trailer" : "the trailer counts the wrong total");
-			r = r ? r : -EIO;
-			break;
-		}
-		snprintf(why, cap, "%u bytes written into our buffer, right ones, then the trailer",
-			 ZC_BYTES);
+		r = pipe_written(&h, tag, why, cap);
 		break;
 	case PIPE_BAD_RKEY:
 	case PIPE_OUTSIDE:
@@ -2556,6 +2607,118 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 			 "the error came at the next call)", T->name);
 	}
 	return 0;
+out:
+	hconn_close(&h);
+	return r;
+}
+
+/* --- the victim is the source, the sink grants it no buffers ------------------ */
+
+/*
+ * The peer's SinkAvail arrives with bufs 0: the victim may use the advert
+ * only once a credit comes (its RdmaWrCompl is a message).  Its blocking
+ * send must sleep meanwhile -- not spin at full CPU with the socket's lock
+ * held, so that not even the credit could get in -- and must still keep
+ * its SO_SNDTIMEO.  The victim's own clocks say how much CPU its second
+ * send used in how much time: a sleeping send uses a small part of it.
+ */
+enum stall_case {
+	STALL_THEN_CREDITS,	/* then a credit update: the write happens */
+	STALL_SNDTIMEO,		/* no credit ever: SO_SNDTIMEO ends the send */
+};
+
+static const struct {
+	const char *name;
+	enum stall_case a;
+} stall_cases[] = {
+	{ "credits: SinkAvail granting no buffers", STALL_THEN_CREDITS },
+	{ "credits: none ever, SO_SNDTIMEO", STALL_SNDTIMEO },
+};
+
+/* The victim's second send slept rather than spun: *why says its CPU and
+ * wall time; -EIO when it used more than a quarter of it. */
+static int slept(const struct vreport *vr, char *why, size_t cap)
+{
+	size_t k = strlen(why);
+
+	snprintf(why + k, cap - k, "; the send used %.1f ms of CPU in %.1f ms",
+		 vr->cpu_ns / 1e6, vr->wall_ns / 1e6);
+	if (vr->cpu_ns * 4 > vr->wall_ns) {
+		k = strlen(why);
+		snprintf(why + k, cap - k, " -- IT SPUN");
+		return -EIO;
+	}
+	return 0;
+}
+
+static int run_stall_case(int i, char *why, size_t cap)
+{
+	struct hconn h;
+	struct vreport vr;
+	uint32_t tag = 0xB00u + (uint32_t)i;
+	enum stall_case a = stall_cases[i].a;
+	int r;
+
+	why[0] = '\0';
+	r = pipe_open(&h, a == STALL_SNDTIMEO ? HOSTILE_MAGIC_PIPE_TIMEO : HOSTILE_MAGIC_PIPE, tag,
+		      why, cap);
+	if (r)
+		goto out;
+	h.no_credits = true;
+	r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, 0), h.xmr->rkey, h.nond_rcvd, 0);
+	if (r) {
+		snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
+		goto out;
+	}
+	unsigned seen = h.rx_msgs;
+
+	if (a == STALL_SNDTIMEO) {
+		/* Its word comes when the send has returned. */
+		r = victim_word(tag, &vr, why, cap);
+		drain_cq(&h);
+		if (!r && h.rx_msgs != seen) {
+			snprintf(why + strlen(why), cap - strlen(why),
+				 " -- it sent %u message(s) with no credit", h.rx_msgs - seen);
+			r = -EIO;
+		}
+		if (!r && vr.r2 != -EAGAIN) {
+			snprintf(why + strlen(why), cap - strlen(why),
+				 " -- its second send should have timed out (EAGAIN)");
+			r = -EIO;
+		}
+		if (!r)
+			r = slept(&vr, why, cap);
+		goto out;
+	}
+	/* A while without credits: nothing may come, the connection stays. */
+	r = pump_until(&h, never, deadline_after(500));
+	if (r != -ETIMEDOUT) {
+		snprintf(why, cap, "the connection dropped while we granted no buffers");
+		r = r ? r : -EPROTO;
+		goto out;
+	}
+	if (h.rx_msgs != seen) {
+		snprintf(why, cap, "the victim sent %u message(s) with no credit", h.rx_msgs - seen);
+		r = -EIO;
+		goto out;
+	}
+	h.no_credits = false;
+	r = send_msg(&h, SDP_MID_DATA, 0, NULL, 0, NULL, 0);	/* a credit update */
+	if (r) {
+		snprintf(why, cap, "posting the credit update: %s", strerror(-r));
+		goto out;
+	}
+	r = pipe_written(&h, tag, why, cap);
+	hconn_close(&h);
+	if (!r)
+		r = victim_word(tag, &vr, why, cap);
+	if (!r && !(vr.flags & VR_SENT_ALL)) {
+		snprintf(why + strlen(why), cap - strlen(why), " -- its sends should have returned all");
+		r = -EIO;
+	}
+	if (!r)
+		r = slept(&vr, why, cap);
+	return r;
 out:
 	hconn_close(&h);
 	return r;
@@ -3001,6 +3164,8 @@ int main(int argc, char **argv)
 		run_case(wz_attacks[i].name, run_wz_attack, i, only);
 	for (size_t i = 0; victim_pid && i < N_OF(pipe_attacks); i++)
 		run_case(pipe_attacks[i].name, run_pipe_attack, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(stall_cases); i++)
+		run_case(stall_cases[i].name, run_stall_case, i, only);
 #undef N_OF
 	uint64_t good_after = atomic_load(&gx.sent);
 

@@ -25,6 +25,9 @@
 # with a bogus key or outside the attacker's registration makes its write
 # fail, the connection go down and its send() (or, on tcp-fallback, its
 # next call) fail; SinkAvails with data, empty or doubled are aborted.  A
+# SinkAvail that grants the victim no buffers (bufs 0) makes its blocking
+# send wait, sleeping (its CPU time stays a small part of the time it
+# waits) and keeping its SO_SNDTIMEO, until a credit comes.  A
 # zero-copy send from the victim to a well-behaved reader, and a Write
 # Zcopy into it from a well-behaved sender, must work afterwards.
 . "$(dirname "$0")/lib.sh"
