@@ -33,8 +33,10 @@ static int log_open_file_locked(const char *path)
 		return 0;
 	}
 	/* O_NOFOLLOW: a log path in a shared directory must not be turned
-	 * into a write to someone else's file through a symlink. */
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	 * into a write to someone else's file through a symlink; O_NOCTTY: a
+	 * terminal named there is not the program's to adopt. */
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY,
+		      0600);
 	if (fd < 0)
 		return -errno;
 	if (log_fd != STDERR_FILENO)
@@ -45,15 +47,21 @@ static int log_open_file_locked(const char *path)
 
 void sdp_log_init(void)
 {
-	int saved = errno;
+	int saved = errno, failed = 0;
+	const char *path = tun_str(TUN_log_file);
 
 	pthread_mutex_lock(&log_lock);
 	if (!log_ready) {
 		sdp_log_min_level = (int)tun_int(TUN_log_level);
-		(void)log_open_file_locked(tun_str(TUN_log_file));
+		failed = log_open_file_locked(path);
 		log_ready = 1;
 	}
 	pthread_mutex_unlock(&log_lock);
+	/* Both said once the logger can say them. */
+	if (failed)
+		sdp_err("log", "cannot open the log file %s: %s; logging to stderr", path,
+			strerror(-failed));
+	tun_report_env();
 	errno = saved;
 }
 

@@ -4,9 +4,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+
+#include "log.h"
 
 enum tun_type { TUN_TYPE_INT, TUN_TYPE_STR };
 
@@ -33,11 +37,31 @@ struct tun_value {
 	int from_env;
 };
 
-/* Protects tun_values and tun_loaded; values are read far more often than
- * set, but a set only happens at start-up, so one mutex is enough. */
+/* What the environment said that tun_report_env() has to tell. */
+enum tun_note {
+	TUN_NOTE_NONE,
+	TUN_NOTE_BAD,		/* a value that does not parse: the default stays */
+	TUN_NOTE_IGNORED,	/* set, but the environment is not trusted */
+};
+
+/* Variables other than SDP_<NAME> that tun_getenv() ignored. */
+#define TUN_OTHER_MAX 4
+
+/* Protects everything below; values are read far more often than set,
+ * but a set only happens at start-up, so one mutex is enough. */
 static pthread_mutex_t tun_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tun_value tun_values[TUN_COUNT];
 static int tun_loaded;
+/* Secure execution (AT_SECURE: set-user-ID, set-group-ID, file
+ * capabilities): whoever set the environment has fewer rights than the
+ * process, so no variable of ours is taken from it. */
+static bool tun_secure;
+static int tun_secure_forced = -1;	/* tun_reset_as(): tests; -1 = ask the kernel */
+static unsigned char tun_notes[TUN_COUNT];	/* enum tun_note, not yet reported */
+static char tun_bad[TUN_COUNT][176];	/* the refused value as shown, for TUN_NOTE_BAD */
+static const char *tun_other[TUN_OTHER_MAX];
+static int tun_nother;
+static atomic_bool tun_notes_pending;	/* tun_report_env() has something to say */
 
 static int tun_parse(const struct tun_desc *d, const char *text, struct tun_value *v)
 {
@@ -68,10 +92,34 @@ static void tun_env_name(const char *name, char *out, size_t cap)
 	out[i] = '\0';
 }
 
+/* text as a log message may show it: at most 40 bytes, anything but
+ * printable ASCII as \xNN, quoted. */
+static void tun_show(const char *text, char *out, size_t cap)
+{
+	size_t o = 0, i;
+
+	out[o++] = '"';
+	for (i = 0; text[i] && i < 40 && o + 8 < cap; i++) {
+		unsigned char c = (unsigned char)text[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+	}
+	if (text[i] && o + 5 < cap) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o++] = '"';
+	out[o] = '\0';
+}
+
 static void tun_load_locked(void)
 {
 	char env[64];
 
+	tun_secure = tun_secure_forced >= 0 ? tun_secure_forced : getauxval(AT_SECURE) != 0;
 	for (int id = 0; id < TUN_COUNT; id++) {
 		const struct tun_desc *d = &tun_table[id];
 		struct tun_value *v = &tun_values[id];
@@ -79,14 +127,24 @@ static void tun_load_locked(void)
 		/* Defaults are ours and always parse. */
 		(void)tun_parse(d, d->def, v);
 		v->from_env = 0;
+		tun_notes[id] = TUN_NOTE_NONE;
 		tun_env_name(d->name, env, sizeof(env));
 		const char *e = getenv(env);
-		/* A malformed environment value is ignored (the default
-		 * stays); the logger reports it once it exists. */
-		if (e && tun_parse(d, e, v) == 0)
+
+		if (!e)
+			continue;
+		if (tun_secure) {
+			tun_notes[id] = TUN_NOTE_IGNORED;
+		} else if (tun_parse(d, e, v) == 0) {
 			v->from_env = 1;
-		else if (e)
+			continue;
+		} else {
+			/* The default stays (or what sdp.conf sets). */
 			(void)tun_parse(d, d->def, v);
+			tun_notes[id] = TUN_NOTE_BAD;
+			tun_show(e, tun_bad[id], sizeof(tun_bad[id]));
+		}
+		atomic_store(&tun_notes_pending, true);
 	}
 	tun_loaded = 1;
 }
@@ -152,6 +210,81 @@ void tun_list(FILE *out)
 void tun_reset(void)
 {
 	pthread_mutex_lock(&tun_lock);
+	tun_nother = 0;
 	tun_load_locked();
 	pthread_mutex_unlock(&tun_lock);
+}
+
+void tun_reset_as(int secure)
+{
+	pthread_mutex_lock(&tun_lock);
+	tun_secure_forced = secure;
+	pthread_mutex_unlock(&tun_lock);
+	tun_reset();
+}
+
+const char *tun_getenv(const char *name)
+{
+	const char *v = getenv(name);
+
+	if (!v)
+		return NULL;
+	pthread_mutex_lock(&tun_lock);
+	if (!tun_loaded)
+		tun_load_locked();
+	bool secure = tun_secure;
+
+	if (secure) {
+		int i = 0;
+
+		while (i < tun_nother && strcmp(tun_other[i], name))
+			i++;
+		if (i == tun_nother && i < TUN_OTHER_MAX) {
+			tun_other[tun_nother++] = name;
+			atomic_store(&tun_notes_pending, true);
+		}
+	}
+	pthread_mutex_unlock(&tun_lock);
+	return secure ? NULL : v;
+}
+
+void tun_report_env(void)
+{
+	char ignored[TUN_OTHER_MAX * 40 + TUN_COUNT * 40] = "";
+	size_t n = 0;
+
+	if (!atomic_exchange(&tun_notes_pending, false))
+		return;
+	/* Said outside tun_lock: the logger reads tunables. */
+	for (int id = 0; id < TUN_COUNT; id++) {
+		const struct tun_desc *d = &tun_table[id];
+		char env[64], bad[sizeof(tun_bad[0])];
+
+		pthread_mutex_lock(&tun_lock);
+		unsigned note = tun_notes[id];
+
+		tun_notes[id] = TUN_NOTE_NONE;
+		memcpy(bad, tun_bad[id], sizeof(bad));
+		pthread_mutex_unlock(&tun_lock);
+		tun_env_name(d->name, env, sizeof(env));
+		if (note == TUN_NOTE_IGNORED) {
+			n += (size_t)snprintf(ignored + n, sizeof(ignored) - n, " %s", env);
+		} else if (note == TUN_NOTE_BAD && d->type == TUN_TYPE_INT) {
+			sdp_err("tunables", "%s=%s ignored: not an integer from %ld to %ld; "
+				"%s is %ld (default %s)", env, bad, d->min, d->max, d->name,
+				tun_int((enum tun_id)id), d->def);
+		} else if (note == TUN_NOTE_BAD) {
+			sdp_err("tunables", "%s=%s ignored: longer than %d bytes; %s is \"%s\" "
+				"(default \"%s\")", env, bad, TUN_STR_MAX - 1, d->name,
+				tun_str((enum tun_id)id), d->def);
+		}
+	}
+	pthread_mutex_lock(&tun_lock);
+	for (int i = 0; i < tun_nother; i++)
+		n += (size_t)snprintf(ignored + n, sizeof(ignored) - n, " %s", tun_other[i]);
+	tun_nother = 0;
+	pthread_mutex_unlock(&tun_lock);
+	if (n)
+		sdp_err("tunables", "secure execution (set-user-ID, set-group-ID or file "
+			"capabilities): the environment is not trusted, ignored:%s", ignored);
 }

@@ -597,6 +597,44 @@ static int conf_parse_use(struct conf_parser *ps)
  * depend on the working directory of whichever program is preloaded. */
 #define CONF_LOG_DIR "/var/log/"
 
+/*
+ * A relative log file name is a file in CONF_LOG_DIR itself: no '/', so
+ * that it can neither climb out ("../../tmp/x") nor pass through a
+ * directory below it that someone else may own and turn into a symbolic
+ * link; an absolute path is taken as written, but without '..'.  The
+ * file itself is never a symbolic link: the logger opens it with
+ * O_NOFOLLOW.
+ */
+static int conf_check_log_path(struct conf_parser *ps, const struct conf_word *w)
+{
+	char buf[CONF_SHOW_MAX];
+	size_t col = w->col + w->quoted;
+
+	for (size_t i = 0; i < w->len; i++) {
+		size_t end = i;
+
+		while (end < w->len && w->s[end] != '/')
+			end++;
+		if (end - i == 2 && w->s[i] == '.' && w->s[i + 1] == '.')
+			return conf_err(ps, col + i,
+					"the log file name %s has a '..' component (write the path without it)",
+					conf_show(w->s, w->len, buf, sizeof(buf)));
+		i = end;
+	}
+	if (w->s[0] == '/')
+		return 0;
+	const char *slash = memchr(w->s, '/', w->len);
+
+	if (slash)
+		return conf_err(ps, col + (size_t)(slash - w->s),
+				"the relative log file name %s has a '/': a relative name is a file in "
+				CONF_LOG_DIR " itself (write an absolute path for another directory)",
+				conf_show(w->s, w->len, buf, sizeof(buf)));
+	if (w->len == 1 && w->s[0] == '.')
+		return conf_err(ps, col, "the log file name '.' names " CONF_LOG_DIR " itself");
+	return 0;
+}
+
 static int conf_parse_log(struct conf_parser *ps)
 {
 	struct conf_policy *p = ps->p;
@@ -637,6 +675,8 @@ static int conf_parse_log(struct conf_parser *ps)
 							"expected a file name after 'destination file', got end of line");
 				if (!w.len)
 					return conf_err(ps, w.col, "the log file name is empty");
+				if ((ret = conf_check_log_path(ps, &w)))
+					return ret;
 				if (w.s[0] == '/')
 					path = strndup(w.s, w.len);
 				else if (asprintf(&path, CONF_LOG_DIR "%.*s", (int)w.len, w.s) < 0)
@@ -790,6 +830,26 @@ static int conf_parse_transport(struct conf_parser *ps)
 
 /* --- lines ----------------------------------------------------------------- */
 
+/*
+ * Whether the first word of a statement could be a misspelt keyword, and
+ * so worth showing.  Other files than an sdp.conf get named by mistake
+ * (LIBSDP_CONFIG_FILE, a wrong path): their first line's content stays
+ * out of the log, which others may read.
+ */
+static bool conf_keyword_like(const struct conf_word *w)
+{
+	if (w->len > 16)
+		return false;
+	for (size_t i = 0; i < w->len; i++) {
+		unsigned char c = (unsigned char)w->s[i];
+
+		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') &&
+		    c != '-' && c != '_')
+			return false;
+	}
+	return true;
+}
+
 static int conf_parse_line(struct conf_parser *ps)
 {
 	char buf[CONF_SHOW_MAX];
@@ -817,6 +877,11 @@ static int conf_parse_line(struct conf_parser *ps)
 		return conf_parse_set(ps);
 	if (conf_is(&w, "transport"))
 		return conf_parse_transport(ps);
+	if (!conf_keyword_like(&w))
+		return conf_err(ps, w.col,
+				"expected 'use', 'log', 'set' or 'transport' at the start of a statement, "
+				"got a word of %zu bytes that is no keyword (not shown: is this an sdp.conf?)",
+				w.len);
 	return conf_err(ps, w.col,
 			"expected 'use', 'log', 'set' or 'transport' at the start of a statement, got %s",
 			conf_got(&w, buf, sizeof(buf)));

@@ -59,7 +59,9 @@ static void apply_log_settings(struct conf_policy *p)
 static void init_once_fn(void)
 {
 	char err[512];
-	const char *path = getenv("LIBSDP_CONFIG_FILE");
+	/* Not in a set-user-ID program (tun_getenv): its parse errors
+	 * would show another user's file. */
+	const char *path = tun_getenv("LIBSDP_CONFIG_FILE");
 	bool named = path && *path;
 	int r;
 

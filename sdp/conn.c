@@ -312,6 +312,13 @@ static int conn_post_ctrl_flags(struct sdp_sock *s, uint8_t mid, uint8_t flags, 
 	struct oti_sge sge = { .addr = buf, .len = (uint32_t)(SDP_BSDH_LEN + extlen), .mr = c->ctrl_mr };
 	int ret;
 
+	if (!conn_fits(c, extlen)) {
+		/* Our bug: the peer's buffer would be overrun. */
+		sdp_err(LOGSYS, "sd %d: a %s of %u bytes does not fit the peer's %u-byte buffers",
+			s->sd, sdp_mid_name(mid), sge.len, c->tx_size);
+		conn_abort(s, ECONNRESET);
+		return -EMSGSIZE;
+	}
 	if (ext)
 		memcpy(buf + SDP_BSDH_LEN, ext, extlen);
 	conn_fill_bsdh(c, buf, mid, flags, sge.len);
@@ -334,7 +341,7 @@ int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extl
 
 uint32_t conn_piggyback_max(const struct sdp_conn *c)
 {
-	return c->tx_size - SDP_BSDH_LEN - SDP_SINKAH_LEN;
+	return conn_fits(c, SDP_SINKAH_LEN) ? c->tx_size - SDP_BSDH_LEN - SDP_SINKAH_LEN : 0;
 }
 
 int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a)
@@ -815,7 +822,10 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		conn_abort(s, ECONNRESET);
 		return;
 	case SDP_MID_CH_RCV_BUF:
-		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
+		/* An answer the peer's buffers cannot take tells it nothing
+		 * it lacks: our size is the one in our Hello. */
+		if (conn_fits(c, SDP_U32H_LEN))
+			c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
 		break;
 	case SDP_MID_MODE_CHANGE: {
 		int send_half;

@@ -81,7 +81,8 @@ size_t conv_encode(uint8_t *buf, const struct conv_frame *f);
  * whole length once its header is complete (the body follows, length -
  * CONV_HDR_LEN bytes), 0 if these bytes could still begin a frame but the
  * header is incomplete, -EPROTO if they are not a frame of ours (stream
- * data: not to be consumed) or -EMSGSIZE if the header announces a body
+ * data, or a header of an unknown type or with a body too short for its
+ * type: not to be consumed) or -EMSGSIZE if the header announces a body
  * over CONV_MAX_BODY.
  */
 int conv_check_header(const uint8_t *buf, size_t len);
@@ -107,8 +108,9 @@ int conv_send(int fd, const struct conv_frame *f, uint64_t deadline_ns);
 /*
  * The next frame from fd into *f, before the deadline.  Stream bytes that
  * are not a frame are left unread (-EPROTO); so is an incomplete frame
- * when time runs out (-ETIMEDOUT).  End of stream is -ECONNRESET.
- * Consumes exactly the frame's bytes otherwise.
+ * when time runs out (-ETIMEDOUT) or when the stream ends in it
+ * (-ECONNRESET, as an end of stream before any byte).  Consumes exactly
+ * the frame's bytes otherwise.
  */
 int conv_recv(int fd, struct conv_frame *f, uint64_t deadline_ns);
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -100,6 +101,9 @@ int conv_check_header(const uint8_t *buf, size_t len)
 
 	if (n > CONV_MAX_BODY)
 		return -EMSGSIZE;
+	/* Judged on the header, so that such a frame is never consumed. */
+	if (!body_len(buf[6]) || n < body_len(buf[6]))
+		return -EPROTO;
 	return CONV_HDR_LEN + n;
 }
 
@@ -155,8 +159,9 @@ uint64_t conv_deadline_in(int ms)
 	return ms < 0 ? 0 : conv_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
-/* Wait for events on fd until the deadline: 1 ready, 0 timed out, or a
- * negative errno.  Signals do not interrupt the handshake. */
+/* Wait for events on fd until the deadline: the events that came (> 0),
+ * 0 timed out, or a negative errno.  Signals do not interrupt the
+ * handshake. */
 static int wait_fd(int fd, short events, uint64_t deadline_ns)
 {
 	for (;;) {
@@ -178,8 +183,32 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns)
 			return -errno;
 		if (r == 0)
 			continue;	/* re-checks the deadline */
-		return 1;
+		return pf.revents;
 	}
+}
+
+/*
+ * Wait until the TCP socket fd holds more than `have` unread bytes, its
+ * peer has ended the stream, or the deadline: as wait_fd().  poll() calls
+ * a socket readable while one byte is there, and the bytes of a partial
+ * frame stay there (they are only peeked at): the wait asks TCP for
+ * have + 1 with SO_RCVLOWAT, which its poll honours, and puts the caller's
+ * own value back (no other thread uses the socket meanwhile: convert.h).
+ */
+static int wait_more(int fd, size_t have, uint64_t deadline_ns)
+{
+	int old, want = (int)have + 1;
+	socklen_t l = sizeof(old);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, &l))
+		return -errno;
+	if (old != want && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)))
+		return -errno;
+	int r = wait_fd(fd, POLLIN | POLLRDHUP, deadline_ns);
+
+	if (old != want)
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, sizeof(old));
+	return r;
 }
 
 int conv_send_bytes(int fd, const void *buf, size_t len, uint64_t deadline_ns)
@@ -216,10 +245,13 @@ int conv_send(int fd, const struct conv_frame *f, uint64_t deadline_ns)
 int conv_recv(int fd, struct conv_frame *f, uint64_t deadline_ns)
 {
 	uint8_t buf[CONV_HDR_LEN + CONV_MAX_BODY];
-	size_t want = CONV_HDR_LEN;
+	size_t want;
+	bool ended = false;	/* the peer's end of stream came */
 
 	for (;;) {
-		ssize_t n = recv(fd, buf, want, MSG_PEEK | MSG_DONTWAIT);
+		/* All there is, up to the largest frame: what follows a frame
+		 * is only looked at, and a frame is whole or not at once. */
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -227,29 +259,25 @@ int conv_recv(int fd, struct conv_frame *f, uint64_t deadline_ns)
 			return -errno;
 		if (n == 0)
 			return -ECONNRESET;
-		if (n < 0) {
-			int r = wait_fd(fd, POLLIN, deadline_ns);
+		if (n < 0)
+			n = 0;
+		if (n > 0) {
+			int whole = conv_check_header(buf, (size_t)n);
 
-			if (r <= 0)
-				return r ? r : -ETIMEDOUT;
-			continue;
-		}
-		int whole = conv_check_header(buf, (size_t)n);
-
-		if (whole < 0)
-			return -EPROTO;
-		if (whole > 0)
+			if (whole < 0)
+				return -EPROTO;
 			want = (size_t)whole;
-		if (whole > 0 && (size_t)n >= want)
-			break;
-		/* Part of a frame: poll() would report the bytes already
-		 * there, so wait for the rest by the clock.  Frames are sent
-		 * whole; this is rare and short. */
-		if (deadline_ns && conv_now_ns() >= deadline_ns)
-			return -ETIMEDOUT;
-		struct timespec ts = { 0, 1000000 };
+			if (whole > 0 && (size_t)n >= want)
+				break;
+		}
+		/* Part of a frame, and no more can come. */
+		if (ended)
+			return -ECONNRESET;
+		int r = wait_more(fd, (size_t)n, deadline_ns);
 
-		nanosleep(&ts, NULL);
+		if (r <= 0)
+			return r ? r : -ETIMEDOUT;
+		ended = r & (POLLRDHUP | POLLHUP);
 	}
 	/* The whole frame is there: take exactly it. */
 	size_t got = 0;

@@ -374,8 +374,23 @@ void conn_protocol_error(struct sdp_sock *s, const char *why);
 
 /* Post every queued data buffer that credits allow, a held tail too. */
 void conn_push(struct sdp_sock *s);
+/*
+ * A message of the BSDH and extlen more bytes fits the peer's receive
+ * buffers.  A peer may advertise buffers as small as a BSDH and one byte
+ * (wire.c) and be honest: then what a longer message would serve is off
+ * for the connection -- SrcAvail (32 bytes and its inline ones: Read
+ * Zcopy as source), RdmaRdCompl (20: as sink, SendSM declines), SinkAvail
+ * (36: Write Zcopy as sink), ModeChange (20: our half stays Combined, so
+ * the peer sends no SinkAvail), ChRcvBufAck (20: unanswered, our size is
+ * in the Hello anyway).  Data and the 16-byte messages always fit.
+ */
+static inline bool conn_fits(const struct sdp_conn *c, size_t extlen)
+{
+	return SDP_BSDH_LEN + extlen <= c->tx_size;
+}
 /* A payload-free message (or SrcAvail with its inline bytes in ext) from a
- * control slot; the caller checked credits and ctrl_slot_free(). */
+ * control slot; the caller checked credits, ctrl_slot_free() and
+ * conn_fits(). */
 int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen);
 bool ctrl_slot_free(const struct sdp_conn *c);
 /* The transport may still touch memory we are about to give back (an
@@ -405,6 +420,8 @@ enum zc_outcome {
 	ZC_DONE,	/* the sink read it all (or some, then refused) */
 	ZC_BCOPY,	/* use Bcopy for the rest of this call */
 	ZC_CANCELLED,	/* cancelled for the caller's deadline or a signal */
+	ZC_WAIT,	/* the peer's advert is to take it, once credits allow:
+			 * wait for a change (write_zcopy.c) */
 };
 /*
  * Offer buf[0, len) with SrcAvail and wait until the sink is done with it.

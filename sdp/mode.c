@@ -78,7 +78,8 @@ void mode_want(struct sdp_sock *s, enum sdp_mode m)
 {
 	struct sdp_conn *c = s->conn;
 
-	if (!c)
+	/* No ModeChange fits the peer's buffers: our half stays Combined. */
+	if (!c || !conn_fits(c, SDP_MCH_LEN))
 		return;
 	if (c->ctrl_pending & SDP_CTRL_MODE_CHANGE) {
 		if (m == c->tx_mode)

@@ -784,6 +784,9 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 				zc_used = true;
 				continue;
 			}
+			/* It cannot write now: Bcopy, as wz_send() says,
+			 * which drops the advert. */
+			zc_off = true;
 		}
 		/* A large piece of a blocking send goes by Read Zcopy: the
 		 * peer reads it from iov itself (zcopy.c). */
@@ -809,6 +812,15 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			 * of this call goes by Bcopy. */
 			if (how == ZC_BCOPY)
 				zc_off = true;
+			/* The peer's advert waits for credits: the loop
+			 * must not spin on it, holding the lock. */
+			if (how == ZC_WAIT) {
+				ret = step_wait(s, dontwait, deadline, &driven);
+				if (ret) {
+					ret = done ? (ssize_t)done : ret;
+					goto out;
+				}
+			}
 			continue;
 		}
 		trans_hold(s, total - done);

@@ -110,7 +110,7 @@ bool wz_may_advertise(const struct sdp_sock *s, const struct iovec *iov, int iov
 
 	if (i == iovcnt || iov[i].iov_len - skip < (size_t)s->zcopy_thresh)
 		return false;
-	if (!wz_transport_writes(c) || !ctrl_slot_free(c))
+	if (!wz_transport_writes(c) || !ctrl_slot_free(c) || !conn_fits(c, SDP_SINKAH_LEN))
 		return false;
 	/* A held request rides on it and wants a data credit; a bare advert
 	 * a control one. */

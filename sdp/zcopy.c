@@ -16,10 +16,12 @@
  *
  * The rules both sides keep (Combined mode, max_adverts 1 each way):
  *
- *  - One SrcAvail of ours at a time, with 1..32 bytes inline, and nothing
- *    else of the stream after it until the sink is done: our Bcopy data
- *    and DisConn wait (conn_flush()).  A send that is non-blocking, or
- *    smaller than the socket's zcopy threshold, uses Bcopy.
+ *  - One SrcAvail of ours at a time, with 1..32 bytes inline (fewer if
+ *    the peer's buffers take no more, none if they cannot take one: no
+ *    SrcAvail then), and nothing else of the stream after it until the
+ *    sink is done: our Bcopy data and DisConn wait (conn_flush()).  A
+ *    send that is non-blocking, or smaller than the socket's zcopy
+ *    threshold, uses Bcopy.
  *  - The sink reports every read with RdmaRdCompl.  SendSM ends the offer
  *    early: the source takes back what was not read and sends it by Bcopy
  *    in the same call.  A sink without RDMA read answers SendSM at once.
@@ -84,13 +86,27 @@ uint64_t zc_op_max(const struct sdp_conn *c)
 
 /* --- source ------------------------------------------------------------------ */
 
+/* Bytes of the stream our SrcAvail carries inline at most: what fits the
+ * peer's buffers after BSDH and SrcAH, up to SDP_SA_INLINE; none in
+ * Pipelined mode.  -1: no SrcAvail fits (Combined mode wants one byte). */
+static int zc_inline_max(const struct sdp_conn *c)
+{
+	if (!conn_fits(c, SDP_SRCAH_LEN))
+		return -1;
+	if (c->tx_mode == SDP_MODE_PIPELINED)
+		return 0;
+	uint32_t room = c->tx_size - SDP_BSDH_LEN - SDP_SRCAH_LEN;
+
+	return room == 0 ? -1 : room < SDP_SA_INLINE ? (int)room : SDP_SA_INLINE;
+}
+
 const void *zc_send_candidate(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
 			      size_t skip, size_t *len)
 {
 	const struct sdp_conn *c = s->conn;
 
 	if (!s->zcopy_thresh || !c || !c->ep || c->zc_refusals >= ZC_MAX_REFUSALS ||
-	    c->await_first_rx)
+	    c->await_first_rx || zc_inline_max(c) < 0)
 		return NULL;
 	int i = iov_seek(iov, iovcnt, &skip);
 
@@ -187,7 +203,10 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		if (c->rx_sa.active)
 			return 0;	/* the peer's offer is unread: no crossing */
 		if (c->psnk.active) {
-			*outcome = ZC_DONE;	/* the peer's advert takes it (write_zcopy.c) */
+			/* The peer's advert takes it (write_zcopy.c), once
+			 * credits and a control slot allow: the caller
+			 * waits, it does not call again at once. */
+			*outcome = ZC_WAIT;
 			return 0;
 		}
 		if (zc_can_offer(c))
@@ -204,8 +223,13 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 			return ret;
 	}
 
+	/* Combined mode wants stream bytes inline, Pipelined none (the mode
+	 * may have changed while we waited). */
+	int imax = zc_inline_max(c);
 	struct oti_mr *mr;
 
+	if (imax < 0)
+		return 0;	/* no SrcAvail fits the peer's buffers in this mode */
 	ret = c->t->mr_reg(c->ep, (void *)buf, len, OTI_ACCESS_REMOTE_READ, &mr);
 	if (ret) {
 		/* RLIMIT_MEMLOCK, or memory a device cannot map: copy it. */
@@ -214,9 +238,7 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		return 0;
 	}
 	uint8_t ext[SDP_SRCAH_LEN + SDP_SA_INLINE];
-	/* Combined mode wants stream bytes inline, Pipelined none. */
-	uint32_t inline_len = c->tx_mode == SDP_MODE_PIPELINED ? 0
-			      : len < SDP_SA_INLINE ? (uint32_t)len : SDP_SA_INLINE;
+	uint32_t inline_len = len < (size_t)imax ? (uint32_t)len : (uint32_t)imax;
 	struct sdp_srcah sa = {
 		.len = (uint32_t)len,
 		.rkey = mr->rkey,
@@ -449,7 +471,9 @@ void zc_src_avail_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h, const uint8
 		c->tx_sa.want_cancel = true;
 	if (rest == 0)
 		return;		/* all of it came inline: nothing to answer */
-	if (!zc_transport_reads(c)) {
+	/* Without RDMA read, or without room for our RdmaRdCompl in the
+	 * peer's buffers, we decline: the rest comes by Bcopy. */
+	if (!zc_transport_reads(c) || !conn_fits(c, SDP_U32H_LEN)) {
 		c->ctrl_pending |= SDP_CTRL_SEND_SM;
 		return;
 	}

@@ -10,7 +10,10 @@
 # unread: a peer that streams instead (EPROTO), a refusal by version
 # (both directions), a client that gives up before a late answer and a
 # server that waits in vain (ETIMEDOUT), wrong calls, a connection to the
-# one-shot listener without the nonce (dropped), and an oversized frame.
+# one-shot listener without the nonce (dropped), an oversized frame, a frame
+# of an unknown type (both left unread), and a peer whose stream ends in
+# the middle of a frame header (ECONNRESET at once, even with no time
+# limit, the partial header left unread).
 . "$(dirname "$0")/lib.sh"
 
 CC=$(prog convert_check)

@@ -667,6 +667,121 @@ static void s_oversized(int fd)
 	stream_check(fd, true, "after the oversized frame");
 }
 
+/* A peer that ends its stream inside a frame: the first 11 bytes of a
+ * header, then shutdown.  The end must be seen at once, even with no time
+ * limit (ECONNRESET, not ETIMEDOUT or a wait for ever), and the 11 bytes
+ * stay in the stream; the other direction still works. */
+static const uint8_t partial[11] = { 0, 'S', 'D', 'P', 'C', 'V', 1, 1, 0, 20, 0 };
+static const char other_way[] = "the other way still works";
+
+/* After the conversion ended with ECONNRESET: the partial frame is unread,
+ * and a line goes the other way. */
+static void partial_left(int fd, const char *who)
+{
+	uint8_t b[sizeof(partial)];
+	int r = tcp_read(fd, b, sizeof(b), 30);
+
+	if (r || memcmp(b, partial, sizeof(b)))
+		FAILF("%s: the partial frame was not left in the stream: %s", who,
+		      r ? errname(r) : "other bytes");
+	r = tcp_write(fd, other_way, sizeof(other_way));
+	if (r)
+		FAILF("%s: writing after the failed conversion: %s", who, errname(r));
+}
+
+static void partial_sent(int fd)
+{
+	char b[sizeof(other_way)];
+	int r = tcp_write(fd, partial, sizeof(partial));
+
+	if (!r)
+		r = shutdown(fd, SHUT_WR) ? -errno : 0;
+	if (!r)
+		r = tcp_read(fd, b, sizeof(b), 60);
+	if (r || memcmp(b, other_way, sizeof(other_way)))
+		FAILF("the peer's line after the failed conversion: %s",
+		      r ? errname(r) : "other bytes");
+}
+
+static void c_partial_eof_accept(int fd)
+{
+	partial_sent(fd);
+}
+
+static void s_partial_eof_accept(int fd)
+{
+	for (int forever = 1; forever >= 0; forever--) {
+		int sd = sdp_convert_accept(fd, NULL, 0, forever ? -1 : T_MS);
+
+		if (sd != -ECONNRESET) {
+			FAILF("sdp_convert_accept (%s) of a stream that ends in a frame header: "
+			      "%s, expected ECONNRESET", forever ? "no time limit" : "time limit",
+			      errname(sd));
+			if (sd >= 0)
+				sdp_close(sd);
+			return;
+		}
+	}
+	partial_left(fd, "sdp_convert_accept");
+}
+
+static void c_partial_eof_connect(int fd)
+{
+	int sd = sdp_convert_connect(fd, -1);
+
+	if (sd != -ECONNRESET) {
+		FAILF("sdp_convert_connect (no time limit) answered by part of a frame header, "
+		      "then the end of the stream: %s, expected ECONNRESET", errname(sd));
+		if (sd >= 0)
+			sdp_close(sd);
+		return;
+	}
+	partial_left(fd, "sdp_convert_connect");
+}
+
+static void s_partial_eof_connect(int fd)
+{
+	uint8_t req[20];
+	int r = read_frame(fd, T_REQ, req, sizeof(req));
+
+	if (r)
+		FAILF("reading the REQ: %s", errname(r));
+	else
+		partial_sent(fd);
+}
+
+/* A frame with our magic but a type we do not know: not consumed (EPROTO),
+ * the server reads it whole as stream data. */
+static void c_unknown_type(int fd)
+{
+	uint8_t body[20] = { 1, 2, 3 }, b[32];
+	int r = tcp_write(fd, b, frame(b, 9, 1, body, sizeof(body)));
+
+	if (r)
+		FAILF("sending: %s", errname(r));
+	stream_check(fd, false, "after the frame of an unknown type");
+}
+
+static void s_unknown_type(int fd)
+{
+	uint8_t b[32], body[20] = { 1, 2, 3 }, want[32];
+
+	frame(want, 9, 1, body, sizeof(body));
+	sleep_ms(200);
+	int sd = sdp_convert_accept(fd, NULL, 0, T_MS);
+
+	if (sd != -EPROTO) {
+		FAILF("sdp_convert_accept of a frame of type 9: %s, expected EPROTO", errname(sd));
+		if (sd >= 0)
+			sdp_close(sd);
+	}
+	int r = tcp_read(fd, b, sizeof(b), 30);
+
+	if (r || memcmp(b, want, sizeof(b)))
+		FAILF("the unknown frame's bytes were not left in the stream");
+	stream_check(fd, true, "after the frame of an unknown type");
+}
+
 struct tcase {
 	const char *name, *what;
 	void (*client)(int fd);
@@ -693,6 +808,12 @@ static const struct tcase cases[] = {
 	  c_wrong_nonce, s_wrong_nonce },
 	{ "oversized", "a frame header over the size limit is stream data", c_oversized,
 	  s_oversized },
+	{ "partial-eof-accept", "11 bytes of a REQ header, then EOF: ECONNRESET, bytes unread",
+	  c_partial_eof_accept, s_partial_eof_accept },
+	{ "partial-eof-connect", "11 bytes of an RSP header, then EOF: ECONNRESET, bytes unread",
+	  c_partial_eof_connect, s_partial_eof_connect },
+	{ "unknown-type", "a frame of an unknown type is stream data", c_unknown_type,
+	  s_unknown_type },
 };
 
 /* --- running a case ---------------------------------------------------------------- */

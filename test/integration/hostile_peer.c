@@ -72,6 +72,18 @@
  * half is not Transaction), an empty one, and a second one while the first
  * is held must be aborted.
  *
+ * A SinkAvail whose BSDH grants the victim no buffers (bufs 0) leaves it
+ * an advert it may not use yet: its blocking send must sleep -- its own
+ * thread CPU clock over the send stays a small part of the send's time --
+ * until a credit update lets it write, or until its SO_SNDTIMEO ends it
+ * (HOSTILE_MAGIC_PIPE_TIMEO) with EAGAIN; meanwhile it sends nothing.
+ *
+ * An honest peer may advertise receive buffers as small as 17 bytes: the
+ * small-buffer cases check that the victim never sends it a longer message
+ * (the attacker's buffers are large, so it would see one), whether it
+ * sends a zero-copy-sized buffer to it, is offered a SrcAvail by it, or
+ * receives from it in Pipelined mode.
+ *
  * On the RECV and PIPE connections the victim's own word -- what its
  * recv() or sends returned, whether its memory changed, how the connection
  * ended -- comes back on a pipe once the connection is over and is part of
@@ -141,6 +153,15 @@
  * asks for Pipelined when it completes it gets the second by Write Zcopy
  * once it advertises a buffer. */
 #define HOSTILE_MAGIC_PIPE 0x53445050u	/* "SDPP" */
+/* Header magic: as HOSTILE_MAGIC_PIPE, but the second send has an
+ * SO_SNDTIMEO of HOSTILE_SNDTIMEO_MS, and the victim reports as soon as
+ * its sends returned (then closes) instead of waiting for the end. */
+#define HOSTILE_MAGIC_PIPE_TIMEO 0x53445054u	/* "SDPT" */
+/* Header magic: as HOSTILE_MAGIC_SEND, with the socket's zero-copy
+ * threshold at its lowest (SDP_ZCOPY_THRESH 4096), so that a send of a few
+ * KiB is a zero-copy candidate. */
+#define HOSTILE_MAGIC_SEND_LOWZ 0x5344505au	/* "SDPZ" */
+#define HOSTILE_SNDTIMEO_MS 1000
 
 /*
  * The victim's word on a connection with one of those two magics, sent on
@@ -152,6 +173,7 @@ struct vreport {
 	uint32_t flags;		/* VR_* */
 	int64_t r1, r2;		/* RECV: the first recv(); PIPE: the two sends (count or -errno) */
 	int64_t end;		/* how the connection ended: 0 EOF, -errno */
+	int64_t cpu_ns, wall_ns;	/* PIPE: the second send's thread CPU and wall time */
 	char text[200];
 };
 #define VR_DATA_BAD 1u		/* a recv() delivered bytes that are not the stream's */
@@ -237,6 +259,12 @@ static void victim_send(struct vconn *v, const struct xfer_hdr *h)
 	}
 	xgen_init(&g, h->seed);
 	xgen_fill(&g, buf, h->bytes);
+	if (h->magic == HOSTILE_MAGIC_SEND_LOWZ) {
+		int t = 4096;
+
+		if (sdp_setsockopt(v->sd, SOL_SDP, SDP_ZCOPY_THRESH, &t, sizeof(t)))
+			say("victim: SDP_ZCOPY_THRESH refused");
+	}
 	n = sdp_send(v->sd, buf, h->bytes, MSG_NOSIGNAL);
 	/* The engine is done with the buffer once send() returned: make
 	 * sure nobody can read it from now on. */
@@ -394,7 +422,15 @@ out:
 	free(snap);
 }
 
-/* The victim sends twice (HOSTILE_MAGIC_PIPE). */
+static int64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The victim sends twice (HOSTILE_MAGIC_PIPE, _PIPE_TIMEO). */
 static void victim_pipe(struct vconn *v, const struct xfer_hdr *h)
 {
 	uint8_t trailer[XFER_VERDICT_LEN], b[64];
@@ -415,8 +451,30 @@ static void victim_pipe(struct vconn *v, const struct xfer_hdr *h)
 	xgen_init(&g, h->seed);
 	xgen_fill(&g, buf, 2 * h->bytes);
 	n1 = sdp_send(v->sd, buf, h->bytes, MSG_NOSIGNAL);
-	if (n1 == (ssize_t)h->bytes)
+	if (n1 == (ssize_t)h->bytes) {
+		bool timeo = h->magic == HOSTILE_MAGIC_PIPE_TIMEO;
+		struct timeval tv = { 0, HOSTILE_SNDTIMEO_MS * 1000 };
+		int64_t cpu0, wall0;
+
+		if (timeo && sdp_setsockopt(v->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+			say("victim: SO_SNDTIMEO refused");
+		cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		wall0 = clock_ns(CLOCK_MONOTONIC);
 		n2 = sdp_send(v->sd, buf + h->bytes, h->bytes, MSG_NOSIGNAL);
+		v->rep.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+		v->rep.wall_ns = clock_ns(CLOCK_MONOTONIC) - wall0;
+		if (timeo) {
+			/* The word goes now: the peer cannot see when the
+			 * send returned otherwise. */
+			v->rep.r1 = n1;
+			v->rep.r2 = n2;
+			snprintf(v->result, sizeof(v->result), "sends returned %zd and %zd (%s)", n1,
+				 n2, n2 < 0 ? strerror((int)-n2) : "bytes");
+			memset(buf, 0xA5, 2 * h->bytes);
+			free(buf);
+			return;
+		}
+	}
 	memset(buf, 0xA5, 2 * h->bytes);
 	free(buf);
 	v->rep.r1 = n1;
@@ -458,11 +516,12 @@ static void *victim_conn(void *arg)
 	}
 	xfer_hdr_decode(hb, &h);
 	v->kind = (h.seed & 0xFFF00000u) == HOSTILE_SEED_TAG ? 2 : 1;
-	if (h.magic == HOSTILE_MAGIC_SEND) {
+	if (h.magic == HOSTILE_MAGIC_SEND || h.magic == HOSTILE_MAGIC_SEND_LOWZ) {
 		victim_send(v, &h);
 		goto out;
 	}
-	if (h.magic == HOSTILE_MAGIC_RECV || h.magic == HOSTILE_MAGIC_PIPE) {
+	if (h.magic == HOSTILE_MAGIC_RECV || h.magic == HOSTILE_MAGIC_PIPE ||
+	    h.magic == HOSTILE_MAGIC_PIPE_TIMEO) {
 		if (h.magic == HOSTILE_MAGIC_RECV)
 			victim_recv(v, &h);
 		else
@@ -632,6 +691,31 @@ static struct oti_caps caps;
 static int victim_port;
 static pid_t victim_pid;
 
+/*
+ * The victim's stream as the attacker receives it (the small-buffer
+ * cases): want bytes of xgen(seed), then an sdpcat verdict.
+ */
+struct stream_check {
+	struct xgen g;
+	uint64_t want, got;
+	bool bad;		/* a wrong byte, or more than want + the verdict */
+	uint8_t verdict[XFER_VERDICT_LEN];
+	unsigned vgot;
+};
+
+static void sc_take(struct stream_check *sc, const uint8_t *p, uint64_t n)
+{
+	uint64_t k = n < sc->want - sc->got ? n : sc->want - sc->got;
+
+	if (k && xgen_check(&sc->g, p, (size_t)k) != k)
+		sc->bad = true;
+	sc->got += k;
+	for (p += k, n -= k; n && sc->vgot < XFER_VERDICT_LEN; n--)
+		sc->verdict[sc->vgot++] = *p++;
+	if (n)
+		sc->bad = true;
+}
+
 struct hconn {
 	struct oti_ep *ep;
 	struct oti_mr *mr;
@@ -641,6 +725,10 @@ struct hconn {
 	int event_status;
 	uint32_t next_mseq;
 	uint32_t last_rx_mseq;
+	bool no_credits;	/* our messages grant no buffers (bufs 0) */
+	uint32_t rx_max_len;	/* the longest message the victim sent */
+	uint32_t peer_bufs, peer_ack;	/* the victim's latest bufs and mseq_ack */
+	struct stream_check *sc;	/* what its stream bytes must be, or NULL */
 	unsigned rx_msgs;
 	bool saw_abort;
 	uint64_t send_ctx;
@@ -689,6 +777,8 @@ static void note_msg(struct hconn *h, const uint8_t *buf, const struct sdp_bsdh 
 	if (plen && (b->mid == SDP_MID_DATA || b->mid == SDP_MID_SRC_AVAIL ||
 		     b->mid == SDP_MID_SINK_AVAIL))
 		h->nond_rcvd++;
+	if (h->sc && (b->mid == SDP_MID_DATA || b->mid == SDP_MID_SRC_AVAIL))
+		sc_take(h->sc, buf + off, plen);
 	switch (b->mid) {
 	case SDP_MID_SRC_AVAIL:
 		h->n_srcavail++;
@@ -750,8 +840,12 @@ static void drain_cq(struct hconn *h)
 			struct sdp_bsdh b;
 
 			h->rx_msgs++;
+			if (wc[i].len > h->rx_max_len)
+				h->rx_max_len = wc[i].len;
 			if (sdp_bsdh_decode(buf, wc[i].len, &b) == 0) {
 				h->last_rx_mseq = b.mseq;
+				h->peer_bufs = b.bufs;
+				h->peer_ack = b.mseq_ack;
 				if (b.mid == SDP_MID_ABORT_CONN)
 					h->saw_abort = true;
 				note_msg(h, buf, &b);
@@ -887,6 +981,10 @@ enum hello_variant {
  * valid HelloAck.  Other variants return 0 once the attempt is over
  * (h->established etc. say how).
  */
+/* The receive size our Hello advertises (our buffers are RECV_SIZE
+ * whatever it says, so that a message over it is seen, not lost). */
+static uint32_t hello_rcvsz = RECV_SIZE;
+
 static int hconn_open(struct hconn *h, enum hello_variant hv, char *why, size_t whycap)
 {
 	struct sockaddr_in dst = { .sin_family = AF_INET,
@@ -940,8 +1038,8 @@ static int hconn_open(struct hconn *h, enum hello_variant hv, char *why, size_t 
 		.minor = SDP_MINOR_VERSION,
 		.ip_version = 4,
 		.max_adverts = 1,
-		.desremrcvsz = RECV_SIZE,
-		.localrcvsz = RECV_SIZE,
+		.desremrcvsz = hello_rcvsz,
+		.localrcvsz = hello_rcvsz,
 		.has_addrs = 1,
 	};
 	struct sockaddr_storage dss;
@@ -1042,7 +1140,7 @@ static void put_bsdh(struct hconn *h, uint8_t *out, uint8_t mid, uint8_t flags, 
 	struct sdp_bsdh b = {
 		.mid = mid,
 		.flags = flags,
-		.bufs = NRECV,
+		.bufs = h->no_credits ? 0 : NRECV,
 		.len = len,
 		.mseq = h->next_mseq++,
 		.mseq_ack = h->last_rx_mseq,
@@ -2334,16 +2432,17 @@ static bool got_pipelined_offer(const struct hconn *h)
 }
 
 /*
- * Ask the victim for two sends of ZC_BYTES (HOSTILE_MAGIC_PIPE), read the
+ * Ask the victim for two sends of ZC_BYTES (magic: HOSTILE_MAGIC_PIPE or
+ * _PIPE_TIMEO), read the
  * first offer and complete it with REQ_PIPE; the victim must then say
  * ModeChange to Pipelined and offer the second send with a SrcAvail
  * without inline bytes, which is left waiting.  0, or -errno with why
  * filled in.
  */
-static int pipe_open(struct hconn *h, uint32_t tag, char *why, size_t cap)
+static int pipe_open(struct hconn *h, uint32_t magic, uint32_t tag, char *why, size_t cap)
 {
 	uint8_t ext[SDP_U32H_LEN];
-	int r = zc_open_offer(h, HOSTILE_MAGIC_PIPE, tag, why, cap);
+	int r = zc_open_offer(h, magic, tag, why, cap);
 
 	if (!r && (r = hconn_expose(h)))
 		snprintf(why, cap, "registering the sink buffer: %s", strerror(-r));
@@ -2375,6 +2474,38 @@ static int pipe_open(struct hconn *h, uint32_t tag, char *why, size_t cap)
 		return -EPROTO;
 	}
 	h->sa_base = ZC_BYTES;
+	return 0;
+}
+
+/* After our honest SinkAvail for the victim's second send: it must write
+ * the right bytes into it, complete it, and send the trailer. */
+static int pipe_written(struct hconn *h, uint32_t tag, char *why, size_t cap)
+{
+	int r = await_victim(h, got_wr_compl, "no RdmaWrCompl for an honest SinkAvail (%s)", why,
+			     cap);
+
+	if (r)
+		return r;
+	struct xgen g;
+
+	xgen_init(&g, HOSTILE_SEED_TAG | tag);
+	g.off = ZC_BYTES;
+	if (h->wrcompl_len != ZC_BYTES || xgen_check(&g, h->xmem, ZC_BYTES) != ZC_BYTES) {
+		snprintf(why, cap, "RdmaWrCompl{%u} for %u bytes%s", h->wrcompl_len, ZC_BYTES,
+			 h->wrcompl_len == ZC_BYTES ? ", the WRONG BYTES written" : "");
+		return -EIO;
+	}
+	r = pump_until(h, got_trailer, deadline_after(case_timeout_ms));
+	uint64_t total, zero;
+
+	xfer_verdict_decode(h->data_head, &total, &zero);
+	if (r || total != 2ull * ZC_BYTES) {
+		snprintf(why, cap, "%u bytes written; then %s", ZC_BYTES,
+			 r ? "no trailer" : "the trailer counts the wrong total");
+		return r ? r : -EIO;
+	}
+	snprintf(why, cap, "%u bytes written into our buffer, right ones, then the trailer",
+		 ZC_BYTES);
 	return 0;
 }
 
@@ -2412,7 +2543,7 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 	int r;
 
 	why[0] = '\0';
-	r = pipe_open(&h, tag, why, cap);
+	r = pipe_open(&h, HOSTILE_MAGIC_PIPE, tag, why, cap);
 	if (r)
 		goto out;
 	uint32_t rkey = h.xmr->rkey, nond = h.nond_rcvd;
@@ -2424,33 +2555,7 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 			snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
 			break;
 		}
-		r = await_victim(&h, got_wr_compl, "no RdmaWrCompl for an honest SinkAvail (%s)",
-				 why, cap);
-		if (r)
-			break;
-		struct xgen g;
-
-		xgen_init(&g, HOSTILE_SEED_TAG | tag);
-		g.off = ZC_BYTES;
-		if (h.wrcompl_len != ZC_BYTES ||
-		    xgen_check(&g, h.xmem, ZC_BYTES) != ZC_BYTES) {
-			snprintf(why, cap, "RdmaWrCompl{%u} for %u bytes%s", h.wrcompl_len, ZC_BYTES,
-				 h.wrcompl_len == ZC_BYTES ? ", the WRONG BYTES written" : "");
-			r = -EIO;
-			break;
-		}
-		r = pump_until(&h, got_trailer, deadline_after(case_timeout_ms));
-		uint64_t total, zero;
-
-		xfer_verdict_decode(h.data_head, &total, &zero);
-		if (r || total != 2ull * ZC_BYTES) {
-			snprintf(why, cap, "%u bytes written; then %s", ZC_BYTES,
-				 r ? "no trailer" : "the trailer counts the wrong total");
-			r = r ? r : -EIO;
-			break;
-		}
-		snprintf(why, cap, "%u bytes written into our buffer, right ones, then the trailer",
-			 ZC_BYTES);
+		r = pipe_written(&h, tag, why, cap);
 		break;
 	case PIPE_BAD_RKEY:
 	case PIPE_OUTSIDE:
@@ -2557,6 +2662,393 @@ static int run_pipe_attack(int i, char *why, size_t cap)
 	}
 	return 0;
 out:
+	hconn_close(&h);
+	return r;
+}
+
+/* --- the victim is the source, the sink grants it no buffers ------------------ */
+
+/*
+ * The peer's SinkAvail arrives with bufs 0: the victim may use the advert
+ * only once a credit comes (its RdmaWrCompl is a message).  Its blocking
+ * send must sleep meanwhile -- not spin at full CPU with the socket's lock
+ * held, so that not even the credit could get in -- and must still keep
+ * its SO_SNDTIMEO.  The victim's own clocks say how much CPU its second
+ * send used in how much time: a sleeping send uses a small part of it.
+ */
+enum stall_case {
+	STALL_THEN_CREDITS,	/* then a credit update: the write happens */
+	STALL_SNDTIMEO,		/* no credit ever: SO_SNDTIMEO ends the send */
+};
+
+static const struct {
+	const char *name;
+	enum stall_case a;
+} stall_cases[] = {
+	{ "credits: SinkAvail granting no buffers", STALL_THEN_CREDITS },
+	{ "credits: none ever, SO_SNDTIMEO", STALL_SNDTIMEO },
+};
+
+/* The victim's second send slept rather than spun: *why says its CPU and
+ * wall time; -EIO when it used more than a quarter of it. */
+static int slept(const struct vreport *vr, char *why, size_t cap)
+{
+	size_t k = strlen(why);
+
+	snprintf(why + k, cap - k, "; the send used %.1f ms of CPU in %.1f ms",
+		 vr->cpu_ns / 1e6, vr->wall_ns / 1e6);
+	if (vr->cpu_ns * 4 > vr->wall_ns) {
+		k = strlen(why);
+		snprintf(why + k, cap - k, " -- IT SPUN");
+		return -EIO;
+	}
+	return 0;
+}
+
+static int run_stall_case(int i, char *why, size_t cap)
+{
+	struct hconn h;
+	struct vreport vr;
+	uint32_t tag = 0xB00u + (uint32_t)i;
+	enum stall_case a = stall_cases[i].a;
+	int r;
+
+	why[0] = '\0';
+	r = pipe_open(&h, a == STALL_SNDTIMEO ? HOSTILE_MAGIC_PIPE_TIMEO : HOSTILE_MAGIC_PIPE, tag,
+		      why, cap);
+	if (r)
+		goto out;
+	h.no_credits = true;
+	r = send_sink_avail(&h, ZC_BYTES, xmem_raddr(&h, 0), h.xmr->rkey, h.nond_rcvd, 0);
+	if (r) {
+		snprintf(why, cap, "posting SinkAvail: %s", strerror(-r));
+		goto out;
+	}
+	unsigned seen = h.rx_msgs;
+
+	if (a == STALL_SNDTIMEO) {
+		/* Its word comes when the send has returned. */
+		r = victim_word(tag, &vr, why, cap);
+		drain_cq(&h);
+		if (!r && h.rx_msgs != seen) {
+			snprintf(why + strlen(why), cap - strlen(why),
+				 " -- it sent %u message(s) with no credit", h.rx_msgs - seen);
+			r = -EIO;
+		}
+		if (!r && vr.r2 != -EAGAIN) {
+			snprintf(why + strlen(why), cap - strlen(why),
+				 " -- its second send should have timed out (EAGAIN)");
+			r = -EIO;
+		}
+		if (!r)
+			r = slept(&vr, why, cap);
+		goto out;
+	}
+	/* A while without credits: nothing may come, the connection stays. */
+	r = pump_until(&h, never, deadline_after(500));
+	if (r != -ETIMEDOUT) {
+		snprintf(why, cap, "the connection dropped while we granted no buffers");
+		r = r ? r : -EPROTO;
+		goto out;
+	}
+	if (h.rx_msgs != seen) {
+		snprintf(why, cap, "the victim sent %u message(s) with no credit", h.rx_msgs - seen);
+		r = -EIO;
+		goto out;
+	}
+	h.no_credits = false;
+	r = send_msg(&h, SDP_MID_DATA, 0, NULL, 0, NULL, 0);	/* a credit update */
+	if (r) {
+		snprintf(why, cap, "posting the credit update: %s", strerror(-r));
+		goto out;
+	}
+	r = pipe_written(&h, tag, why, cap);
+	hconn_close(&h);
+	if (!r)
+		r = victim_word(tag, &vr, why, cap);
+	if (!r && !(vr.flags & VR_SENT_ALL)) {
+		snprintf(why + strlen(why), cap - strlen(why), " -- its sends should have returned all");
+		r = -EIO;
+	}
+	if (!r)
+		r = slept(&vr, why, cap);
+	return r;
+out:
+	hconn_close(&h);
+	return r;
+}
+
+/* --- an honest peer with small receive buffers ----------------------------- */
+
+/*
+ * A Hello may advertise receive buffers as small as a BSDH and one byte,
+ * and such a peer is honest: the victim must never send it a message
+ * longer than that (on a real transport the receive would fail and the
+ * connection drop).  The attacker's buffers are in fact large, so that it
+ * sees any message that would not have fitted.  As the sink of a send
+ * above the zero-copy threshold it takes what the victim sends -- Data of
+ * a few bytes, or a SrcAvail with as many inline bytes as fit -- reads any
+ * offer, grants credits as a receiver does, and checks the stream.  As the
+ * source it offers a SrcAvail, which the victim must decline with SendSM
+ * when its RdmaRdCompl would not fit, and asks ChRcvBuf, which it must
+ * then leave unanswered; with the attacker's half Pipelined, the victim's
+ * recv() must not advertise a SinkAvail that would not fit.
+ */
+enum small_case {
+	SMALL_SINK,		/* the victim sends to us */
+	SMALL_SOURCE,		/* our SrcAvail and ChRcvBuf */
+	SMALL_ADVERT,		/* the victim's recv(), our half Pipelined */
+};
+
+static const struct {
+	const char *name;
+	enum small_case a;
+	uint32_t rcvsz;
+} small_cases[] = {
+	{ "small buffers: 17 bytes, victim sends", SMALL_SINK, 17 },
+	{ "small buffers: 20 bytes, victim sends", SMALL_SINK, 20 },
+	{ "small buffers: 32 bytes, victim sends", SMALL_SINK, 32 },
+	{ "small buffers: 40 bytes, victim sends", SMALL_SINK, 40 },
+	{ "small buffers: 64 bytes, victim sends", SMALL_SINK, 64 },
+	{ "small buffers: 17 bytes, SrcAvail to it", SMALL_SOURCE, 17 },
+	{ "small buffers: 35 bytes, its recv()", SMALL_ADVERT, 35 },
+};
+
+/* Above the lowest zero-copy threshold (HOSTILE_MAGIC_SEND_LOWZ), odd. */
+#define SMALL_BYTES ((16u << 10) + 5)
+
+/* Messages we may still send the victim (credits, as it counts them). */
+static uint32_t hconn_credits(const struct hconn *h)
+{
+	uint32_t in_flight = (h->next_mseq - 1) - h->peer_ack;
+
+	return in_flight >= h->peer_bufs ? 0 : h->peer_bufs - in_flight;
+}
+
+/* The longest message so far fits rcvsz: 0, or -EIO with why said. */
+static int small_fits(const struct hconn *h, uint32_t rcvsz, char *why, size_t cap)
+{
+	if (h->rx_max_len <= rcvsz)
+		return 0;
+	snprintf(why, cap, "the victim sent a %u-byte message into our %u-byte buffers",
+		 h->rx_max_len, rcvsz);
+	return -EIO;
+}
+
+/*
+ * The sink's part: take the victim's SMALL_BYTES and its verdict, reading
+ * its offers, acknowledging what came, until all is there.  0, or -errno
+ * with why said.
+ */
+static int small_sink(struct hconn *h, uint32_t rcvsz, char *why, size_t cap)
+{
+	struct stream_check *sc = h->sc;
+	unsigned acked = h->rx_msgs, offers = 0, reads = 0;
+	uint64_t progress = 0, deadline = deadline_after(case_timeout_ms);
+	struct oti_event ev;
+	int r;
+
+	while (sc->got < sc->want || sc->vgot < XFER_VERDICT_LEN) {
+		while (T->get_event(h->ep, &ev) == 0)
+			note_event(h, &ev);
+		drain_cq(h);
+		if ((r = small_fits(h, rcvsz, why, cap)))
+			return r;
+		if (sc->bad) {
+			snprintf(why, cap, "wrong stream bytes near offset %" PRIu64, sc->got);
+			return -EIO;
+		}
+		if (h->disconnected) {
+			snprintf(why, cap, "the connection dropped after %" PRIu64 " bytes", sc->got);
+			return -ECONNRESET;
+		}
+		if (h->n_srcavail > offers) {
+			/* Read the rest of the offer, then say so. */
+			uint32_t len = h->sa.len - h->sa_inline;
+			char how[160];
+			uint8_t ext[SDP_U32H_LEN];
+
+			offers = h->n_srcavail;
+			r = zc_read(h, h->sa.vaddr + h->sa_inline, h->sa.rkey, len, how, sizeof(how));
+			if (r) {
+				snprintf(why, cap, "reading the victim's SrcAvail: %s",
+					 r > 0 ? how : strerror(-r));
+				return -EIO;
+			}
+			sc_take(sc, send_area(h) + RD_AREA_OFF, len);
+			sdp_u32h_encode(ext, len);
+			r = send_msg(h, SDP_MID_RDMA_RD_COMPL, 0, ext, sizeof(ext), NULL, 0);
+			if (r) {
+				snprintf(why, cap, "posting RdmaRdCompl: %s", strerror(-r));
+				return r;
+			}
+			reads++;
+			continue;
+		}
+		/* A receiver's credit update, while we may send one. */
+		if (h->rx_msgs != acked && hconn_credits(h) > 1) {
+			r = send_msg(h, SDP_MID_DATA, 0, NULL, 0, NULL, 0);
+			if (r) {
+				snprintf(why, cap, "posting a credit update: %s", strerror(-r));
+				return r;
+			}
+			acked = h->rx_msgs;
+		}
+		if (sc->got + sc->vgot != progress) {
+			progress = sc->got + sc->vgot;
+			deadline = deadline_after(case_timeout_ms);
+		}
+		r = ep_wait(h, deadline);
+		if (r) {
+			snprintf(why, cap, "%" PRIu64 " of %" PRIu64 " bytes, then nothing for %u ms",
+				 sc->got, sc->want, case_timeout_ms);
+			return r;
+		}
+	}
+	uint64_t total, zero;
+
+	xfer_verdict_decode(sc->verdict, &total, &zero);
+	if (total != sc->want) {
+		snprintf(why, cap, "the victim's send returned %" PRIu64 " of %" PRIu64, total,
+			 sc->want);
+		return -EIO;
+	}
+	snprintf(why, cap, "%" PRIu64 " bytes in %u messages of at most %u bytes, %u SrcAvail(s)",
+		 sc->want, h->rx_msgs, h->rx_max_len, reads);
+	return 0;
+}
+
+static bool got_send_sm_or_pong(const struct hconn *h)
+{
+	return h->n_send_sm > 0 || h->n_pong > 0 || h->n_wrcompl > 0;
+}
+
+static bool got_sink_avail_or_trailer(const struct hconn *h)
+{
+	return h->n_sinkavail > 0 || got_trailer(h);
+}
+
+static int run_small_case(int i, char *why, size_t cap)
+{
+	struct hconn h;
+	struct stream_check sc = { .want = SMALL_BYTES };
+	uint32_t rcvsz = small_cases[i].rcvsz;
+	/* SMALL_SINK is a well-behaved connection: the victim judges it. */
+	uint32_t seed = 0x00C00000u + (uint32_t)i, tag = 0xC00u + (uint32_t)i;
+	char how[200] = "";
+	int r;
+
+	why[0] = '\0';
+	hello_rcvsz = rcvsz;
+	r = hconn_open(&h, HELLO_OK, why, cap);
+	hello_rcvsz = RECV_SIZE;
+	if (r)
+		goto out;
+	switch (small_cases[i].a) {
+	case SMALL_SINK: {
+		uint8_t *p = send_area(&h);
+		struct xfer_hdr hdr = { .magic = HOSTILE_MAGIC_SEND_LOWZ, .seed = seed,
+					.bytes = SMALL_BYTES };
+
+		xgen_init(&sc.g, seed);
+		h.sc = &sc;
+		put_bsdh(&h, p, SDP_MID_DATA, 0, SDP_BSDH_LEN + XFER_HDR_LEN);
+		xfer_hdr_encode(p + SDP_BSDH_LEN, &hdr);
+		r = hconn_send_raw(&h, 0, SDP_BSDH_LEN + XFER_HDR_LEN);
+		if (r) {
+			snprintf(why, cap, "posting the request: %s", strerror(-r));
+			break;
+		}
+		r = small_sink(&h, rcvsz, why, cap);
+		if (r)
+			break;
+		/* Our DisConn ends its wait for the end; then its own. */
+		r = send_msg(&h, SDP_MID_DISCONN, 0, NULL, 0, NULL, 0);
+		if (!r)
+			r = pump_until(&h, never, deadline_after(200));
+		r = r == -ETIMEDOUT || r == -ECONNRESET ? small_fits(&h, rcvsz, how, sizeof(how)) : r;
+		if (r)
+			snprintf(why, cap, "at the end: %s", how[0] ? how : strerror(-r));
+		break;
+	}
+	case SMALL_SOURCE: {
+		uint8_t ext[SDP_U32H_LEN];
+		long len;
+
+		r = send_valid_header(&h, tag);
+		sdp_u32h_encode(ext, RECV_SIZE);
+		if (!r)
+			r = send_msg(&h, SDP_MID_CH_RCV_BUF, 0, ext, sizeof(ext), NULL, 0);
+		if (r) {
+			snprintf(why, cap, "posting the header and ChRcvBuf: %s", strerror(-r));
+			break;
+		}
+		len = src_avail_at(&h, send_area(&h) + 4096, 16);
+		r = len < 0 ? (int)len : hconn_send_raw(&h, 4096, (size_t)len);
+		if (r) {
+			snprintf(why, cap, "posting SrcAvail: %s", strerror(-r));
+			break;
+		}
+		r = pump_until(&h, got_send_sm_or_pong, deadline_after(case_timeout_ms));
+		if (!r)
+			r = pump_until(&h, never, deadline_after(200));
+		if (r != -ETIMEDOUT) {
+			snprintf(why, cap, "no SendSM for a SrcAvail it cannot answer otherwise (%s)",
+				 r ? strerror(-r) : "?");
+			r = r ? r : -EPROTO;
+			break;
+		}
+		r = small_fits(&h, rcvsz, why, cap);
+		if (!r && (h.n_pong || !h.n_send_sm)) {
+			snprintf(why, cap, "%u ChRcvBufAck(s) and %u SendSM(s): expected none and one",
+				 h.n_pong, h.n_send_sm);
+			r = -EIO;
+		}
+		if (!r)
+			snprintf(why, cap, "declined with SendSM, ChRcvBuf unanswered, messages of at "
+				 "most %u bytes", h.rx_max_len);
+		break;
+	}
+	case SMALL_ADVERT: {
+		uint8_t data[WZ_DATA];
+		struct xgen g;
+
+		r = send_mode_change(&h, 0, SDP_MODE_PIPELINED);
+		if (!r)
+			r = send_request(&h, HOSTILE_MAGIC_RECV, tag, WZ_DATA);
+		if (r) {
+			snprintf(why, cap, "posting ModeChange and the request: %s", strerror(-r));
+			break;
+		}
+		/* Time for its recv() to advertise, if it would. */
+		r = pump_until(&h, got_sink_avail_or_trailer, deadline_after(300));
+		if (r != -ETIMEDOUT) {
+			snprintf(why, cap, "%s", r ? "the connection dropped"
+					  : h.n_sinkavail ? "the victim advertised a SinkAvail"
+							  : "a verdict before any data");
+			if (!r && small_fits(&h, rcvsz, why, cap) == 0)
+				r = -EPROTO;
+			break;
+		}
+		xgen_init(&g, HOSTILE_SEED_TAG | tag);
+		xgen_fill(&g, data, sizeof(data));
+		r = send_msg(&h, SDP_MID_DATA, 0, NULL, 0, data, sizeof(data));
+		if (!r)
+			r = wz_verdict(&h, WZ_DATA, why, cap);
+		if (!r)
+			r = small_fits(&h, rcvsz, why, cap);
+		if (!r && h.n_sinkavail) {
+			snprintf(why, cap, "the victim advertised a SinkAvail");
+			r = -EIO;
+		}
+		if (!r)
+			snprintf(why, cap, "no SinkAvail, %u bytes by Data, the verdict in messages of "
+				 "at most %u bytes", WZ_DATA, h.rx_max_len);
+		break;
+	}
+	}
+out:
+	h.sc = NULL;
 	hconn_close(&h);
 	return r;
 }
@@ -3001,6 +3493,10 @@ int main(int argc, char **argv)
 		run_case(wz_attacks[i].name, run_wz_attack, i, only);
 	for (size_t i = 0; victim_pid && i < N_OF(pipe_attacks); i++)
 		run_case(pipe_attacks[i].name, run_pipe_attack, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(stall_cases); i++)
+		run_case(stall_cases[i].name, run_stall_case, i, only);
+	for (size_t i = 0; victim_pid && i < N_OF(small_cases); i++)
+		run_case(small_cases[i].name, run_small_case, i, only);
 #undef N_OF
 	uint64_t good_after = atomic_load(&gx.sent);
 

@@ -25,7 +25,14 @@
 # with a bogus key or outside the attacker's registration makes its write
 # fail, the connection go down and its send() (or, on tcp-fallback, its
 # next call) fail; SinkAvails with data, empty or doubled are aborted.  A
-# zero-copy send from the victim to a well-behaved reader, and a Write
+# SinkAvail that grants the victim no buffers (bufs 0) makes its blocking
+# send wait, sleeping (its CPU time stays a small part of the time it
+# waits) and keeping its SO_SNDTIMEO, until a credit comes.  An honest
+# peer that advertises receive buffers of 17 to 64 bytes must never get a
+# longer message: a send above the zero-copy threshold goes by Data or a
+# SrcAvail that fits, its SrcAvail is declined with SendSM when the
+# RdmaRdCompl would not fit, and no SinkAvail is advertised that would
+# not.  A zero-copy send from the victim to a well-behaved reader, and a Write
 # Zcopy into it from a well-behaved sender, must work afterwards.
 . "$(dirname "$0")/lib.sh"
 

@@ -755,6 +755,55 @@ Test(conf, log_statement)
 	tc_err("log min-level 5 verbose", "t.conf:1:17: expected 'min-level' or 'destination' in a 'log' statement, got 'verbose'");
 }
 
+/* A relative log file name is a file in /var/log itself; no name climbs
+ * with '..'. */
+Test(conf, log_file_names)
+{
+	static const struct {
+		const char *word, *path;
+	} good[] = {
+		{ "libsdp.log", "/var/log/libsdp.log" },
+		{ "..x", "/var/log/..x" },
+		{ "x..", "/var/log/x.." },
+		{ "a..b", "/var/log/a..b" },
+		{ ".hidden", "/var/log/.hidden" },
+		{ "\"a b.log\"", "/var/log/a b.log" },
+		{ "/var/tmp/x.log", "/var/tmp/x.log" },
+		{ "/tmp/..x/y..", "/tmp/..x/y.." },
+		{ "/var/log/libsdp/x.log", "/var/log/libsdp/x.log" },
+	};
+	static const struct {
+		const char *word, *err;
+	} bad[] = {
+		{ "../../tmp/x", "t.conf:1:22: the log file name '../../tmp/x' has a '..' component (write the path without it)" },
+		{ "..", "t.conf:1:22: the log file name '..' has a '..' component (write the path without it)" },
+		{ "x/..", "t.conf:1:24: the log file name 'x/..' has a '..' component (write the path without it)" },
+		{ "x/../y", "t.conf:1:24: the log file name 'x/../y' has a '..' component (write the path without it)" },
+		{ "\"a/../../b\"", "t.conf:1:25: the log file name 'a/../../b' has a '..' component (write the path without it)" },
+		{ "/var/log/../../etc/x", "t.conf:1:31: the log file name '/var/log/../../etc/x' has a '..' component (write the path without it)" },
+		{ "/tmp/..", "t.conf:1:27: the log file name '/tmp/..' has a '..' component (write the path without it)" },
+		{ "sub/x.log", "t.conf:1:25: the relative log file name 'sub/x.log' has a '/': a relative name is a file in /var/log/ itself (write an absolute path for another directory)" },
+		{ "./x", "t.conf:1:23: the relative log file name './x' has a '/': a relative name is a file in /var/log/ itself (write an absolute path for another directory)" },
+		{ "x/", "t.conf:1:23: the relative log file name 'x/' has a '/': a relative name is a file in /var/log/ itself (write an absolute path for another directory)" },
+		{ ".", "t.conf:1:22: the log file name '.' names /var/log/ itself" },
+	};
+	char text[128];
+	const char *path;
+
+	for (size_t i = 0; i < NELEM(good); i++) {
+		snprintf(text, sizeof(text), "log destination file %s\n", good[i].word);
+		struct conf_policy *p = tc_load(text);
+
+		cr_assert_eq(conf_log_destination(p, &path), CONF_LOG_DEST_FILE, "%s", text);
+		cr_assert_str_eq(path, good[i].path, "%s", text);
+		conf_free(p);
+	}
+	for (size_t i = 0; i < NELEM(bad); i++) {
+		snprintf(text, sizeof(text), "log destination file %s", bad[i].word);
+		tc_err(text, bad[i].err);
+	}
+}
+
 /* --- set ----------------------------------------------------------------------- */
 
 Test(conf, set_good)
@@ -923,7 +972,7 @@ Test(conf, statement_errors)
 	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'USE'");
 	tc_err("\"use\" both server * *:*",
 	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'use'");
-	tc_err("  *:*", "t.conf:1:3: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got '*:*'");
+	tc_err("  *:*", "t.conf:1:3: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 3 bytes that is no keyword (not shown: is this an sdp.conf?)");
 	tc_err("use", "t.conf:1:4: expected 'tcp', 'sdp' or 'both' after 'use', got end of line");
 	tc_err("use rdma server * *:*", "t.conf:1:5: expected 'tcp', 'sdp' or 'both' after 'use', got 'rdma'");
 	tc_err("use both", "t.conf:1:9: expected 'server', 'listen', 'client' or 'connect' after 'use both', got end of line");
@@ -945,8 +994,18 @@ Test(conf, what_error_messages_show)
 	char text[300];
 
 	/* Long words are cut, bytes that are not printable ASCII escaped. */
-	snprintf(text, sizeof(text), "frobnicate%s", "0123456789012345678901234567890123456789");
-	tc_err(text, "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'frobnicate012345678901234567890123456789...'");
+	snprintf(text, sizeof(text), "use frobnicate%s", "0123456789012345678901234567890123456789");
+	tc_err(text, "t.conf:1:5: expected 'tcp', 'sdp' or 'both' after 'use', got 'frobnicate012345678901234567890123456789...'");
+	/* A statement's first word is shown only if it could be a misspelt
+	 * keyword: another file named by mistake (here the start of a
+	 * shadow(5) line) keeps its content out of the log. */
+	tc_err("root:$6$salt$hash:19000:0:99999:7:::",
+	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 36 bytes that is no keyword (not shown: is this an sdp.conf?)");
+	tc_err("# a comment, then a secret\nhunter2hunter2hunter2 x",
+	       "t.conf:2:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 21 bytes that is no keyword (not shown: is this an sdp.conf?)");
+	tc_err("password=secret", "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 15 bytes that is no keyword (not shown: is this an sdp.conf?)");
+	tc_err("transprot enable ib",
+	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'transprot'");
 	tc_err("use both serv\xc3\xa9r * *:*",
 	       "t.conf:1:10: expected 'server', 'listen', 'client' or 'connect' after 'use both', got 'serv\\xc3\\xa9r'");
 	tc_err("use both server \xff *",

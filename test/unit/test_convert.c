@@ -4,14 +4,23 @@
  * encoder against byte images written out by hand from sdp/convert.h, and
  * the decoder and header check on every prefix, on stream data that is not
  * a frame, and on hostile lengths.  Inputs are heap copies of exactly the
- * length given, so ASan catches a read past the end.
+ * length given, so ASan catches a read past the end.  Then conv_recv() on
+ * a loopback TCP connection: what it leaves in the stream, and how it
+ * ends on a stream that ends inside a frame.
  */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "convert.h"
 
@@ -118,18 +127,25 @@ Test(convert, hostile_lengths_and_types)
 	/* A body over the limit. */
 	cr_assert_eq(conv_check_header(p, CONV_HDR_LEN), -EMSGSIZE);
 	free(p);
-	/* A REQ whose body is shorter than a REQ's. */
+	/* A REQ whose body is shorter than a REQ's: the header alone says it
+	 * is no frame of ours, so that it is never consumed. */
 	h[8] = 0;
 	h[9] = 4;
 	p = copy(h, sizeof(h));
-	cr_assert_eq(conv_check_header(p, sizeof(h)), (int)sizeof(h));
+	cr_assert_eq(conv_check_header(p, CONV_HDR_LEN), -EPROTO);
+	cr_assert_eq(conv_check_header(p, sizeof(h)), -EPROTO);
 	cr_assert_eq(conv_decode(p, sizeof(h), &out), -EPROTO);
 	free(p);
-	/* An unknown type. */
-	h[6] = 9;
-	p = copy(h, sizeof(h));
-	cr_assert_eq(conv_decode(p, sizeof(h), &out), -EPROTO);
-	free(p);
+	/* An unknown type, with or without a body, the same. */
+	static const uint8_t unknown[] = { 0, 9, 255 };
+
+	for (size_t i = 0; i < sizeof(unknown); i++) {
+		h[6] = unknown[i];
+		p = copy(h, sizeof(h));
+		cr_assert_eq(conv_check_header(p, CONV_HDR_LEN), -EPROTO, "type %u", unknown[i]);
+		cr_assert_eq(conv_decode(p, sizeof(h), &out), -EPROTO);
+		free(p);
+	}
 	/* A FIN with a longer body (a later version's) decodes. */
 	h[6] = CONV_FIN;
 	h[7] = 2;
@@ -171,4 +187,154 @@ Test(convert, private_data)
 	cr_assert_eq(conv_decode(p, n, &out), 0);
 	cr_assert_eq(out.pdata_len, 0);
 	free(p);
+}
+
+/* --- conv_recv() on a TCP connection ----------------------------------------------- */
+
+/* A connected loopback TCP pair: fd[0] reads, fd[1] is the peer. */
+static void tcp_pair(int fd[2])
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sin);
+	int ls = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_geq(ls, 0);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	cr_assert_eq(listen(ls, 1), 0);
+	cr_assert_eq(getsockname(ls, (struct sockaddr *)&sin, &len), 0);
+	fd[1] = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(connect(fd[1], (struct sockaddr *)&sin, sizeof(sin)), 0);
+	fd[0] = accept(ls, NULL, NULL);
+	cr_assert_geq(fd[0], 0);
+	close(ls);
+}
+
+static void put(int fd, const void *b, size_t n)
+{
+	cr_assert_eq(send(fd, b, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* The stream at fd still begins with want[0, n): read it (it is all there). */
+static void assert_unread(int fd, const uint8_t *want, size_t n)
+{
+	uint8_t got[CONV_HDR_LEN + CONV_MAX_BODY];
+	size_t have = 0;
+
+	while (have < n) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+
+		cr_assert_eq(poll(&pf, 1, 10000), 1, "%zu of %zu bytes left in the stream", have, n);
+		ssize_t r = recv(fd, got + have, n - have, MSG_DONTWAIT);
+
+		cr_assert_gt(r, 0, "%zu of %zu bytes left in the stream", have, n);
+		have += (size_t)r;
+	}
+	cr_assert_arr_eq(got, want, n);
+}
+
+/* The first 11 bytes of a header, then the end of the stream: the end is
+ * seen (not a timeout, not a wait for ever), the bytes stay unread. */
+Test(convert_recv, partial_header_then_end_of_stream, .timeout = 60)
+{
+	struct conv_frame f = { .type = CONV_FIN }, out;
+	uint8_t buf[CONV_HDR_LEN + CONV_MAX_BODY];
+	size_t n = conv_encode(buf, &f);
+	static const size_t cut[] = { 11, 1, CONV_HDR_LEN, 15 };
+
+	cr_assert_eq(n, 16u);
+	for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+		for (int forever = 0; forever < 2; forever++) {
+			int fd[2];
+
+			tcp_pair(fd);
+			put(fd[1], buf, cut[i]);
+			cr_assert_eq(shutdown(fd[1], SHUT_WR), 0);
+			/* No deadline, or one far beyond the test's time limit. */
+			cr_assert_eq(conv_recv(fd[0], &out, forever ? 0 : conv_deadline_in(600000)),
+				     -ECONNRESET, "%zu bytes, %s", cut[i],
+				     forever ? "no deadline" : "deadline");
+			assert_unread(fd[0], buf, cut[i]);
+			close(fd[0]);
+			close(fd[1]);
+		}
+	}
+}
+
+struct late {
+	int fd;
+	const uint8_t *b;
+	size_t n;
+	bool shut;		/* then the end of the stream */
+};
+
+static void *send_late(void *arg)
+{
+	struct late *l = arg;
+
+	poll(NULL, 0, 200);
+	put(l->fd, l->b, l->n);
+	if (l->shut)
+		shutdown(l->fd, SHUT_WR);
+	return NULL;
+}
+
+/* The rest of a frame that comes later is waited for, whatever the
+ * caller's SO_RCVLOWAT, which is left as it was; the end of the stream
+ * right behind the frame's last byte does not spoil it. */
+Test(convert_recv, rest_of_frame_later, .timeout = 60)
+{
+	struct conv_frame f = { .type = CONV_RSP, .status = CONV_OK, .port = 4711 }, out;
+	uint8_t buf[CONV_HDR_LEN + CONV_MAX_BODY];
+	size_t n = conv_encode(buf, &f);
+	static const size_t first[] = { 0, 11, 20, 0, 11 };
+
+	for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++) {
+		int fd[2], lowat = 100;
+		socklen_t l = sizeof(lowat);
+		pthread_t t;
+		struct late rest = { 0, buf + first[i], n - first[i], i >= 3 };
+
+		tcp_pair(fd);
+		rest.fd = fd[1];
+		cr_assert_eq(setsockopt(fd[0], SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)), 0);
+		put(fd[1], buf, first[i]);
+		cr_assert_eq(pthread_create(&t, NULL, send_late, &rest), 0);
+		cr_assert_eq(conv_recv(fd[0], &out, conv_deadline_in(30000)), 0, "%zu first%s",
+			     first[i], rest.shut ? ", then the end" : "");
+		pthread_join(t, NULL);
+		cr_assert_eq(out.type, CONV_RSP);
+		cr_assert_eq(out.port, 4711);
+		lowat = 0;
+		cr_assert_eq(getsockopt(fd[0], SOL_SOCKET, SO_RCVLOWAT, &lowat, &l), 0);
+		cr_assert_eq(lowat, 100, "the caller's SO_RCVLOWAT changed");
+		close(fd[0]);
+		close(fd[1]);
+	}
+}
+
+/* A whole frame with our magic that is not a frame of ours -- an unknown
+ * type, a body too short for its type -- is left in the stream. */
+Test(convert_recv, not_ours_left_unread, .timeout = 60)
+{
+	uint8_t frames[][CONV_HDR_LEN + 20] = {
+		{ 0, 'S', 'D', 'P', 'C', 'V', 9, 1, 0, 20 },
+		{ 0, 'S', 'D', 'P', 'C', 'V', 0, 1, 0, 20 },
+		{ 0, 'S', 'D', 'P', 'C', 'V', CONV_REQ, 1, 0, 4 },
+		{ 0, 'S', 'D', 'P', 'C', 'V', CONV_RSP, 1, 0, 19 },
+	};
+	struct conv_frame out;
+
+	for (size_t i = 0; i < sizeof(frames) / sizeof(frames[0]); i++) {
+		size_t n = CONV_HDR_LEN + frames[i][9];
+		int fd[2];
+
+		tcp_pair(fd);
+		put(fd[1], frames[i], n);
+		cr_assert_eq(conv_recv(fd[0], &out, conv_deadline_in(30000)), -EPROTO, "frame %zu",
+			     i);
+		assert_unread(fd[0], frames[i], n);
+		close(fd[0]);
+		close(fd[1]);
+	}
 }

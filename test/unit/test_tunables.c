@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "tunables.h"
 
 enum { TT_STR, TT_INT };
@@ -52,7 +55,8 @@ static void tt_clean_env(void)
 		tt_env_name(id, env, sizeof(env));
 		unsetenv(env);
 	}
-	tun_reset();
+	unsetenv("LIBSDP_CONFIG_FILE");
+	tun_reset_as(0);
 }
 
 static long tt_default_int(int id)
@@ -320,4 +324,179 @@ Test(tunables_lazy, first_use_reads_environment)
 	cr_assert_eq(tun_int(TUN_recv_bufs), 256);
 	unsetenv("SDP_RECV_BUFS");
 	tun_reset();
+}
+
+/* --- what is said about the environment ---------------------------------------------- */
+
+static void tt_report_twice(void)
+{
+	tun_report_env();
+	tun_report_env();
+}
+
+/* stdout and stderr into files of their own while fn runs; what each got,
+ * the logger's line prefix ("libsdp[pid.tid] time error SUBSYS: ") cut
+ * from stderr's lines. */
+static void tt_capture(void (*fn)(void), char *out, size_t outcap, char *err, size_t errcap)
+{
+	FILE *fo = tmpfile(), *fe = tmpfile();
+	int o = dup(1), e = dup(2);
+
+	cr_assert(fo && fe && o >= 0 && e >= 0);
+	fflush(stdout);
+	fflush(stderr);
+	cr_assert_geq(dup2(fileno(fo), 1), 0);
+	cr_assert_geq(dup2(fileno(fe), 2), 0);
+	fn();
+	dup2(o, 1);
+	dup2(e, 2);
+	close(o);
+	close(e);
+	rewind(fo);
+	out[fread(out, 1, outcap - 1, fo)] = '\0';
+	fclose(fo);
+	rewind(fe);
+	size_t n = 0;
+	char line[1024];
+
+	while (fgets(line, sizeof(line), fe)) {
+		const char *m = strstr(line, " error ");
+
+		cr_assert(m && strchr(m, ':'), "not a line of the logger's: %s", line);
+		m = strchr(m, ':') + 2;
+		n += (size_t)snprintf(err + n, errcap - n, "%s", m);
+	}
+	err[n < errcap ? n : errcap - 1] = '\0';
+	fclose(fe);
+}
+
+/* What tun_report_env() says (it says things once: it runs twice). */
+static void tt_report(char *out, size_t outcap, char *err, size_t errcap)
+{
+	tt_capture(tt_report_twice, out, outcap, err, errcap);
+}
+
+/* Each malformed variable is reported once, on stderr (never stdout),
+ * with its value, the range, and the value that applies instead. */
+Test(tunables, malformed_environment_reported)
+{
+	char longstr[300], out[256], err[4096];
+	static const struct {
+		const char *var, *value, *said;
+	} cases[] = {
+		{ "SDP_RECV_BUFS", "abc",
+		  "SDP_RECV_BUFS=\"abc\" ignored: not an integer from 4 to 1024; recv_bufs is 16 (default 16)\n" },
+		{ "SDP_BUF_SIZE", "1",
+		  "SDP_BUF_SIZE=\"1\" ignored: not an integer from 1040 to 1048592; buf_size is 262160 (default 262160)\n" },
+		{ "SDP_LOG_LEVEL", "zzz",
+		  "SDP_LOG_LEVEL=\"zzz\" ignored: not an integer from 1 to 9; log_level is 9 (default 9)\n" },
+		{ "SDP_SEND_BUFS", "",
+		  "SDP_SEND_BUFS=\"\" ignored: not an integer from 4 to 1024; send_bufs is 16 (default 16)\n" },
+		/* What the value holds is shown as one clean line. */
+		{ "SDP_SPIN_US", "1\n2\"\x1b\\",
+		  "SDP_SPIN_US=\"1\\x0a2\\x22\\x1b\\x5c\" ignored: not an integer from 0 to 100000; spin_us is 0 (default 0)\n" },
+		{ "SDP_TRANSPORTS", NULL,
+		  "SDP_TRANSPORTS=\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" ignored: longer than 255 bytes; transports is \"tcp-fallback\" (default \"tcp-fallback\")\n" },
+	};
+
+	memset(longstr, 'x', sizeof(longstr) - 1);
+	longstr[sizeof(longstr) - 1] = '\0';
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		setenv(cases[i].var, cases[i].value ? cases[i].value : longstr, 1);
+		tun_reset();
+		tt_report(out, sizeof(out), err, sizeof(err));
+		cr_assert_str_eq(out, "", "%s: stdout got: %s", cases[i].var, out);
+		cr_assert_str_eq(err, cases[i].said, "%s said: %s", cases[i].var, err);
+		unsetenv(cases[i].var);
+	}
+	/* Several at once: one line each; good ones say nothing. */
+	setenv("SDP_RECV_BUFS", "abc", 1);
+	setenv("SDP_SEND_BUFS", "32", 1);
+	setenv("SDP_LOG_LEVEL", "zzz", 1);
+	tun_reset();
+	tt_report(out, sizeof(out), err, sizeof(err));
+	cr_assert_str_eq(err, "SDP_LOG_LEVEL=\"zzz\" ignored: not an integer from 1 to 9; log_level is 9 (default 9)\n"
+			      "SDP_RECV_BUFS=\"abc\" ignored: not an integer from 4 to 1024; recv_bufs is 16 (default 16)\n");
+	/* What sdp.conf set is what applies instead. */
+	tun_reset();
+	cr_assert_eq(tun_set("recv_bufs", "32"), 0);
+	tt_report(out, sizeof(out), err, sizeof(err));
+	cr_assert_not_null(strstr(err, "recv_bufs is 32 (default 16)\n"), "%s", err);
+	/* Nothing malformed: nothing said. */
+	unsetenv("SDP_RECV_BUFS");
+	unsetenv("SDP_LOG_LEVEL");
+	tun_reset();
+	tt_report(out, sizeof(out), err, sizeof(err));
+	cr_assert_str_eq(err, "");
+	cr_assert_str_eq(out, "");
+}
+
+/* In secure execution no variable of libsdp's is taken, good or bad, and
+ * one line names them (never their values). */
+Test(tunables, secure_execution_ignores_environment)
+{
+	char out[256], err[4096];
+
+	setenv("SDP_RECV_BUFS", "64", 1);
+	setenv("SDP_LOG_FILE", "/nonexistent/sdp-secure-victim", 1);
+	setenv("SDP_SEND_BUFS", "junk", 1);
+	setenv("LIBSDP_CONFIG_FILE", "/etc/shadow", 1);
+
+	tun_reset_as(1);
+	for (int id = 0; id < TUN_COUNT; id++) {
+		if (tt_table[id].type == TT_INT)
+			cr_assert_eq(tun_int(id), tt_default_int(id), "%s", tt_table[id].name);
+		else
+			cr_assert_str_eq(tun_str(id), tt_table[id].def, "%s", tt_table[id].name);
+	}
+	cr_assert_null(tun_getenv("LIBSDP_CONFIG_FILE"));
+	cr_assert_null(tun_getenv("LIBSDP_CONFIG_FILE"));
+	cr_assert_null(tun_getenv("LIBSDP_NOT_SET"));
+	/* sdp.conf (the administrator's) still applies. */
+	cr_assert_eq(tun_set("recv_bufs", "32"), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 32);
+	tt_report(out, sizeof(out), err, sizeof(err));
+	cr_assert_str_eq(out, "");
+	cr_assert_str_eq(err, "secure execution (set-user-ID, set-group-ID or file capabilities): "
+			      "the environment is not trusted, ignored: SDP_LOG_FILE SDP_RECV_BUFS "
+			      "SDP_SEND_BUFS LIBSDP_CONFIG_FILE\n");
+
+	/* The same environment, trusted: taken (the logger already writes
+	 * to stderr, and stays there). */
+	tun_reset_as(0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 64);
+	cr_assert_str_eq(tun_str(TUN_log_file), "/nonexistent/sdp-secure-victim");
+	cr_assert_str_eq(tun_getenv("LIBSDP_CONFIG_FILE"), "/etc/shadow");
+	tt_report(out, sizeof(out), err, sizeof(err));
+	cr_assert_str_eq(err, "SDP_SEND_BUFS=\"junk\" ignored: not an integer from 4 to 1024; send_bufs is 16 (default 16)\n");
+
+	/* Nothing set: nothing said. */
+	tt_clean_env();
+	tun_reset_as(1);
+	cr_assert_null(tun_getenv("LIBSDP_CONFIG_FILE"));
+	tt_report(out, sizeof(out), err, sizeof(err));
+	cr_assert_str_eq(err, "");
+}
+
+/* The log file is never opened through a symbolic link; the logger says
+ * so on stderr and stays there. */
+Test(tunables, log_file_symlink_refused)
+{
+	char dir[] = "/tmp/sdp-tt-XXXXXX", link[64], target[64], out[256], err[1024], want[512];
+	struct stat st;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(link, sizeof(link), "%s/sdp.log", dir);
+	snprintf(target, sizeof(target), "%s/elsewhere", dir);
+	cr_assert_eq(symlink(target, link), 0);
+	setenv("SDP_LOG_FILE", link, 1);
+	tun_reset();
+	tt_capture(sdp_log_init, out, sizeof(out), err, sizeof(err));
+	snprintf(want, sizeof(want), "cannot open the log file %s: %s; logging to stderr\n", link,
+		 strerror(ELOOP));
+	cr_assert_str_eq(err, want);
+	cr_assert_str_eq(out, "");
+	cr_assert_neq(lstat(target, &st), 0, "written through the symbolic link");
+	unlink(link);
+	rmdir(dir);
 }
