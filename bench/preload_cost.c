@@ -9,8 +9,10 @@
  *       listen on 127.0.0.1:0, write the port to F, accept forever (a
  *       thread per connection); with --echo send every byte back, else
  *       read until EOF and close
- *   preload_cost connect HOST:PORT N
- *       N x socket()+connect()+close() (after WARMUP unmeasured ones):
+ *   preload_cost connect HOST:PORT N [--send BYTES]
+ *       N x socket()+connect()+close() (after WARMUP unmeasured ones),
+ *       with BYTES written before each close (the connection rate of a
+ *       program that opens a connection per request: --send 1):
  *       median, p90, p99 of connect() in microseconds, and the total;
  *       also how many connect() calls stalled over 500 ms: Linux now and
  *       then drops a loopback SYN, and the 1 s until it is resent then
@@ -74,7 +76,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: preload_cost serve --port-file FILE [--echo]\n"
-		"       preload_cost connect HOST:PORT N\n"
+		"       preload_cost connect HOST:PORT N [--send BYTES]\n"
 		"       preload_cost pingpong HOST:PORT N SIZE\n"
 		"       preload_cost syscalls N\n");
 	exit(2);
@@ -327,7 +329,12 @@ static int cmd_connect(int argc, char **argv)
 	uint64_t *t_conn, *t_sock, *t_close, *t_cycle, first = 0, start = 0, total;
 	long stalls = 0;
 
-	if (argc != 2)
+	long send_bytes = 0;
+	static char payload[65536];
+
+	if (argc == 4 && !strcmp(argv[2], "--send"))
+		send_bytes = parse_count(argv[3], "BYTES", sizeof(payload));
+	else if (argc != 2)
 		usage();
 	sl = parse_addr(argv[0], &ss);
 	n = parse_count(argv[1], "N", 10000000);
@@ -350,6 +357,8 @@ static int cmd_connect(int argc, char **argv)
 		if (connect(fd, (struct sockaddr *)&ss, sl) < 0)
 			die("connect %s (round %ld): %s", argv[0], i + WARMUP_CONNECTS + 1,
 			    strerror(errno));
+		if (send_bytes && write(fd, payload, (size_t)send_bytes) != send_bytes)
+			die("write %ld bytes: %s", send_bytes, strerror(errno));
 		uint64_t t2 = now_ns();
 
 		if (close(fd) < 0)
@@ -394,6 +403,8 @@ static int cmd_connect(int argc, char **argv)
 	       stalls, n, (int)(STALL_NS / 1000000));
 	printf("connect_total_ms=%.1f n=%ld # all N socket+connect+close cycles, wall time\n",
 	       (double)total / 1e6, n);
+	printf("connect_rate=%.0f n=%ld # cycles per second (%ld bytes sent in each)\n",
+	       (double)n * 1e9 / (double)total, n, send_bytes);
 	free(t_conn);
 	free(t_sock);
 	free(t_close);
