@@ -97,6 +97,8 @@ static void engine_once_fn(void)
 	int r = ENGINE(sdp_init());
 
 	engine_status = r < 0 ? r : r == 0 ? -ENODEV : 0;
+	if (!engine_status)
+		ops_relay_init();
 	if (engine_status)
 		sdp_conn_log(LOGSYS, "no SDP transport is available (transports \"%s\"): %s",
 			     tun_str(TUN_transports), strerror(-engine_status));
@@ -887,8 +889,8 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (!s)
 		return NATIVE_RET(native.connect(fd, addr, len));
 	pthread_mutex_lock(&s->lock);
-	if (s->inherited) {
-		r = -ENOTCONN;
+	if (s->inherited || s->relayed) {
+		r = s->relayed ? -EISCONN : -ENOTCONN;
 		goto out;
 	}
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY) {

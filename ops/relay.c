@@ -1,0 +1,1181 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * fork() with SDP connections open: the relay (doc/fork.md).
+ *
+ * An SDP connection lives in the memory of the process that made it and
+ * its transport cannot be driven by two processes, but a program that
+ * forks expects its children to share its sockets, as they share a
+ * kernel TCP socket.  So just before a fork (the prepare handler, in the
+ * parent) every established SDP connection the process holds becomes a
+ * relayed one:
+ *
+ *   - socketpair(AF_UNIX) gives A and B.  A takes the place of the
+ *     application's placeholder at every fd that names the connection,
+ *     with each fd's FD_CLOEXEC, the file's O_NONBLOCK and the socket
+ *     options that matter on A (timeouts, keepalive...); the epoll sets
+ *     the fds were in get them as plain kernel members, with the
+ *     application's events and data.
+ *   - B stays here (close-on-exec): the relay thread (one per process,
+ *     "sdp-relay", started at the first fork that needs it) moves bytes
+ *     both ways between B and the engine socket, with non-blocking calls
+ *     and one sdp_ppoll() over all of them; idle, it sleeps.
+ *
+ * Then both processes share A as they would share a TCP socket: whoever
+ * reads gets the data, and the SDP connection ends, in order, when the
+ * last copy of A is closed (B reads EOF and polls POLLHUP), which the
+ * parent's close() alone no longer does.  Each side's end of stream is
+ * passed on (the peer's EOF becomes shutdown(B, SHUT_WR); A shut for
+ * writing becomes an SDP shutdown); an SDP reset or error closes B (A
+ * reads EOF); A closed with data left unread (the peer's, or ours in
+ * B's queue) resets the SDP connection, as closing a TCP socket with
+ * unread data does.
+ *
+ * In both processes the record of the fd is "relayed": every call on it
+ * is the kernel's (on A), except the socket's names (the connection's,
+ * kept when the relay was made) and the options of TCP and IP, which are
+ * answered as Linux TCP answers them, remembering what was set.
+ *
+ * After exec the program has A but an empty fd table.  B is bound to an
+ * abstract Unix address that names libsdp and encodes the family and both
+ * addresses of the connection, so getpeername(A) tells; the preload asks
+ * when a call on an fd that is not ours gets an answer TCP would not give
+ * (ops_relay_adopt()), and then makes the fd a relayed record.
+ *
+ * Limits (sdp.conf(5), FORK): the relay lives in the process that made
+ * the SDP connection; when it exits or execs, the relays end and the
+ * children's copies read EOF.  Connections still connecting and SDP
+ * listeners are not relayed (fork.c).
+ *
+ * Data calls of the application that were already in the engine when
+ * the relay was made finish there (ops_io_enter counts them): the relay
+ * takes over each direction only once none is left in it, so that the
+ * stream's order holds.
+ *
+ * Locking: relay_lock protects the relay lists, the thread's start and
+ * relay_wake; it is taken after any ops_sock lock is released, never
+ * under one.  The prepare handler holds it across fork() (the child
+ * then finds the lists whole), the parent and child handlers release
+ * it.  A relay's own state is the relay thread's alone.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ops.h"
+#include "sdp.h"
+#include "sock.h"
+
+#define LOGSYS "fork"
+
+/* Bytes a relay holds in each direction, in a buffer that exists only
+ * while it holds some (an idle relay costs no buffer). */
+#define RELAY_BUF (64 * 1024)
+
+/* --- the relay's address ---------------------------------------------------------
+ * Abstract (sun_path[0] == 0), binary, versioned:
+ *   "\0" RELAY_PREFIX, version (1 byte), family (4 or 6),
+ *   local address, peer address (each: port and address as in the
+ *   sockaddr, network order; IPv6 also flowinfo and scope id),
+ *   pid and serial (4 bytes each: only to make the name unique).
+ */
+#define RELAY_PREFIX "libsdp-relay"
+#define RELAY_VERSION 1
+
+static size_t addr_bytes(int domain)
+{
+	return domain == AF_INET6 ? 2 + 16 + 4 + 4 : 2 + 4;
+}
+
+static void put_addr(uint8_t *p, int domain, const struct sockaddr_storage *a)
+{
+	if (domain == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)a;
+
+		memcpy(p, &in6->sin6_port, 2);
+		memcpy(p + 2, &in6->sin6_addr, 16);
+		memcpy(p + 18, &in6->sin6_flowinfo, 4);
+		memcpy(p + 22, &in6->sin6_scope_id, 4);
+	} else {
+		const struct sockaddr_in *in = (const void *)a;
+
+		memcpy(p, &in->sin_port, 2);
+		memcpy(p + 2, &in->sin_addr, 4);
+	}
+}
+
+static socklen_t get_addr(const uint8_t *p, int domain, struct sockaddr_storage *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (domain == AF_INET6) {
+		struct sockaddr_in6 *in6 = (void *)a;
+
+		in6->sin6_family = AF_INET6;
+		memcpy(&in6->sin6_port, p, 2);
+		memcpy(&in6->sin6_addr, p + 2, 16);
+		memcpy(&in6->sin6_flowinfo, p + 18, 4);
+		memcpy(&in6->sin6_scope_id, p + 22, 4);
+		return sizeof(*in6);
+	}
+	struct sockaddr_in *in = (void *)a;
+
+	in->sin_family = AF_INET;
+	memcpy(&in->sin_port, p, 2);
+	memcpy(&in->sin_addr, p + 2, 4);
+	return sizeof(*in);
+}
+
+#define NAME_HEAD (1 + sizeof(RELAY_PREFIX) - 1)
+
+static socklen_t relay_name(struct sockaddr_un *un, int domain, const struct sockaddr_storage *l,
+			    const struct sockaddr_storage *p, uint32_t serial)
+{
+	uint8_t *n = (uint8_t *)un->sun_path;
+	size_t ab = addr_bytes(domain), off = NAME_HEAD;
+	uint32_t pid = (uint32_t)getpid();
+
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	memcpy(n + 1, RELAY_PREFIX, sizeof(RELAY_PREFIX) - 1);
+	n[off++] = RELAY_VERSION;
+	n[off++] = domain == AF_INET6 ? 6 : 4;
+	put_addr(n + off, domain, l);
+	off += ab;
+	put_addr(n + off, domain, p);
+	off += ab;
+	memcpy(n + off, &pid, 4);
+	memcpy(n + off + 4, &serial, 4);
+	off += 8;
+	_Static_assert(NAME_HEAD + 2 + 2 * (2 + 16 + 4 + 4) + 8 <= sizeof(un->sun_path),
+		       "a relay's name fits");
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + off);
+}
+
+/* Is un (len bytes, from getpeername) a relay's name?  Its family and
+ * addresses, then. */
+static bool relay_name_parse(const struct sockaddr_un *un, socklen_t len, int *domain,
+			     struct sockaddr_storage *l, socklen_t *ll, struct sockaddr_storage *p,
+			     socklen_t *pl)
+{
+	const uint8_t *n = (const uint8_t *)un->sun_path;
+	size_t off = offsetof(struct sockaddr_un, sun_path);
+
+	if (len <= off + NAME_HEAD + 2 || un->sun_family != AF_UNIX || n[0] ||
+	    memcmp(n + 1, RELAY_PREFIX, sizeof(RELAY_PREFIX) - 1) || n[NAME_HEAD] != RELAY_VERSION)
+		return false;
+	int d = n[NAME_HEAD + 1] == 6 ? AF_INET6 : n[NAME_HEAD + 1] == 4 ? AF_INET : 0;
+
+	if (!d || len != off + NAME_HEAD + 2 + 2 * addr_bytes(d) + 8)
+		return false;
+	*domain = d;
+	*ll = get_addr(n + NAME_HEAD + 2, d, l);
+	*pl = get_addr(n + NAME_HEAD + 2 + addr_bytes(d), d, p);
+	return true;
+}
+
+/* --- what a relayed socket answers ---------------------------------------------- */
+
+/* The options of TCP and IP a relayed socket answers itself, as Linux
+ * TCP does: their defaults for a connected socket, what setsockopt
+ * accepts, and what it remembers. */
+enum {
+	RO_BOOL = 1,		/* stored as 0 or 1 */
+	RO_V6 = 2,		/* AF_INET6 sockets only */
+	RO_TOS = 4,		/* the ECN bits are the stack's, not the application's */
+	RO_DEFAULT_NEG = 8,	/* -1 sets the default */
+	RO_NOSET = 16,		/* setsockopt fails (EINVAL) once connected */
+	RO_CHAR = 32,		/* setsockopt takes a char too (ip_setsockopt) */
+};
+
+struct ropt {
+	int level, name;
+	int def, min, max;	/* min > max: any value */
+	unsigned flags;
+};
+
+static const struct ropt ropts[] = {
+	{ IPPROTO_TCP, TCP_NODELAY, 0, 1, 0, RO_BOOL },
+	{ IPPROTO_TCP, TCP_CORK, 0, 1, 0, RO_BOOL },
+	{ IPPROTO_TCP, TCP_QUICKACK, 1, 1, 0, RO_BOOL },
+	{ IPPROTO_TCP, TCP_MAXSEG, 536, 0, 32767, 0 },
+	{ IPPROTO_TCP, TCP_KEEPIDLE, 7200, 1, 32767, 0 },
+	{ IPPROTO_TCP, TCP_KEEPINTVL, 75, 1, 32767, 0 },
+	{ IPPROTO_TCP, TCP_KEEPCNT, 9, 1, 127, 0 },
+	{ IPPROTO_TCP, TCP_SYNCNT, 6, 1, 127, 0 },
+	{ IPPROTO_TCP, TCP_LINGER2, 60, 1, 0, 0 },
+	{ IPPROTO_TCP, TCP_DEFER_ACCEPT, 0, 1, 0, 0 },
+	{ IPPROTO_TCP, TCP_USER_TIMEOUT, 0, 0, INT_MAX, 0 },
+	{ IPPROTO_TCP, TCP_NOTSENT_LOWAT, -1, 1, 0, 0 },
+	{ IPPROTO_TCP, TCP_FASTOPEN, 0, 1, 0, 0 },
+	{ IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, 0, 1, 0, RO_BOOL },
+	{ IPPROTO_IP, IP_TOS, 0, 1, 0, RO_TOS | RO_CHAR },
+	{ IPPROTO_IP, IP_TTL, 64, 1, 255, RO_DEFAULT_NEG },
+	{ IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_WANT, 0, 5, RO_CHAR },
+	{ IPPROTO_IP, IP_RECVERR, 0, 1, 0, RO_BOOL | RO_CHAR },
+	{ IPPROTO_IP, IP_FREEBIND, 0, 1, 0, RO_BOOL | RO_CHAR },
+	{ IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 0, 1, 0, RO_BOOL | RO_CHAR },
+	{ IPPROTO_IPV6, IPV6_TCLASS, 0, -1, 255, RO_V6 | RO_DEFAULT_NEG },
+	{ IPPROTO_IPV6, IPV6_UNICAST_HOPS, 64, -1, 255, RO_V6 | RO_DEFAULT_NEG },
+	{ IPPROTO_IPV6, IPV6_V6ONLY, 0, 1, 0, RO_V6 | RO_BOOL | RO_NOSET },
+	{ IPPROTO_IPV6, IPV6_RECVERR, 0, 1, 0, RO_V6 | RO_BOOL },
+	{ IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_WANT, 0, 5, RO_V6 },
+};
+#define NROPTS (sizeof(ropts) / sizeof(ropts[0]))
+
+/* Options of the socket itself that live on A: carried over from the
+ * placeholder (which kept a copy of every one the application set). */
+static const int carried_opts[] = {
+	SO_RCVTIMEO, SO_SNDTIMEO, SO_KEEPALIVE, SO_LINGER, SO_OOBINLINE, SO_PRIORITY, SO_RCVLOWAT,
+};
+
+#define CC_NAME_MAX 16		/* TCP_CA_NAME_MAX */
+
+struct ops_relayed {
+	struct sockaddr_storage local, peer;
+	socklen_t local_len, peer_len;
+	int opt[NROPTS];		/* by ropts index */
+	char cc[CC_NAME_MAX];		/* TCP_CONGESTION */
+	int zerocopy;			/* SO_ZEROCOPY (a Unix socket refuses it) */
+};
+
+static const struct ropt *ropt_find(int domain, int level, int name, int *idx)
+{
+	for (size_t i = 0; i < NROPTS; i++) {
+		if (ropts[i].level == level && ropts[i].name == name) {
+			if ((ropts[i].flags & RO_V6) && domain != AF_INET6)
+				return NULL;
+			*idx = (int)i;
+			return &ropts[i];
+		}
+	}
+	return NULL;
+}
+
+static struct ops_relayed *rinfo_new(void)
+{
+	struct ops_relayed *ri = calloc(1, sizeof(*ri));
+
+	if (!ri)
+		return NULL;
+	for (size_t i = 0; i < NROPTS; i++)
+		ri->opt[i] = ropts[i].def;
+	memcpy(ri->cc, "cubic", sizeof("cubic"));
+	return ri;
+}
+
+/* The values of the connection's options, from the engine where it keeps
+ * them, else from the placeholder fd (an unconnected TCP socket holding
+ * what was set, and Linux's defaults otherwise). */
+static void rinfo_snapshot(struct ops_relayed *ri, struct ops_sock *s, int fd)
+{
+	for (size_t i = 0; i < NROPTS; i++) {
+		const struct ropt *o = &ropts[i];
+		int v;
+		socklen_t l = sizeof(v);
+
+		if ((o->flags & RO_V6) && s->domain != AF_INET6)
+			continue;
+		if (ENGINE(sdp_getsockopt(s->sd, o->level, o->name, &v, &l)) == 0 ||
+		    (l = sizeof(v), native.getsockopt(fd, o->level, o->name, &v, &l) == 0))
+			ri->opt[i] = v;
+	}
+	char cc[CC_NAME_MAX];
+	socklen_t l = sizeof(cc);
+
+	if (native.getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &l) == 0 && l > 0) {
+		memset(ri->cc, 0, sizeof(ri->cc));
+		memcpy(ri->cc, cc, l < sizeof(ri->cc) ? l : sizeof(ri->cc));
+	}
+}
+
+int ops_relayed_name(struct ops_sock *s, bool peer, struct sockaddr *addr, socklen_t *len)
+{
+	const struct ops_relayed *ri = s->rinfo;
+	socklen_t have = peer ? ri->peer_len : ri->local_len;
+
+	if (!addr || !len)
+		return -EFAULT;
+	memcpy(addr, peer ? &ri->peer : &ri->local, *len < have ? *len : have);
+	*len = have;
+	return 0;
+}
+
+static int put_int(void *val, socklen_t *len, int v)
+{
+	socklen_t n = *len < sizeof(v) ? *len : sizeof(v);
+
+	memcpy(val, &v, n);
+	*len = n;
+	return 0;
+}
+
+int ops_relayed_getsockopt(int fd, struct ops_sock *s, int level, int name, void *val,
+			   socklen_t *len)
+{
+	struct ops_relayed *ri = s->rinfo;
+	const struct ropt *o;
+	int idx, r;
+
+	if (!len || (!val && *len))
+		return -EFAULT;
+	if ((int)*len < 0)
+		return -EINVAL;
+	if (level == SOL_SOCKET) {
+		switch (name) {
+		case SO_DOMAIN:
+			return put_int(val, len, s->domain);
+		case SO_PROTOCOL:
+			return put_int(val, len, IPPROTO_TCP);
+		case SO_ZEROCOPY:
+			return put_int(val, len, __atomic_load_n(&ri->zerocopy, __ATOMIC_RELAXED));
+		case SO_PEERCRED: {
+			/* What TCP gives: no process, no ids. */
+			struct ucred uc = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+			socklen_t n = *len < sizeof(uc) ? *len : sizeof(uc);
+
+			memcpy(val, &uc, n);
+			*len = n;
+			return 0;
+		}
+		default:
+			/* The rest are the socket's own, and A has them. */
+			return NATIVE_RET(native.getsockopt(fd, level, name, val, len));
+		}
+	}
+	if (level == IPPROTO_TCP && name == TCP_INFO) {
+		struct tcp_info ti;
+		socklen_t n = *len < sizeof(ti) ? *len : sizeof(ti);
+
+		memset(&ti, 0, sizeof(ti));
+		ti.tcpi_state = TCP_ESTABLISHED;
+		memcpy(val, &ti, n);
+		*len = n;
+		return 0;
+	}
+	if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
+		socklen_t n = *len < CC_NAME_MAX ? *len : CC_NAME_MAX;
+
+		pthread_mutex_lock(&s->lock);
+		memcpy(val, ri->cc, n);
+		pthread_mutex_unlock(&s->lock);
+		*len = n;
+		return 0;
+	}
+	o = ropt_find(s->domain, level, name, &idx);
+	if (!o)
+		return -ENOPROTOOPT;
+	pthread_mutex_lock(&s->lock);
+	int v = ri->opt[idx];
+
+	pthread_mutex_unlock(&s->lock);
+	r = put_int(val, len, v);
+	return r;
+}
+
+int ops_relayed_setsockopt(int fd, struct ops_sock *s, int level, int name, const void *val,
+			   socklen_t len)
+{
+	struct ops_relayed *ri = s->rinfo;
+	const struct ropt *o;
+	int idx, v = 0;
+
+	if (level == SOL_SOCKET) {
+		int r = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
+
+		if (r == 0 || (r != -EOPNOTSUPP && r != -ENOPROTOOPT))
+			return r;
+		/* Linux TCP takes every socket-level option: those a Unix
+		 * socket refuses are remembered where they read back. */
+		if (name == SO_ZEROCOPY) {
+			if (!val)
+				return -EFAULT;
+			if (len < sizeof(int))
+				return -EINVAL;
+			memcpy(&v, val, sizeof(v));
+			if (v != 0 && v != 1)
+				return -EINVAL;
+			__atomic_store_n(&ri->zerocopy, v, __ATOMIC_RELAXED);
+		}
+		return 0;
+	}
+	if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
+		char cc[CC_NAME_MAX] = { 0 };
+
+		if (!val)
+			return -EFAULT;
+		if (len < 1)
+			return -EINVAL;
+		memcpy(cc, val, len < sizeof(cc) - 1 ? len : sizeof(cc) - 1);
+		/* The algorithms a stock kernel always has. */
+		if (strcmp(cc, "cubic") && strcmp(cc, "reno"))
+			return -ENOENT;
+		pthread_mutex_lock(&s->lock);
+		memcpy(ri->cc, cc, sizeof(cc));
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	o = ropt_find(s->domain, level, name, &idx);
+	if (!o)
+		return -ENOPROTOOPT;
+	if (!val)
+		return -EFAULT;
+	if (len >= sizeof(int)) {
+		memcpy(&v, val, sizeof(v));
+	} else if (len >= 1 && (o->flags & RO_CHAR)) {
+		v = *(const unsigned char *)val;
+	} else {
+		return -EINVAL;
+	}
+	if (o->flags & RO_NOSET)
+		return -EINVAL;
+	if (o->min <= o->max && (v < o->min || v > o->max))
+		return -EINVAL;
+	if ((o->flags & RO_DEFAULT_NEG) && v == -1)
+		v = o->def;
+	if (o->flags & RO_BOOL)
+		v = v != 0;
+	pthread_mutex_lock(&s->lock);
+	if (o->flags & RO_TOS)
+		v = (v & ~IPTOS_ECN_MASK) | (ri->opt[idx] & IPTOS_ECN_MASK);
+	if (!(name == TCP_MAXSEG && level == IPPROTO_TCP && v == 0))
+		ri->opt[idx] = v;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* --- the relays -------------------------------------------------------------------- */
+
+struct relay_dir {
+	char *buf;		/* RELAY_BUF bytes, or NULL while empty */
+	size_t off, len;	/* buf[off, len): taken from the source, not yet passed on */
+	bool eof;		/* the source ended */
+	bool shut;		/* and that was passed on */
+	bool gate;		/* no call of the application is in the engine any more */
+};
+
+struct relay {
+	struct relay *next;
+	struct ops_sock *s;	/* a reference: s->sd stays open until the last one */
+	int sd, b, fd;		/* engine socket, our end, the application's fd (logs) */
+	/* OPS_IO_RD: engine -> B (what the application reads);
+	 * OPS_IO_WR: B -> engine. */
+	struct relay_dir dir[2];
+	bool a_gone;		/* every copy of A is closed, or shut for reading */
+	bool abort;		/* data would be lost: end with a reset */
+	int err;		/* the SDP connection failed (errno) */
+	bool done;
+	bool fresh;		/* not pumped yet */
+	nfds_t pidx, pn;	/* its entries in the thread's poll set */
+};
+
+static pthread_mutex_t relay_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct relay *relays;		/* the thread's, linked and unlinked under relay_lock */
+static struct relay *new_relays;	/* made at a fork, not yet taken by the thread */
+static bool relay_running;
+static int relay_wake = -1;		/* eventfd: the thread looks again */
+static uint32_t relay_serial;
+
+static void relay_kick(void)
+{
+	int fd = __atomic_load_n(&relay_wake, __ATOMIC_ACQUIRE);
+	uint64_t one = 1;
+
+	if (fd >= 0 && native.write(fd, &one, sizeof(one)) < 0) {
+		/* saturated: it is awake anyway */
+	}
+}
+
+bool ops_io_enter(struct ops_sock *s, int dir)
+{
+	/* Dekker with relay_make(): either this sees relayed, or the relay
+	 * sees this call in flight.  Both seq_cst. */
+	atomic_fetch_add(&s->io_calls[dir], 1);
+	if (atomic_load(&s->relayed)) {
+		ops_io_leave(s, dir);
+		return false;
+	}
+	return true;
+}
+
+void ops_io_leave(struct ops_sock *s, int dir)
+{
+	if (atomic_fetch_sub(&s->io_calls[dir], 1) == 1 && atomic_load(&s->relayed))
+		relay_kick();	/* the relay may take this direction over now */
+}
+
+/* d's buffer, to fill; false (and r failed) without memory. */
+static bool dir_buf(struct relay *r, struct relay_dir *d)
+{
+	if (!d->buf && !(d->buf = malloc(RELAY_BUF)))
+		r->err = ENOMEM;
+	return d->buf != NULL;
+}
+
+/* An idle direction gives its buffer back. */
+static void dir_idle(struct relay_dir *d)
+{
+	if (d->off >= d->len) {
+		d->off = d->len = 0;
+		free(d->buf);
+		d->buf = NULL;
+	}
+}
+
+/* engine -> B */
+static void pump_down(struct relay *r)
+{
+	struct relay_dir *d = &r->dir[OPS_IO_RD];
+
+	while (d->gate && !r->err) {
+		if (d->off < d->len) {
+			if (r->a_gone) {
+				/* Nobody will read it: closing TCP with unread
+				 * data resets the connection. */
+				r->abort = true;
+				d->off = d->len;
+				continue;
+			}
+			ssize_t n = native.send(r->b, d->buf + d->off, d->len - d->off,
+						MSG_DONTWAIT | MSG_NOSIGNAL);
+
+			if (n < 0) {
+				if (errno == EAGAIN || errno == EINTR)
+					return;
+				r->a_gone = true;	/* EPIPE: A closed or shut for reading */
+				continue;
+			}
+			d->off += (size_t)n;
+			continue;
+		}
+		d->off = d->len = 0;
+		if (d->eof) {
+			if (!d->shut) {
+				native.shutdown(r->b, SHUT_WR);
+				d->shut = true;
+			}
+			return;
+		}
+		if (r->a_gone)
+			return;	/* left in the engine: its close resets */
+		if (!dir_buf(r, d))
+			return;
+		ssize_t n = ENGINE(sdp_recv(r->sd, d->buf, RELAY_BUF, MSG_DONTWAIT));
+
+		if (n == -EAGAIN || n == -EINTR)
+			return;
+		if (n < 0) {
+			r->err = (int)-n;
+			return;
+		}
+		if (n == 0) {
+			d->eof = true;
+			continue;
+		}
+		d->len = (size_t)n;
+		ops_stats_sock_bytes(r->s->row, 0, (uint64_t)n);
+	}
+}
+
+/* B -> engine */
+static void pump_up(struct relay *r)
+{
+	struct relay_dir *u = &r->dir[OPS_IO_WR];
+
+	while (u->gate && !r->err) {
+		if (u->off < u->len) {
+			ssize_t n = ENGINE(sdp_send(r->sd, u->buf + u->off, u->len - u->off,
+						    MSG_DONTWAIT | MSG_NOSIGNAL));
+
+			if (n == -EAGAIN || n == -EINTR)
+				return;
+			if (n < 0) {
+				r->err = (int)-n;
+				return;
+			}
+			u->off += (size_t)n;
+			ops_stats_sock_bytes(r->s->row, (uint64_t)n, 0);
+			continue;
+		}
+		u->off = u->len = 0;
+		if (u->eof) {
+			if (!u->shut) {
+				(void)ENGINE(sdp_shutdown(r->sd, SHUT_WR));
+				u->shut = true;
+			}
+			return;
+		}
+		if (!dir_buf(r, u))
+			return;
+		ssize_t n = native.recv(r->b, u->buf, RELAY_BUF, MSG_DONTWAIT);
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			/* ECONNRESET: the last A was closed with our data
+			 * unread in it, which a TCP socket answers with a
+			 * reset. */
+			r->abort = true;
+			r->a_gone = true;
+			n = 0;
+		}
+		if (n == 0) {
+			u->eof = true;
+			continue;
+		}
+		u->len = (size_t)n;
+	}
+}
+
+static bool relay_finished(const struct relay *r)
+{
+	const struct relay_dir *d = &r->dir[OPS_IO_RD], *u = &r->dir[OPS_IO_WR];
+
+	if (r->err)
+		return true;
+	return u->eof && u->shut && ((d->eof && d->shut) || r->a_gone);
+}
+
+/* The relay's end; relay_lock held, r unlinked. */
+static void relay_end(struct relay *r)
+{
+	bool gates = r->dir[OPS_IO_RD].gate && r->dir[OPS_IO_WR].gate;
+	bool abort = r->abort || r->err || r->dir[OPS_IO_RD].off < r->dir[OPS_IO_RD].len;
+
+	if (gates) {
+		/* The close below (at the last reference) must not wait in
+		 * this thread for an SO_LINGER the application set. */
+		if (abort) {
+			struct linger lg = { 1, 0 };
+
+			(void)ENGINE(sdp_setsockopt(r->sd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)));
+		}
+		(void)ENGINE(sdp_set_nonblock(r->sd, 1));
+	}
+	native.close(r->b);
+	if (r->err)
+		sdp_conn_log(LOGSYS, "fd %d: relayed SDP connection ended: %s", r->fd,
+			     strerror(r->err));
+	else
+		sdp_conn_log(LOGSYS, "fd %d: relayed SDP connection closed%s", r->fd,
+			     abort ? " (reset: data left unread)" : "");
+	ops_sock_put(r->s);
+	free(r->dir[OPS_IO_RD].buf);
+	free(r->dir[OPS_IO_WR].buf);
+	free(r);
+}
+
+/* Has the application's last call in the engine in direction dir ended? */
+static bool gate_opens(struct relay *r, int dir)
+{
+	if (r->dir[dir].gate)
+		return false;
+	r->dir[dir].gate = atomic_load(&r->s->io_calls[dir]) == 0;
+	return r->dir[dir].gate;
+}
+
+/* The thread's poll set: room for n entries. */
+static bool poll_room(struct pollfd **p, size_t *cap, size_t n)
+{
+	if (n <= *cap)
+		return true;
+	size_t c = *cap ? *cap * 2 : 64;
+
+	while (c < n)
+		c *= 2;
+	struct pollfd *np = realloc(*p, c * sizeof(*np));
+
+	if (!np)
+		return false;
+	*p = np;
+	*cap = c;
+	return true;
+}
+
+/* The fds of r to wait on, and for what (nothing: it waits for a kick). */
+static nfds_t relay_fds(struct relay *r, struct pollfd *p)
+{
+	const struct relay_dir *d = &r->dir[OPS_IO_RD], *u = &r->dir[OPS_IO_WR];
+	nfds_t n = 0;
+	short be = 0, ee = 0;
+
+	if (u->gate && !u->eof && u->off >= u->len)
+		be |= POLLIN;
+	if (d->off < d->len && !r->a_gone)
+		be |= POLLOUT;
+	/* With no event asked, B still reports POLLHUP when A is gone. */
+	if (be || !r->a_gone)
+		p[n++] = (struct pollfd){ .fd = r->b, .events = be };
+	if (d->gate && !d->eof && d->off >= d->len && !r->a_gone)
+		ee |= POLLIN;
+	if (u->off < u->len)
+		ee |= POLLOUT;
+	/* The engine only when something is asked of it: its POLLHUP would
+	 * otherwise wake us for nothing. */
+	if (ee)
+		p[n++] = (struct pollfd){ .fd = r->sd, .events = ee };
+	return n;
+}
+
+static void relay_pump(struct relay *r)
+{
+	pump_up(r);
+	pump_down(r);
+	pump_up(r);	/* what A wrote while we sent down */
+	dir_idle(&r->dir[OPS_IO_RD]);
+	dir_idle(&r->dir[OPS_IO_WR]);
+	r->done = relay_finished(r);
+}
+
+static void *relay_main(void *arg)
+{
+	struct pollfd *p = NULL;
+	size_t cap = 0;
+
+	(void)arg;
+	sdp_internal_enter();	/* our libc calls are libc's, for good */
+	for (;;) {
+		/* Take the new relays, and end the finished ones: both under
+		 * the lock, so that a fork's child sees every B it must close. */
+		pthread_mutex_lock(&relay_lock);
+		while (new_relays) {
+			struct relay *r = new_relays;
+
+			new_relays = r->next;
+			r->next = relays;
+			r->fresh = true;
+			relays = r;
+		}
+		size_t n = 1;
+
+		for (struct relay **pp = &relays; *pp;) {
+			struct relay *r = *pp;
+
+			if (r->done) {
+				*pp = r->next;
+				relay_end(r);
+			} else {
+				n += 2;
+				pp = &r->next;
+			}
+		}
+		pthread_mutex_unlock(&relay_lock);
+
+		/* Only this thread changes the list: it is read unlocked.
+		 * What needs no wait first: new relays, and directions the
+		 * application's calls in flight just left (after the kick
+		 * that said so was drained, below). */
+		bool room = poll_room(&p, &cap, n), ended = false;
+
+		for (struct relay *r = relays; r; r = r->next) {
+			/* Both gates are looked at, whatever the first says. */
+			if (r->fresh | !room | gate_opens(r, OPS_IO_RD) | gate_opens(r, OPS_IO_WR))
+				relay_pump(r);
+			r->fresh = false;
+			ended |= r->done;
+		}
+		if (ended)
+			continue;
+		if (!room) {
+			/* No memory for the set: look again after a pause. */
+			struct timespec ts = { 0, 10 * 1000000L };
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		int wake = __atomic_load_n(&relay_wake, __ATOMIC_RELAXED);
+		nfds_t np = 0;
+		uint64_t v;
+
+		p[np++] = (struct pollfd){ .fd = wake, .events = POLLIN };
+		for (struct relay *r = relays; r; r = r->next) {
+			r->pidx = np;
+			r->pn = relay_fds(r, p + np);
+			np += r->pn;
+		}
+		int ready = ENGINE(sdp_ppoll(p, np, NULL, NULL));
+
+		if (ready < 0 && ready != -EINTR) {
+			/* Out of memory, say: no busy loop meanwhile. */
+			struct timespec ts = { 0, 10 * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
+		if (ready <= 0)
+			continue;
+		if (p[0].revents && native.read(wake, &v, sizeof(v)) < 0) {
+			/* drained already */
+		}
+		for (struct relay *r = relays; r; r = r->next) {
+			bool busy = false;
+
+			for (nfds_t i = r->pidx; i < r->pidx + r->pn; i++) {
+				if (!p[i].revents)
+					continue;
+				busy = true;
+				if (p[i].fd == r->b && (p[i].revents & (POLLHUP | POLLERR)))
+					r->a_gone = true;
+			}
+			if (busy)
+				relay_pump(r);
+		}
+	}
+	return NULL;
+}
+
+/* Start the thread (relay_lock held); 0 or a negative errno. */
+static int relay_start_locked(void)
+{
+	pthread_t t;
+	sigset_t all, old;
+	int r;
+
+	if (relay_running)
+		return 0;
+	int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	if (wake < 0)
+		return -errno;
+	__atomic_store_n(&relay_wake, wake, __ATOMIC_RELEASE);
+	/* The thread must never take the application's signals. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = -pthread_create(&t, NULL, relay_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r) {
+		__atomic_store_n(&relay_wake, -1, __ATOMIC_RELEASE);
+		native.close(wake);
+		return r;
+	}
+	pthread_setname_np(t, "sdp-relay");
+	pthread_detach(t);
+	relay_running = true;
+	return 0;
+}
+
+/* A socket and an fd that named it when the table was read. */
+struct cand {
+	struct ops_sock *s;
+	int fd;
+};
+
+/*
+ * s (locked, an established SDP connection) becomes relayed; fds are the
+ * fds that named it when the table was read.  Returns the relay, or NULL
+ * when s stays as it was (then it is "inherited" in the child, as
+ * before relays existed).
+ */
+static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size_t nfds)
+{
+	struct relay *r = calloc(1, sizeof(*r));
+	struct ops_relayed *ri = rinfo_new();
+	int sv[2] = { -1, -1 }, ph = -1;
+
+	for (size_t i = 0; i < nfds && ph < 0; i++)
+		if (ops_fd_names(fds[i].fd, s))
+			ph = fds[i].fd;
+	if (!r || !ri || ph < 0)
+		goto fail;
+	ri->local_len = sizeof(ri->local);
+	ri->peer_len = sizeof(ri->peer);
+	if (ENGINE(sdp_getsockname(s->sd, (void *)&ri->local, &ri->local_len)) < 0 ||
+	    ENGINE(sdp_getpeername(s->sd, (void *)&ri->peer, &ri->peer_len)) < 0 ||
+	    native.socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		goto fail;
+
+	struct sockaddr_un un;
+	socklen_t ul = relay_name(&un, s->domain, &ri->local, &ri->peer,
+				  __atomic_add_fetch(&relay_serial, 1, __ATOMIC_RELAXED));
+
+	if (native.bind(sv[1], (void *)&un, ul) < 0)
+		sdp_warn(LOGSYS, "fd %d: the relay's name: %s; after exec the socket will not be "
+			 "known as TCP", ph, strerror(errno));
+	if (native.fcntl(sv[1], F_SETFL, O_NONBLOCK) < 0)
+		goto fail;
+	rinfo_snapshot(ri, s, ph);
+	for (size_t i = 0; i < sizeof(carried_opts) / sizeof(carried_opts[0]); i++) {
+		char v[32];
+		socklen_t l = sizeof(v);
+
+		if (native.getsockopt(ph, SOL_SOCKET, carried_opts[i], v, &l) == 0)
+			(void)native.setsockopt(sv[0], SOL_SOCKET, carried_opts[i], v, l);
+	}
+	int fl = native.fcntl(ph, F_GETFL);
+
+	if (fl >= 0 && (fl & O_NONBLOCK) && native.fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
+		goto fail;
+
+	/* From here on A takes the placeholder's place.  The epoll
+	 * registrations come off first: a kernel one is on the placeholder's
+	 * file, which a child from an earlier fork may keep open. */
+	ops_epoll_detach_all(s);
+	int named = 0;
+
+	for (size_t i = 0; i < nfds; i++) {
+		int fd = fds[i].fd;
+
+		if (!ops_fd_names(fd, s))
+			continue;	/* closed meanwhile (ops_close holds s->lock) */
+		int fdfl = native.fcntl(fd, F_GETFD);
+		int rr;
+
+		do
+			rr = native.dup3(sv[0], fd, fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+		while (rr < 0 && (errno == EINTR || errno == EBUSY));
+		if (rr < 0)
+			sdp_err(LOGSYS, "fd %d: cannot take the relay's socket: %s", fd,
+				strerror(errno));
+		else
+			named++;
+	}
+	if (!named) {
+		ops_epoll_restack(s);	/* as it was */
+		goto fail;
+	}
+	native.close(sv[0]);
+	r->s = s;
+	ops_sock_get(s);
+	r->sd = s->sd;
+	r->b = sv[1];
+	r->fd = ph;
+	s->rinfo = ri;
+	atomic_store(&s->relayed, true);	/* after A is in place: see ops_io_enter */
+	ops_epoll_to_native(s);
+	/* The relay passes on what it gets at once: nothing may stay corked
+	 * (the application's TCP_CORK is remembered above). */
+	int zero = 0, one = 1;
+
+	(void)ENGINE(sdp_setsockopt(s->sd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero)));
+	(void)ENGINE(sdp_setsockopt(s->sd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
+	ops_stats_sock_set_relayed(s->row);
+	ops_stats_count(OPS_C_RELAYS, 1);
+	sdp_conn_log(LOGSYS, "fd %d: SDP connection relayed for forked children", ph);
+	return r;
+
+fail:
+	sdp_err(LOGSYS, "fd %d: SDP connection not relayed (%s): a forked child cannot use it",
+		ph >= 0 ? ph : fds[0].fd, strerror(errno ? errno : ENOMEM));
+	if (sv[0] >= 0) {
+		native.close(sv[0]);
+		native.close(sv[1]);
+	}
+	free(r);
+	free(ri);
+	return NULL;
+}
+
+/* --- fork handlers ------------------------------------------------------------------ */
+
+struct cands {
+	struct cand *v;
+	size_t n, cap;
+	bool oom;
+};
+
+static bool relayable(const struct ops_sock *s)
+{
+	return !s->relayed && !s->inherited && s->stack == OPS_STACK_SDP && s->sd >= 0 &&
+	       s->state == OPS_ST_ESTABLISHED && s->conn != OPS_CONN_SDP &&
+	       s->conn != OPS_CONN_SDP_ONLY;
+}
+
+/* Every socket of the table: which ones to relay is decided under each
+ * one's lock. */
+static void collect(int fd, struct ops_sock *s, void *arg)
+{
+	struct cands *c = arg;
+
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct cand *v = realloc(c->v, cap * sizeof(*v));
+
+		if (!v) {
+			c->oom = true;
+			return;
+		}
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct cand){ s, fd };
+}
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->s != y->s)
+		return (uintptr_t)x->s < (uintptr_t)y->s ? -1 : 1;
+	return (x->fd > y->fd) - (x->fd < y->fd);
+}
+
+static void relay_atfork_prepare(void)
+{
+	struct cands c = { 0 };
+	struct relay *made = NULL;
+	int saved = errno;
+
+	bool started = false;
+
+	ops_fd_for_each(collect, &c);
+	if (c.oom)
+		sdp_err(LOGSYS, "out of memory: some SDP connections are not relayed for the "
+			"forked child");
+	if (c.n)
+		qsort(c.v, c.n, sizeof(*c.v), cand_cmp);
+	for (size_t i = 0; i < c.n;) {
+		size_t j = i;
+
+		while (j < c.n && c.v[j].s == c.v[i].s)
+			j++;
+		/* A reference, through the table: the socket may have been
+		 * closed since it was read. */
+		struct ops_sock *s = ops_fd_get(c.v[i].fd);
+		struct relay *r = NULL;
+
+		if (s == c.v[i].s) {
+			pthread_mutex_lock(&s->lock);
+			bool want = relayable(s);
+
+			if (want && !started) {
+				/* The thread first: a relay made cannot be
+				 * undone.  (relay_lock is never taken under an
+				 * ops_sock lock.) */
+				pthread_mutex_unlock(&s->lock);
+				pthread_mutex_lock(&relay_lock);
+				int e = relay_start_locked();
+
+				pthread_mutex_unlock(&relay_lock);
+				if (e < 0) {
+					sdp_err(LOGSYS, "no relay thread (%s): a forked child cannot "
+						"use the SDP connections", strerror(-e));
+					ops_sock_put(s);
+					break;
+				}
+				started = true;
+				pthread_mutex_lock(&s->lock);
+				want = relayable(s);
+			}
+			if (want)
+				r = relay_make(s, c.v + i, j - i);
+			pthread_mutex_unlock(&s->lock);
+		}
+		if (r) {
+			r->next = made;
+			made = r;
+		}
+		if (s)
+			ops_sock_put(s);
+		i = j;
+	}
+	free(c.v);
+	pthread_mutex_lock(&relay_lock);	/* until the parent or child handler */
+	while (made) {
+		struct relay *r = made;
+
+		made = r->next;
+		r->next = new_relays;
+		new_relays = r;
+	}
+	errno = saved;
+}
+
+static void relay_atfork_parent(void)
+{
+	pthread_mutex_unlock(&relay_lock);
+	relay_kick();
+}
+
+/* The child: the relays are the parent's; their B copies close (or the
+ * children's A would not see the parent's relay end), and their
+ * references go, which frees the sockets no fd names. */
+static void relay_atfork_child(void)
+{
+	/* Released, not re-initialised: this thread took it in prepare
+	 * (regcache.c says why). */
+	pthread_mutex_unlock(&relay_lock);
+	for (int pass = 0; pass < 2; pass++) {
+		struct relay *r = pass ? new_relays : relays;
+
+		while (r) {
+			struct relay *next = r->next;
+
+			native.close(r->b);
+			/* The connection's row is the parent's to show. */
+			ops_stats_sock_free(r->s->row);
+			r->s->row = NULL;
+			ops_sock_put(r->s);
+			free(r->dir[OPS_IO_RD].buf);
+			free(r->dir[OPS_IO_WR].buf);
+			free(r);
+			r = next;
+		}
+	}
+	relays = new_relays = NULL;
+	if (relay_wake >= 0)
+		native.close(relay_wake);
+	relay_wake = -1;
+	relay_running = false;
+}
+
+static void relay_register(void)
+{
+	/* Registered at run time, after every constructor's: this prepare
+	 * handler runs before the others (the switch's, the engine's), and
+	 * this child handler after them, once the engine's locks are the
+	 * child's (sdp_close() is called here). */
+	if (pthread_atfork(relay_atfork_prepare, relay_atfork_parent, relay_atfork_child))
+		sdp_err(LOGSYS, "pthread_atfork failed: a forked child cannot use SDP connections");
+}
+
+void ops_relay_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, relay_register);
+}
+
+/* --- after exec ------------------------------------------------------------------------ */
+
+bool ops_relay_adopt(int fd)
+{
+	struct sockaddr_un un;
+	socklen_t ul = sizeof(un);
+	struct sockaddr_storage l, p;
+	socklen_t ll, pl;
+	int domain;
+
+	if (native.getpeername(fd, (void *)&un, &ul) < 0 ||
+	    !relay_name_parse(&un, ul, &domain, &l, &ll, &p, &pl))
+		return false;
+	struct ops_sock *s = ops_sock_new(domain);
+	struct ops_relayed *ri = rinfo_new();
+
+	if (!s || !ri) {
+		if (s)
+			ops_sock_put(s);
+		free(ri);
+		return false;
+	}
+	ri->local = l;
+	ri->local_len = ll;
+	ri->peer = p;
+	ri->peer_len = pl;
+	s->rinfo = ri;
+	s->stack = OPS_STACK_SDP;
+	s->state = OPS_ST_ESTABLISHED;
+	atomic_store(&s->relayed, true);
+	int r = ops_fd_install(fd, s);
+
+	ops_sock_put(s);
+	if (r == 0)
+		sdp_dbg(LOGSYS, "fd %d: an SDP connection relayed by an earlier process", fd);
+	return r == 0;
+}
