@@ -68,6 +68,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -482,6 +483,9 @@ static struct relay *relays;		/* the thread's, linked and unlinked under relay_l
 static struct relay *new_relays;	/* made at a fork, not yet taken by the thread */
 static bool relay_running;
 static int relay_wake = -1;		/* eventfd: the thread looks again */
+/* Process exit: the thread stops touching the engine (relay_atexit). */
+static pthread_cond_t relay_cond = PTHREAD_COND_INITIALIZER;
+static bool relay_exiting, relay_parked, relay_atexit_done;
 static uint32_t relay_serial;
 
 static void relay_kick(void)
@@ -746,6 +750,14 @@ static void *relay_main(void *arg)
 		/* Take the new relays, and end the finished ones: both under
 		 * the lock, so that a fork's child sees every B it must close. */
 		pthread_mutex_lock(&relay_lock);
+		if (relay_exiting) {
+			/* The engine's exit flush runs next: never again in
+			 * the engine (the kernel closes every B). */
+			relay_parked = true;
+			pthread_cond_broadcast(&relay_cond);
+			for (;;)
+				pthread_cond_wait(&relay_cond, &relay_lock);
+		}
 		while (new_relays) {
 			struct relay *r = new_relays;
 
@@ -831,6 +843,30 @@ static void *relay_main(void *arg)
 	return NULL;
 }
 
+/*
+ * exit(): before the destructors, where the engine closes every socket
+ * it has (sdp/progress.c), the thread parks outside the engine.  What a
+ * relay holds is lost then, as the children are told (sdp.conf(5)).
+ */
+static void relay_atexit(void)
+{
+	struct timespec until;
+
+	pthread_mutex_lock(&relay_lock);
+	if (relay_running) {
+		relay_exiting = true;
+		relay_kick();
+		/* Bounded: a thread that cannot come (a fork child's copy of
+		 * the state, say) must not hold up the exit. */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 2;
+		while (!relay_parked &&
+		       pthread_cond_timedwait(&relay_cond, &relay_lock, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&relay_lock);
+}
+
 /* Start the thread (relay_lock held); 0 or a negative errno. */
 static int relay_start_locked(void)
 {
@@ -858,6 +894,9 @@ static int relay_start_locked(void)
 	pthread_setname_np(t, "sdp-relay");
 	pthread_detach(t);
 	relay_running = true;
+	/* Once: a fork child inherits the registration. */
+	if (!relay_atexit_done && !atexit(relay_atexit))
+		relay_atexit_done = true;
 	return 0;
 }
 
@@ -1123,6 +1162,9 @@ static void relay_atfork_child(void)
 		native.close(relay_wake);
 	relay_wake = -1;
 	relay_running = false;
+	relay_exiting = relay_parked = false;
+	/* A parent thread may have been waiting on it. */
+	pthread_cond_init(&relay_cond, NULL);
 }
 
 static void relay_register(void)
