@@ -32,9 +32,11 @@ bad() {
 have() { command -v "$1" >/dev/null 2>&1; }
 
 sanitized=no
+own_asan=${ASAN_OPTIONS-}
 if is_sanitized; then
 	sanitized=yes
-	# The leaks of python3, socat or sshd are not ours to report.
+	# The leaks of python3, socat or sshd are not ours to report
+	# (fork_check's are: it runs with the options as they were).
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
 
@@ -72,6 +74,19 @@ accepted_sdp() {
 	bad "$1: no SDP connection over $TEST_TRANSPORT relayed at a fork:"
 	sed 's/^/  /' "$2" | tail -n 20
 	return 1
+}
+
+# clean NAME FILES...: no sanitizer report in a program's output (the
+# servers are killed at the end: their reports are not in any exit code).
+clean() {
+	local name=$1 f
+	shift
+	for f in "$@"; do
+		if grep -Eq "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:" "$f" 2>/dev/null; then
+			bad "$name: a sanitizer report in $(basename "$f"):"
+			grep -Ev '^libsdp' "$f" | grep -E -A 12 "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:" | head -n 40 | sed 's/^/  /'
+		fi
+	done
 }
 
 # --- python3 ForkingMixIn HTTP server ---------------------------------------------------
@@ -138,6 +153,8 @@ else
 	bad "python3 ForkingMixIn server did not start: $(cat "$TMP/http.err")"
 fi
 kill "$HTTP_PID" 2>/dev/null
+wait "$HTTP_PID" 2>/dev/null
+clean "python3 ForkingMixIn server" "$TMP/http.err" "$TMP"/get.*.err
 
 # --- socat fork ------------------------------------------------------------------------------
 if have socat; then
@@ -147,12 +164,16 @@ if have socat; then
 		head -c $((8 << 20)) /dev/urandom >"$TMP/data.bin"
 	fi
 	want=$(sha256sum <"$TMP/data.bin" | cut -d' ' -f1)
+	v=0
 	for variant in "SYSTEM:sha256sum" "SYSTEM:sha256sum,nofork"; do
+		# Files of their own: a new server's output must not be taken
+		# for the last one's.
+		v=$((v + 1))
 		port=$(free_port)
-		start_bg "$TMP/socat-s.err" env $P socat "TCP-LISTEN:$port,bind=$TEST_HOST,reuseaddr,fork" "$variant"
+		start_bg "$TMP/socat-s.$v.err" env $P socat "TCP-LISTEN:$port,bind=$TEST_HOST,reuseaddr,fork" "$variant"
 		SOCAT_PID=$BG_PID
-		if ! wait_for_text "$TMP/socat-s.err" "listening on" 20; then
-			bad "socat $variant did not listen: $(cat "$TMP/socat-s.err")"
+		if ! wait_for_text "$TMP/socat-s.$v.err" "listening on" 20; then
+			bad "socat $variant did not listen: $(cat "$TMP/socat-s.$v.err")"
 			kill "$SOCAT_PID" 2>/dev/null
 			continue
 		fi
@@ -160,23 +181,24 @@ if have socat; then
 		for i in 1 2; do
 			# -t: the client waits for the checksum after its EOF.
 			run_with_timeout 60 env $P socat -t 60 - "TCP:$TEST_HOST:$port" \
-				<"$TMP/data.bin" >"$TMP/sum.$i" 2>"$TMP/socat-c.$i.err"
+				<"$TMP/data.bin" >"$TMP/sum.$v.$i" 2>"$TMP/socat-c.$v.$i.err"
 			rc=$?
-			got=$(cut -d' ' -f1 <"$TMP/sum.$i")
+			got=$(cut -d' ' -f1 <"$TMP/sum.$v.$i")
 			if [ "$rc" -eq 0 ] && [ "$got" = "$want" ]; then
 				good=$((good + 1))
 			else
 				bad "socat $variant, connection $i: exit $(status_text "$rc"), checksum '$got', want $want"
-				grep -v '^libsdp' "$TMP/socat-c.$i.err" | sed 's/^/  client: /' | tail -n 5
+				grep -v '^libsdp' "$TMP/socat-c.$v.$i.err" | sed 's/^/  client: /' | tail -n 5
 			fi
 		done
-		if ! grep -Eq "connected to .* over SDP \($TEST_TRANSPORT\)" "$TMP/socat-c.1.err"; then
+		if ! grep -Eq "connected to .* over SDP \($TEST_TRANSPORT\)" "$TMP/socat-c.$v.1.err"; then
 			bad "socat $variant: the first connection did not go over SDP"
-		elif accepted_sdp "socat $variant" "$TMP/socat-s.err" && [ "$good" -eq 2 ]; then
+		elif accepted_sdp "socat $variant" "$TMP/socat-s.$v.err" && [ "$good" -eq 2 ]; then
 			log "ok   socat fork $variant: 2 files checksummed, the first over SDP (relayed)"
 		fi
 		kill "$SOCAT_PID" 2>/dev/null
 		wait "$SOCAT_PID" 2>/dev/null
+		clean "socat $variant" "$TMP/socat-s.$v.err" "$TMP"/socat-c.$v.*.err
 	done
 else
 	bad "socat is not installed (quickstart.sh installs it)"
@@ -186,7 +208,7 @@ fi
 FC=$(prog fork_check)
 if run_with_timeout 120 "$FC" --host "$TEST_HOST" --timeout "$(slow 60)" >"$TMP/fc-native.out" 2>&1; then
 	log "ok   fork_check natively: $(grep -c ': ok$' "$TMP/fc-native.out") cases"
-	run_with_timeout 120 env $P "$FC" --host "$TEST_HOST" --expect-sdp --timeout "$(slow 60)" \
+	run_with_timeout 120 env ASAN_OPTIONS="$own_asan" $P "$FC" --host "$TEST_HOST" --expect-sdp --timeout "$(slow 60)" \
 		>"$TMP/fc.out" 2>"$TMP/fc.err"
 	rc=$?
 	if [ "$rc" -eq 0 ] && ! grep -q FAIL "$TMP/fc.out"; then
@@ -260,6 +282,8 @@ EOF
 		bad "sshd did not start: $(tail -n 20 "$TMP/sshd.err")"
 	fi
 	kill "$SSHD_PID" 2>/dev/null
+	wait "$SSHD_PID" 2>/dev/null
+	clean "sshd" "$TMP/sshd.err" "$TMP"/ssh.*.err
 fi
 
 if [ "$failures" -ne 0 ]; then
