@@ -15,10 +15,11 @@
  *     options that matter on A (timeouts, keepalive...); the epoll sets
  *     the fds were in get them as plain kernel members, with the
  *     application's events and data.
- *   - B stays here (close-on-exec): the relay thread (one per process,
- *     "sdp-relay", started at the first fork that needs it) moves bytes
- *     both ways between B and the engine socket, with non-blocking calls
- *     and one sdp_ppoll() over all of them; idle, it sleeps.
+ *   - B stays here (close-on-exec, at a high fd number): the relay
+ *     thread (one per process, "sdp-relay", started at the first fork
+ *     that needs it) moves bytes both ways between B and the engine
+ *     socket, with non-blocking calls and one sdp_ppoll() over all of
+ *     them; idle, it sleeps.
  *
  * Then both processes share A as they would share a TCP socket: whoever
  * reads gets the data, and the SDP connection ends, in order, when the
@@ -67,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -900,6 +902,26 @@ static int relay_start_locked(void)
 	return 0;
 }
 
+/*
+ * B's fd: high, out of the range the application is given fds from (so
+ * that its numbers stay those it would get on TCP), but not so high that
+ * the kernel's fd table grows much for it.
+ */
+static int relay_high_fd(int fd)
+{
+	struct rlimit rl;
+	rlim_t floor = 4096;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur / 2 < floor)
+		floor = rl.rlim_cur / 2;
+	int hfd = floor > (rlim_t)fd ? native.fcntl(fd, F_DUPFD_CLOEXEC, (int)floor) : -1;
+
+	if (hfd < 0)
+		return fd;	/* where it is, then */
+	native.close(fd);
+	return hfd;
+}
+
 /* A socket and an fd that named it when the table was read. */
 struct cand {
 	struct ops_sock *s;
@@ -929,6 +951,7 @@ static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size
 	    ENGINE(sdp_getpeername(s->sd, (void *)&ri->peer, &ri->peer_len)) < 0 ||
 	    native.socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		goto fail;
+	sv[1] = relay_high_fd(sv[1]);
 
 	struct sockaddr_un un;
 	socklen_t ul = relay_name(&un, s->domain, &ri->local, &ri->peer,

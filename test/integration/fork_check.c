@@ -25,7 +25,8 @@
  *                   while the parent uses it (1 MiB echoed both ways,
  *                   through an epoll set, a dup'd copy, O_NONBLOCK,
  *                   FD_CLOEXEC and SO_RCVTIMEO set before the fork), then
- *                   exits, and the parent's connection still works
+ *                   exits, and the parent's connection still works; no
+ *                   fd below 1024 is libsdp's relay socket
  *   parent_closes   the parent closes its copy while the child still
  *                   uses the connection: it lives on until the child
  *                   closes, then the client sees EOF
@@ -44,12 +45,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -459,6 +462,17 @@ static int srv_helper_fork(struct conn *c)
 		while (read(go[0], &b, 1) < 0 && errno == EINTR)
 			;
 		_exit(0);
+	}
+	/* Whatever the fork made for libsdp (a relay's socket) is out of
+	 * the range of fd numbers the program is given. */
+	for (int fd = 0; fd < 1024; fd++) {
+		struct sockaddr_un un;
+
+		l = sizeof(un);
+		if (getsockname(fd, (struct sockaddr *)&un, &l) == 0 && un.sun_family == AF_UNIX &&
+		    l > offsetof(struct sockaddr_un, sun_path) + 13 && !un.sun_path[0] &&
+		    !memcmp(un.sun_path + 1, "libsdp-relay", 12))
+			FAIL("a relay's socket at fd %d, among the program's", fd);
 	}
 	close(go[0]);
 	go[0] = -1;
