@@ -791,7 +791,9 @@ static void *relay_main(void *arg)
 
 		for (struct relay *r = relays; r; r = r->next) {
 			/* Both gates are looked at, whatever the first says. */
-			if (r->fresh | !room | gate_opens(r, OPS_IO_RD) | gate_opens(r, OPS_IO_WR))
+			bool rd = gate_opens(r, OPS_IO_RD), wr = gate_opens(r, OPS_IO_WR);
+
+			if (r->fresh || !room || rd || wr)
 				relay_pump(r);
 			r->fresh = false;
 			ended |= r->done;
