@@ -489,6 +489,9 @@ static int relay_wake = -1;		/* eventfd: the thread looks again */
 static pthread_cond_t relay_cond = PTHREAD_COND_INITIALIZER;
 static bool relay_exiting, relay_parked, relay_atexit_done;
 static uint32_t relay_serial;
+/* The thread's poll set (a fork child frees its copy). */
+static struct pollfd *relay_pfds;
+static size_t relay_pcap;
 
 static void relay_kick(void)
 {
@@ -743,9 +746,6 @@ static void relay_pump(struct relay *r)
 
 static void *relay_main(void *arg)
 {
-	struct pollfd *p = NULL;
-	size_t cap = 0;
-
 	(void)arg;
 	sdp_internal_enter();	/* our libc calls are libc's, for good */
 	for (;;) {
@@ -787,7 +787,8 @@ static void *relay_main(void *arg)
 		 * What needs no wait first: new relays, and directions the
 		 * application's calls in flight just left (after the kick
 		 * that said so was drained, below). */
-		bool room = poll_room(&p, &cap, n), ended = false;
+		bool room = poll_room(&relay_pfds, &relay_pcap, n), ended = false;
+		struct pollfd *p = relay_pfds;
 
 		for (struct relay *r = relays; r; r = r->next) {
 			/* Both gates are looked at, whatever the first says. */
@@ -1183,6 +1184,9 @@ static void relay_atfork_child(void)
 		}
 	}
 	relays = new_relays = NULL;
+	free(relay_pfds);
+	relay_pfds = NULL;
+	relay_pcap = 0;
 	if (relay_wake >= 0)
 		native.close(relay_wake);
 	relay_wake = -1;
