@@ -34,13 +34,14 @@
  * In both processes the record of the fd is "relayed": every call on it
  * is the kernel's (on A), except the socket's names (the connection's,
  * kept when the relay was made) and the options of TCP and IP, which are
- * answered as Linux TCP answers them, remembering what was set.
+ * answered as Linux TCP answers them, remembering what was set
+ * (relayed.c).
  *
  * After exec the program has A but an empty fd table.  B is bound to an
  * abstract Unix address that names libsdp and encodes the family and both
  * addresses of the connection, so getpeername(A) tells; the preload asks
  * when a call on an fd that is not ours gets an answer TCP would not give
- * (ops_relay_adopt()), and then makes the fd a relayed record.
+ * (ops_relay_adopt(), relayed.c), and then makes the fd a relayed record.
  *
  * Limits (sdp.conf(5), FORK): the relay lives in the process that made
  * the SDP connection; when it exits or execs, the relays end and the
@@ -60,9 +61,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
-#include <netinet/ip.h>
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -83,377 +82,6 @@
 /* Bytes a relay holds in each direction, in a buffer that exists only
  * while it holds some (an idle relay costs no buffer). */
 #define RELAY_BUF (64 * 1024)
-
-/* --- the relay's address ---------------------------------------------------------
- * Abstract (sun_path[0] == 0), binary, versioned:
- *   "\0" RELAY_PREFIX, version (1 byte), family (4 or 6),
- *   local address, peer address (each: port and address as in the
- *   sockaddr, network order; IPv6 also flowinfo and scope id),
- *   pid and serial (4 bytes each: only to make the name unique).
- */
-#define RELAY_PREFIX "libsdp-relay"
-#define RELAY_VERSION 1
-
-static size_t addr_bytes(int domain)
-{
-	return domain == AF_INET6 ? 2 + 16 + 4 + 4 : 2 + 4;
-}
-
-static void put_addr(uint8_t *p, int domain, const struct sockaddr_storage *a)
-{
-	if (domain == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)a;
-
-		memcpy(p, &in6->sin6_port, 2);
-		memcpy(p + 2, &in6->sin6_addr, 16);
-		memcpy(p + 18, &in6->sin6_flowinfo, 4);
-		memcpy(p + 22, &in6->sin6_scope_id, 4);
-	} else {
-		const struct sockaddr_in *in = (const void *)a;
-
-		memcpy(p, &in->sin_port, 2);
-		memcpy(p + 2, &in->sin_addr, 4);
-	}
-}
-
-static socklen_t get_addr(const uint8_t *p, int domain, struct sockaddr_storage *a)
-{
-	memset(a, 0, sizeof(*a));
-	if (domain == AF_INET6) {
-		struct sockaddr_in6 *in6 = (void *)a;
-
-		in6->sin6_family = AF_INET6;
-		memcpy(&in6->sin6_port, p, 2);
-		memcpy(&in6->sin6_addr, p + 2, 16);
-		memcpy(&in6->sin6_flowinfo, p + 18, 4);
-		memcpy(&in6->sin6_scope_id, p + 22, 4);
-		return sizeof(*in6);
-	}
-	struct sockaddr_in *in = (void *)a;
-
-	in->sin_family = AF_INET;
-	memcpy(&in->sin_port, p, 2);
-	memcpy(&in->sin_addr, p + 2, 4);
-	return sizeof(*in);
-}
-
-#define NAME_HEAD (1 + sizeof(RELAY_PREFIX) - 1)
-
-static socklen_t relay_name(struct sockaddr_un *un, int domain, const struct sockaddr_storage *l,
-			    const struct sockaddr_storage *p, uint32_t serial)
-{
-	uint8_t *n = (uint8_t *)un->sun_path;
-	size_t ab = addr_bytes(domain), off = NAME_HEAD;
-	uint32_t pid = (uint32_t)getpid();
-
-	memset(un, 0, sizeof(*un));
-	un->sun_family = AF_UNIX;
-	memcpy(n + 1, RELAY_PREFIX, sizeof(RELAY_PREFIX) - 1);
-	n[off++] = RELAY_VERSION;
-	n[off++] = domain == AF_INET6 ? 6 : 4;
-	put_addr(n + off, domain, l);
-	off += ab;
-	put_addr(n + off, domain, p);
-	off += ab;
-	memcpy(n + off, &pid, 4);
-	memcpy(n + off + 4, &serial, 4);
-	off += 8;
-	_Static_assert(NAME_HEAD + 2 + 2 * (2 + 16 + 4 + 4) + 8 <= sizeof(un->sun_path),
-		       "a relay's name fits");
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + off);
-}
-
-/* Is un (len bytes, from getpeername) a relay's name?  Its family and
- * addresses, then. */
-static bool relay_name_parse(const struct sockaddr_un *un, socklen_t len, int *domain,
-			     struct sockaddr_storage *l, socklen_t *ll, struct sockaddr_storage *p,
-			     socklen_t *pl)
-{
-	const uint8_t *n = (const uint8_t *)un->sun_path;
-	size_t off = offsetof(struct sockaddr_un, sun_path);
-
-	if (len <= off + NAME_HEAD + 2 || un->sun_family != AF_UNIX || n[0] ||
-	    memcmp(n + 1, RELAY_PREFIX, sizeof(RELAY_PREFIX) - 1) || n[NAME_HEAD] != RELAY_VERSION)
-		return false;
-	int d = n[NAME_HEAD + 1] == 6 ? AF_INET6 : n[NAME_HEAD + 1] == 4 ? AF_INET : 0;
-
-	if (!d || len != off + NAME_HEAD + 2 + 2 * addr_bytes(d) + 8)
-		return false;
-	*domain = d;
-	*ll = get_addr(n + NAME_HEAD + 2, d, l);
-	*pl = get_addr(n + NAME_HEAD + 2 + addr_bytes(d), d, p);
-	return true;
-}
-
-/* --- what a relayed socket answers ---------------------------------------------- */
-
-/* The options of TCP and IP a relayed socket answers itself, as Linux
- * TCP does: their defaults for a connected socket, what setsockopt
- * accepts, and what it remembers. */
-enum {
-	RO_BOOL = 1,		/* stored as 0 or 1 */
-	RO_V6 = 2,		/* AF_INET6 sockets only */
-	RO_TOS = 4,		/* the ECN bits are the stack's, not the application's */
-	RO_DEFAULT_NEG = 8,	/* -1 sets the default */
-	RO_NOSET = 16,		/* setsockopt fails (EINVAL) once connected */
-	RO_CHAR = 32,		/* setsockopt takes a char too (ip_setsockopt) */
-};
-
-struct ropt {
-	int level, name;
-	int def, min, max;	/* min > max: any value */
-	unsigned flags;
-};
-
-static const struct ropt ropts[] = {
-	{ IPPROTO_TCP, TCP_NODELAY, 0, 1, 0, RO_BOOL },
-	{ IPPROTO_TCP, TCP_CORK, 0, 1, 0, RO_BOOL },
-	{ IPPROTO_TCP, TCP_QUICKACK, 1, 1, 0, RO_BOOL },
-	{ IPPROTO_TCP, TCP_MAXSEG, 536, 0, 32767, 0 },
-	{ IPPROTO_TCP, TCP_KEEPIDLE, 7200, 1, 32767, 0 },
-	{ IPPROTO_TCP, TCP_KEEPINTVL, 75, 1, 32767, 0 },
-	{ IPPROTO_TCP, TCP_KEEPCNT, 9, 1, 127, 0 },
-	{ IPPROTO_TCP, TCP_SYNCNT, 6, 1, 127, 0 },
-	{ IPPROTO_TCP, TCP_LINGER2, 60, 1, 0, 0 },
-	{ IPPROTO_TCP, TCP_DEFER_ACCEPT, 0, 1, 0, 0 },
-	{ IPPROTO_TCP, TCP_USER_TIMEOUT, 0, 0, INT_MAX, 0 },
-	{ IPPROTO_TCP, TCP_NOTSENT_LOWAT, -1, 1, 0, 0 },
-	{ IPPROTO_TCP, TCP_FASTOPEN, 0, 1, 0, 0 },
-	{ IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, 0, 1, 0, RO_BOOL },
-	{ IPPROTO_IP, IP_TOS, 0, 1, 0, RO_TOS | RO_CHAR },
-	{ IPPROTO_IP, IP_TTL, 64, 1, 255, RO_DEFAULT_NEG },
-	{ IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_WANT, 0, 5, RO_CHAR },
-	{ IPPROTO_IP, IP_RECVERR, 0, 1, 0, RO_BOOL | RO_CHAR },
-	{ IPPROTO_IP, IP_FREEBIND, 0, 1, 0, RO_BOOL | RO_CHAR },
-	{ IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 0, 1, 0, RO_BOOL | RO_CHAR },
-	{ IPPROTO_IPV6, IPV6_TCLASS, 0, -1, 255, RO_V6 | RO_DEFAULT_NEG },
-	{ IPPROTO_IPV6, IPV6_UNICAST_HOPS, 64, -1, 255, RO_V6 | RO_DEFAULT_NEG },
-	{ IPPROTO_IPV6, IPV6_V6ONLY, 0, 1, 0, RO_V6 | RO_BOOL | RO_NOSET },
-	{ IPPROTO_IPV6, IPV6_RECVERR, 0, 1, 0, RO_V6 | RO_BOOL },
-	{ IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_WANT, 0, 5, RO_V6 },
-};
-#define NROPTS (sizeof(ropts) / sizeof(ropts[0]))
-
-/* Options of the socket itself that live on A: carried over from the
- * placeholder (which kept a copy of every one the application set). */
-static const int carried_opts[] = {
-	SO_RCVTIMEO, SO_SNDTIMEO, SO_KEEPALIVE, SO_LINGER, SO_OOBINLINE, SO_PRIORITY, SO_RCVLOWAT,
-};
-
-#define CC_NAME_MAX 16		/* TCP_CA_NAME_MAX */
-
-struct ops_relayed {
-	struct sockaddr_storage local, peer;
-	socklen_t local_len, peer_len;
-	int opt[NROPTS];		/* by ropts index */
-	char cc[CC_NAME_MAX];		/* TCP_CONGESTION */
-	int zerocopy;			/* SO_ZEROCOPY (a Unix socket refuses it) */
-};
-
-static const struct ropt *ropt_find(int domain, int level, int name, int *idx)
-{
-	for (size_t i = 0; i < NROPTS; i++) {
-		if (ropts[i].level == level && ropts[i].name == name) {
-			if ((ropts[i].flags & RO_V6) && domain != AF_INET6)
-				return NULL;
-			*idx = (int)i;
-			return &ropts[i];
-		}
-	}
-	return NULL;
-}
-
-static struct ops_relayed *rinfo_new(void)
-{
-	struct ops_relayed *ri = calloc(1, sizeof(*ri));
-
-	if (!ri)
-		return NULL;
-	for (size_t i = 0; i < NROPTS; i++)
-		ri->opt[i] = ropts[i].def;
-	memcpy(ri->cc, "cubic", sizeof("cubic"));
-	return ri;
-}
-
-/* The values of the connection's options, from the engine where it keeps
- * them, else from the placeholder fd (an unconnected TCP socket holding
- * what was set, and Linux's defaults otherwise). */
-static void rinfo_snapshot(struct ops_relayed *ri, struct ops_sock *s, int fd)
-{
-	for (size_t i = 0; i < NROPTS; i++) {
-		const struct ropt *o = &ropts[i];
-		int v;
-		socklen_t l = sizeof(v);
-
-		if ((o->flags & RO_V6) && s->domain != AF_INET6)
-			continue;
-		if (ENGINE(sdp_getsockopt(s->sd, o->level, o->name, &v, &l)) == 0 ||
-		    (l = sizeof(v), native.getsockopt(fd, o->level, o->name, &v, &l) == 0))
-			ri->opt[i] = v;
-	}
-	char cc[CC_NAME_MAX];
-	socklen_t l = sizeof(cc);
-
-	if (native.getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &l) == 0 && l > 0) {
-		memset(ri->cc, 0, sizeof(ri->cc));
-		memcpy(ri->cc, cc, l < sizeof(ri->cc) ? l : sizeof(ri->cc));
-	}
-}
-
-int ops_relayed_name(struct ops_sock *s, bool peer, struct sockaddr *addr, socklen_t *len)
-{
-	const struct ops_relayed *ri = s->rinfo;
-	socklen_t have = peer ? ri->peer_len : ri->local_len;
-
-	if (!addr || !len)
-		return -EFAULT;
-	memcpy(addr, peer ? &ri->peer : &ri->local, *len < have ? *len : have);
-	*len = have;
-	return 0;
-}
-
-static int put_int(void *val, socklen_t *len, int v)
-{
-	socklen_t n = *len < sizeof(v) ? *len : sizeof(v);
-
-	memcpy(val, &v, n);
-	*len = n;
-	return 0;
-}
-
-int ops_relayed_getsockopt(int fd, struct ops_sock *s, int level, int name, void *val,
-			   socklen_t *len)
-{
-	struct ops_relayed *ri = s->rinfo;
-	const struct ropt *o;
-	int idx, r;
-
-	if (!len || (!val && *len))
-		return -EFAULT;
-	if ((int)*len < 0)
-		return -EINVAL;
-	if (level == SOL_SOCKET) {
-		switch (name) {
-		case SO_DOMAIN:
-			return put_int(val, len, s->domain);
-		case SO_PROTOCOL:
-			return put_int(val, len, IPPROTO_TCP);
-		case SO_ZEROCOPY:
-			return put_int(val, len, __atomic_load_n(&ri->zerocopy, __ATOMIC_RELAXED));
-		case SO_PEERCRED: {
-			/* What TCP gives: no process, no ids. */
-			struct ucred uc = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
-			socklen_t n = *len < sizeof(uc) ? *len : sizeof(uc);
-
-			memcpy(val, &uc, n);
-			*len = n;
-			return 0;
-		}
-		default:
-			/* The rest are the socket's own, and A has them. */
-			return NATIVE_RET(native.getsockopt(fd, level, name, val, len));
-		}
-	}
-	if (level == IPPROTO_TCP && name == TCP_INFO) {
-		struct tcp_info ti;
-		socklen_t n = *len < sizeof(ti) ? *len : sizeof(ti);
-
-		memset(&ti, 0, sizeof(ti));
-		ti.tcpi_state = TCP_ESTABLISHED;
-		memcpy(val, &ti, n);
-		*len = n;
-		return 0;
-	}
-	if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
-		socklen_t n = *len < CC_NAME_MAX ? *len : CC_NAME_MAX;
-
-		pthread_mutex_lock(&s->lock);
-		memcpy(val, ri->cc, n);
-		pthread_mutex_unlock(&s->lock);
-		*len = n;
-		return 0;
-	}
-	o = ropt_find(s->domain, level, name, &idx);
-	if (!o)
-		return -ENOPROTOOPT;
-	pthread_mutex_lock(&s->lock);
-	int v = ri->opt[idx];
-
-	pthread_mutex_unlock(&s->lock);
-	r = put_int(val, len, v);
-	return r;
-}
-
-int ops_relayed_setsockopt(int fd, struct ops_sock *s, int level, int name, const void *val,
-			   socklen_t len)
-{
-	struct ops_relayed *ri = s->rinfo;
-	const struct ropt *o;
-	int idx, v = 0;
-
-	if (level == SOL_SOCKET) {
-		int r = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
-
-		if (r == 0 || (r != -EOPNOTSUPP && r != -ENOPROTOOPT))
-			return r;
-		/* Linux TCP takes every socket-level option: those a Unix
-		 * socket refuses are remembered where they read back. */
-		if (name == SO_ZEROCOPY) {
-			if (!val)
-				return -EFAULT;
-			if (len < sizeof(int))
-				return -EINVAL;
-			memcpy(&v, val, sizeof(v));
-			if (v != 0 && v != 1)
-				return -EINVAL;
-			__atomic_store_n(&ri->zerocopy, v, __ATOMIC_RELAXED);
-		}
-		return 0;
-	}
-	if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
-		char cc[CC_NAME_MAX] = { 0 };
-
-		if (!val)
-			return -EFAULT;
-		if (len < 1)
-			return -EINVAL;
-		memcpy(cc, val, len < sizeof(cc) - 1 ? len : sizeof(cc) - 1);
-		/* The algorithms a stock kernel always has. */
-		if (strcmp(cc, "cubic") && strcmp(cc, "reno"))
-			return -ENOENT;
-		pthread_mutex_lock(&s->lock);
-		memcpy(ri->cc, cc, sizeof(cc));
-		pthread_mutex_unlock(&s->lock);
-		return 0;
-	}
-	o = ropt_find(s->domain, level, name, &idx);
-	if (!o)
-		return -ENOPROTOOPT;
-	if (!val)
-		return -EFAULT;
-	if (len >= sizeof(int)) {
-		memcpy(&v, val, sizeof(v));
-	} else if (len >= 1 && (o->flags & RO_CHAR)) {
-		v = *(const unsigned char *)val;
-	} else {
-		return -EINVAL;
-	}
-	if (o->flags & RO_NOSET)
-		return -EINVAL;
-	if (o->min <= o->max && (v < o->min || v > o->max))
-		return -EINVAL;
-	if ((o->flags & RO_DEFAULT_NEG) && v == -1)
-		v = o->def;
-	if (o->flags & RO_BOOL)
-		v = v != 0;
-	pthread_mutex_lock(&s->lock);
-	if (o->flags & RO_TOS)
-		v = (v & ~IPTOS_ECN_MASK) | (ri->opt[idx] & IPTOS_ECN_MASK);
-	if (!(name == TCP_MAXSEG && level == IPPROTO_TCP && v == 0))
-		ri->opt[idx] = v;
-	pthread_mutex_unlock(&s->lock);
-	return 0;
-}
 
 /* --- the relays -------------------------------------------------------------------- */
 
@@ -488,7 +116,6 @@ static int relay_wake = -1;		/* eventfd: the thread looks again */
 /* Process exit: the thread stops touching the engine (relay_atexit). */
 static pthread_cond_t relay_cond = PTHREAD_COND_INITIALIZER;
 static bool relay_exiting, relay_parked, relay_atexit_done;
-static uint32_t relay_serial;
 /* The thread's poll set (a fork child frees its copy). */
 static struct pollfd *relay_pfds;
 static size_t relay_pcap;
@@ -931,6 +558,12 @@ struct cand {
 	int fd;
 };
 
+/* Options of the socket itself that live on A: carried over from the
+ * placeholder (which kept a copy of every one the application set). */
+static const int carried_opts[] = {
+	SO_RCVTIMEO, SO_SNDTIMEO, SO_KEEPALIVE, SO_LINGER, SO_OOBINLINE, SO_PRIORITY, SO_RCVLOWAT,
+};
+
 /*
  * s (locked, an established SDP connection) becomes relayed; fds are the
  * fds that named it when the table was read.  Returns the relay, or NULL
@@ -940,32 +573,25 @@ struct cand {
 static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size_t nfds)
 {
 	struct relay *r = calloc(1, sizeof(*r));
-	struct ops_relayed *ri = rinfo_new();
+	struct ops_relayed *ri = NULL;
 	int sv[2] = { -1, -1 }, ph = -1;
 
 	for (size_t i = 0; i < nfds && ph < 0; i++)
 		if (ops_fd_names(fds[i].fd, s))
 			ph = fds[i].fd;
-	if (!r || !ri || ph < 0)
-		goto fail;
-	ri->local_len = sizeof(ri->local);
-	ri->peer_len = sizeof(ri->peer);
-	if (ENGINE(sdp_getsockname(s->sd, (void *)&ri->local, &ri->local_len)) < 0 ||
-	    ENGINE(sdp_getpeername(s->sd, (void *)&ri->peer, &ri->peer_len)) < 0 ||
+	if (!r || ph < 0 || !(ri = ops_relayed_new(s, ph)) ||
 	    native.socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		goto fail;
 	sv[1] = relay_high_fd(sv[1]);
 
 	struct sockaddr_un un;
-	socklen_t ul = relay_name(&un, s->domain, &ri->local, &ri->peer,
-				  __atomic_add_fetch(&relay_serial, 1, __ATOMIC_RELAXED));
+	socklen_t ul = ops_relayed_addr(ri, s->domain, &un);
 
 	if (native.bind(sv[1], (void *)&un, ul) < 0)
 		sdp_warn(LOGSYS, "fd %d: the relay's name: %s; after exec the socket will not be "
 			 "known as TCP", ph, strerror(errno));
 	if (native.fcntl(sv[1], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
-	rinfo_snapshot(ri, s, ph);
 	for (size_t i = 0; i < sizeof(carried_opts) / sizeof(carried_opts[0]); i++) {
 		char v[32];
 		socklen_t l = sizeof(v);
@@ -1211,42 +837,4 @@ void ops_relay_init(void)
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 	pthread_once(&once, relay_register);
-}
-
-/* --- after exec ------------------------------------------------------------------------ */
-
-bool ops_relay_adopt(int fd)
-{
-	struct sockaddr_un un;
-	socklen_t ul = sizeof(un);
-	struct sockaddr_storage l, p;
-	socklen_t ll, pl;
-	int domain;
-
-	if (native.getpeername(fd, (void *)&un, &ul) < 0 ||
-	    !relay_name_parse(&un, ul, &domain, &l, &ll, &p, &pl))
-		return false;
-	struct ops_sock *s = ops_sock_new(domain);
-	struct ops_relayed *ri = rinfo_new();
-
-	if (!s || !ri) {
-		if (s)
-			ops_sock_put(s);
-		free(ri);
-		return false;
-	}
-	ri->local = l;
-	ri->local_len = ll;
-	ri->peer = p;
-	ri->peer_len = pl;
-	s->rinfo = ri;
-	s->stack = OPS_STACK_SDP;
-	s->state = OPS_ST_ESTABLISHED;
-	atomic_store(&s->relayed, true);
-	int r = ops_fd_install(fd, s);
-
-	ops_sock_put(s);
-	if (r == 0)
-		sdp_dbg(LOGSYS, "fd %d: an SDP connection relayed by an earlier process", fd);
-	return r == 0;
 }

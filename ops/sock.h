@@ -169,6 +169,16 @@ void ops_relay_init(void);
  * kernel's. */
 bool ops_io_enter(struct ops_sock *s, int dir);
 void ops_io_leave(struct ops_sock *s, int dir);
+/* --- relayed.c ------------------------------------------------------------------ */
+
+struct sockaddr_un;
+/* What s (locked, an established SDP connection whose placeholder is fd)
+ * answers once relayed: its names and the values of its options now;
+ * NULL without memory, or when the engine does not know the names. */
+struct ops_relayed *ops_relayed_new(struct ops_sock *s, int fd);
+/* The address B is bound to: it names libsdp and ri's family and
+ * addresses (ops_relay_adopt() reads it after exec). */
+socklen_t ops_relayed_addr(const struct ops_relayed *ri, int domain, struct sockaddr_un *un);
 /* A relayed socket's answers, as Linux TCP gives them. */
 int ops_relayed_name(struct ops_sock *s, bool peer, struct sockaddr *addr, socklen_t *len);
 int ops_relayed_getsockopt(int fd, struct ops_sock *s, int level, int name, void *val,
