@@ -13,9 +13,10 @@
  * natively it checks the cases against Linux TCP.
  *
  * Cases:
- *   child_serves    accept, fork: the child reads the request and writes
- *                   the reply, the parent closes its copy at once; the
- *                   client then sees EOF
+ *   child_serves    accept, fork: the child checks the names and some
+ *                   options, reads the request and writes the reply, the
+ *                   parent closes its copy at once; the client then sees
+ *                   EOF
  *   exec_helper     the child dup2()s the socket to 0 and 1 and execs
  *                   this program as a helper, which checks getpeername
  *                   (the client's address), getsockname, SO_DOMAIN,
@@ -300,6 +301,35 @@ static int names_match(int fd, const struct conn *c, const char *where)
 	return 0;
 }
 
+/* Options as a TCP socket answers them (what a relayed socket must). */
+static int tcp_options(int fd, const char *where)
+{
+	int v, one = 1, idle = 30, zero = 0, tos = IPTOS_LOWDELAY | 3;
+	socklen_t l = sizeof(v);
+	struct tcp_info ti;
+
+	if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
+	    getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &l) < 0 || v != idle)
+		return fail("%s: TCP_KEEPIDLE does not read back", where);
+	if (setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &zero, sizeof(zero)) == 0 || errno != EINVAL)
+		return fail("%s: TCP_KEEPCNT 0: %s, not EINVAL", where, strerror(errno));
+	if (setsockopt(fd, IPPROTO_TCP, 9999, &one, sizeof(one)) == 0 || errno != ENOPROTOOPT)
+		return fail("%s: an unknown TCP option: %s, not ENOPROTOOPT", where, strerror(errno));
+	l = sizeof(v);
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &l) < 0 || !v)
+		return fail("%s: SO_KEEPALIVE does not read back", where);
+	/* TCP keeps the ECN bits to itself. */
+	l = sizeof(v);
+	if (setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) < 0 ||
+	    getsockopt(fd, IPPROTO_IP, IP_TOS, &v, &l) < 0 || v != IPTOS_LOWDELAY)
+		return fail("%s: IP_TOS reads back as %#x", where, v);
+	l = sizeof(ti);
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0 || ti.tcpi_state != TCP_ESTABLISHED)
+		return fail("%s: TCP_INFO is not an established connection's", where);
+	return 0;
+}
+
 static int srv_child_serves(struct conn *c)
 {
 	char buf[8];
@@ -310,6 +340,8 @@ static int srv_child_serves(struct conn *c)
 	if (pid == 0) {
 		int rc = names_match(c->s, c, "child");
 
+		if (!rc)
+			rc = tcp_options(c->s, "child");
 		if (!rc && read_exact(c->s, buf, 3) < 0)
 			rc = fail("child: request: %s", errno ? strerror(errno) : "EOF");
 		if (!rc && memcmp(buf, "req", 3))
@@ -414,6 +446,8 @@ static int exec_helper(const char *caddr, const char *cport, const char *sport)
 	l = sizeof(v);
 	if (getsockopt(1, IPPROTO_IP, IP_TOS, &v, &l) < 0 || v != IPTOS_LOWDELAY)
 		return fail("helper: IP_TOS reads back as %d", v);
+	if (tcp_options(0, "helper") < 0)
+		return -1;
 	/* The echo, until the client's EOF. */
 	for (;;) {
 		ssize_t r = read(0, buf, sizeof(buf));
