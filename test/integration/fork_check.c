@@ -31,6 +31,10 @@
  *   parent_closes   the parent closes its copy while the child still
  *                   uses the connection: it lives on until the child
  *                   closes, then the client sees EOF
+ *   reader_in_flight  a thread is blocked in read() on the connection when
+ *                   another forks: it gets the first bytes the client
+ *                   sends, the parent's next read the next ones, and a
+ *                   write is not held up meanwhile
  *   peer_resets     the client resets the connection (SO_LINGER 0): the
  *                   child's read ends (EOF or ECONNRESET), never hangs
  *
@@ -44,6 +48,7 @@
 #include <netinet/ip.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -640,6 +645,107 @@ static int cli_parent_closes(int fd)
 	return expect_eof(fd);
 }
 
+/* A thread blocked in read() on the connection while another forks. */
+struct reader {
+	int fd;
+	char buf[4];
+	int err;		/* errno, or -1 for EOF, 0 when it read 3 bytes */
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+
+	rd->err = read_exact(rd->fd, rd->buf, 3) < 0 ? (errno ? errno : -1) : 0;
+	return NULL;
+}
+
+static int srv_reader_in_flight(struct conn *c)
+{
+	struct reader rd = { .fd = c->s };
+	int go[2] = { -1, -1 }, rc = -1, joined = 0;
+	char buf[4];
+	pthread_t t;
+	pid_t pid = -1;
+
+	if (pipe(go) < 0)
+		return fail("pipe: %s", strerror(errno));
+	if ((errno = pthread_create(&t, NULL, reader_main, &rd)) != 0) {
+		fail("pthread_create: %s", strerror(errno));
+		close(go[0]);
+		close(go[1]);
+		return -1;
+	}
+	/* The reader is (most likely) asleep in its read by now; what
+	 * arrives first is its, however the fork changed the socket. */
+	struct timespec ts = { 0, 50 * 1000000L };
+
+	nanosleep(&ts, NULL);
+	pid = fork();
+	if (pid < 0)
+		FAIL_ERRNO("fork");
+	if (pid == 0) {
+		char b;
+
+		close(go[1]);
+		while (read(go[0], &b, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	go[0] = -1;
+	/* Writing is not held up by the reader. */
+	if (write_all(c->s, "W", 1) < 0)
+		FAIL_ERRNO("write");
+	pthread_join(t, NULL);
+	joined = 1;
+	if (rd.err)
+		FAIL("the reader: %s", rd.err > 0 ? strerror(rd.err) : "EOF");
+	if (memcmp(rd.buf, "abc", 3))
+		FAIL("the reader got %.3s, not abc", rd.buf);
+	if (read_exact(c->s, buf, 3) < 0 || memcmp(buf, "def", 3))
+		FAIL("after the reader: %s", errno ? strerror(errno) : "wrong data or EOF");
+	if (write_all(c->s, "X", 1) < 0)
+		FAIL_ERRNO("write");
+	close(go[1]);
+	go[1] = -1;
+	if (wait_child(pid, "idle child") < 0)
+		goto out;
+	pid = -1;
+	rc = expect_eof(c->s);
+out:
+	if (!joined) {
+		shutdown(c->s, SHUT_RDWR);
+		pthread_join(t, NULL);
+	}
+	if (go[0] >= 0)
+		close(go[0]);
+	if (go[1] >= 0)
+		close(go[1]);
+	if (pid > 0)
+		wait_child(pid, "idle child");
+	return rc;
+}
+
+static int cli_reader_in_flight(int fd)
+{
+	char b;
+
+	if (read_exact(fd, &b, 1) < 0 || b != 'W')
+		return fail("W: %s", errno ? strerror(errno) : "EOF or wrong data");
+	if (write_all(fd, "abc", 3) < 0)
+		return fail("abc: %s", strerror(errno));
+	/* They may arrive as one: the reader takes three bytes, the
+	 * parent's next read the next three. */
+	if (write_all(fd, "def", 3) < 0)
+		return fail("def: %s", strerror(errno));
+	if (read_exact(fd, &b, 1) < 0 || b != 'X')
+		return fail("X: %s", errno ? strerror(errno) : "EOF or wrong data");
+	if (shutdown(fd, SHUT_WR) < 0)
+		return fail("shutdown: %s", strerror(errno));
+	return expect_eof(fd);
+}
+
 static int srv_peer_resets(struct conn *c)
 {
 	pid_t pid = fork();
@@ -691,6 +797,7 @@ static const struct fcase {
 	{ "exec_helper", srv_exec_helper, cli_exec_helper },
 	{ "helper_fork", srv_helper_fork, cli_helper_fork },
 	{ "parent_closes", srv_parent_closes, cli_parent_closes },
+	{ "reader_in_flight", srv_reader_in_flight, cli_reader_in_flight },
 	{ "peer_resets", srv_peer_resets, cli_peer_resets },
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
