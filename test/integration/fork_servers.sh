@@ -6,7 +6,8 @@
 # with "use both" rules and log min-level 7:
 #   - python3 socketserver.ForkingMixIn HTTP server, sequential requests
 #     (curl; python's urllib under a sanitizer, where curl hangs): every
-#     body right, the first request over SDP and relayed;
+#     body right, the first request over SDP and relayed, and sdpstat
+#     counting the relay in the server;
 #   - socat TCP-LISTEN:...,fork SYSTEM:sha256sum (its child forks sh) and
 #     the same with nofork (its child dup2()s the socket to 0/1 and execs
 #     sh): the checksum of the file sent comes back;
@@ -146,8 +147,16 @@ if wait_for_file "$TMP/http.port" 20; then
 		bad "the first request did not go over SDP:"
 		sed 's/^/  /' "$TMP/get.1.err" | tail -n 10
 	fi
-	if accepted_sdp "python3 ForkingMixIn server" "$TMP/http.err" && [ "$ok" -eq 5 ]; then
-		log "ok   python3 ForkingMixIn HTTP server: 5 requests served, the first over SDP (relayed)"
+	# sdpstat counts the relay in the server (env exec'd python3: same pid).
+	relays=$("$(prog sdpstat)" -p "$HTTP_PID" --json 2>&1 | python3 -c '
+import json, sys
+print(json.load(sys.stdin)["processes"][0]["counters"]["relays"])' 2>&1)
+	if [ "$relays" != 1 ]; then
+		bad "sdpstat: the server's relays counter is '$relays', not 1"
+	fi
+	if accepted_sdp "python3 ForkingMixIn server" "$TMP/http.err" && [ "$ok" -eq 5 ] &&
+		[ "$relays" = 1 ]; then
+		log "ok   python3 ForkingMixIn HTTP server: 5 requests served, the first over SDP (relayed, sdpstat counts it)"
 	fi
 else
 	bad "python3 ForkingMixIn server did not start: $(cat "$TMP/http.err")"
