@@ -169,6 +169,7 @@ void ops_relay_init(void);
  * kernel's. */
 bool ops_io_enter(struct ops_sock *s, int dir);
 void ops_io_leave(struct ops_sock *s, int dir);
+
 /* --- relayed.c ------------------------------------------------------------------ */
 
 struct sockaddr_un;

@@ -97,11 +97,11 @@ static void engine_once_fn(void)
 	int r = ENGINE(sdp_init());
 
 	engine_status = r < 0 ? r : r == 0 ? -ENODEV : 0;
-	if (!engine_status)
-		ops_relay_init();
 	if (engine_status)
 		sdp_conn_log(LOGSYS, "no SDP transport is available (transports \"%s\"): %s",
 			     tun_str(TUN_transports), strerror(-engine_status));
+	else
+		ops_relay_init();	/* before the first SDP connection */
 }
 
 int ops_engine_up(void)
