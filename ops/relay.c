@@ -711,9 +711,8 @@ static void relay_atfork_prepare(void)
 {
 	struct cands c = { 0 };
 	struct relay *made = NULL;
-	int saved = errno;
-
 	bool started = false;
+	int saved = errno;
 
 	ops_fd_for_each(collect, &c);
 	if (c.oom)
