@@ -306,6 +306,7 @@ static int stats_read_rows(int fd, const struct sdp_stats_hdr *h, struct sdp_sta
 			s->stack = r.stack;
 			s->state = r.state;
 			s->fallback = r.fallback;
+			s->flags = r.flags;
 			stats_copy_str(s->transport, r.transport, sizeof(r.transport));
 			stats_copy_str(s->mode, r.mode, sizeof(r.mode));
 			s->local = r.local;

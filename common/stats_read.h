@@ -25,6 +25,7 @@ struct sdp_stats_sock_snap {
 	uint8_t stack;		/* enum ops_stack (may be one this build does not know) */
 	uint8_t state;		/* enum ops_sock_state */
 	uint8_t fallback;	/* enum ops_fallback */
+	uint32_t flags;		/* SDP_STATS_ROW_* */
 	char transport[SDP_STATS_TRANSPORT_LEN + 1];	/* "" when none */
 	char mode[SDP_STATS_MODE_LEN + 1];
 	struct sdp_stats_addr local;	/* len is 0 when there is none */

@@ -94,7 +94,7 @@ struct sdp_stats_row {
 	uint8_t state;		/* enum ops_sock_state */
 	uint8_t fallback;	/* enum ops_fallback */
 	int32_t fd;
-	uint32_t reserved0;
+	uint32_t flags;		/* SDP_STATS_ROW_*; 0 from writers older than them */
 	char transport[SDP_STATS_TRANSPORT_LEN];	/* NUL-padded, maybe not terminated */
 	char mode[SDP_STATS_MODE_LEN];			/* same */
 	struct sdp_stats_addr local;
@@ -104,6 +104,10 @@ struct sdp_stats_row {
 	uint64_t bytes_rx;
 	uint8_t reserved[8];
 };
+
+/* struct sdp_stats_row.flags */
+#define SDP_STATS_ROW_RELAYED 1u	/* the application reaches the SDP connection
+					 * through a relay (a fork happened) */
 
 #define SDP_STATS_FILE_SIZE \
 	(sizeof(struct sdp_stats_hdr) + (size_t)SDP_STATS_CAPACITY * sizeof(struct sdp_stats_row))
@@ -214,6 +218,7 @@ static inline const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_TRANS_PIGGYBACKS: return "trans_piggybacks";
 	case OPS_C_TRANS_MISSES: return "trans_misses";
 	case OPS_C_ZCOPY_PEER_ADVERTS: return "zcopy_peer_adverts";
+	case OPS_C_RELAYS: return "relays";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

@@ -8,6 +8,7 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
 
@@ -22,18 +23,53 @@ int ops_close(int fd)
 	if (ops_fd_is_emulated_epoll(fd))
 		ops_epoll_closing(fd);
 	struct ops_sock *s = ops_fd_remove(fd);
+
+	/* Under the socket's lock: a fork's relay (relay.c), which puts its
+	 * Unix socket at every fd naming s, must not find fd in the table
+	 * after it was closed, nor miss it before. */
+	if (s)
+		pthread_mutex_lock(&s->lock);
 	int r = native.close(fd) < 0 ? -errno : 0;
 
 	/* Like the kernel, the socket ends with the last fd naming it;
 	 * calls in flight hold their own references. */
-	if (s)
+	if (s) {
+		pthread_mutex_unlock(&s->lock);
 		ops_sock_put(s);
+	}
 	return r;
+}
+
+/* Lock the sockets an fd change touches (either may be NULL or both the
+ * same), in address order (relay.c says why). */
+static void lock_two(struct ops_sock *a, struct ops_sock *b)
+{
+	if (a && b && a != b && (uintptr_t)a > (uintptr_t)b) {
+		struct ops_sock *t = a;
+
+		a = b;
+		b = t;
+	}
+	if (a)
+		pthread_mutex_lock(&a->lock);
+	if (b && b != a)
+		pthread_mutex_lock(&b->lock);
+}
+
+static void unlock_two(struct ops_sock *a, struct ops_sock *b)
+{
+	if (a)
+		pthread_mutex_unlock(&a->lock);
+	if (b && b != a)
+		pthread_mutex_unlock(&b->lock);
 }
 
 int ops_dup(int fd, int minfd, bool cloexec)
 {
 	struct ops_sock *s = ops_fd_get(fd);
+
+	if (s)
+		pthread_mutex_lock(&s->lock);
 	int nfd = minfd < 0 ? native.dup(fd)
 			    : native.fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, minfd);
 	int r = nfd < 0 ? -errno : nfd;
@@ -43,6 +79,7 @@ int ops_dup(int fd, int minfd, bool cloexec)
 			native.close(nfd);
 			r = -EMFILE;
 		}
+		pthread_mutex_unlock(&s->lock);
 		ops_sock_put(s);
 	}
 	return r;
@@ -52,25 +89,29 @@ int ops_dup3(int oldfd, int newfd, int flags)
 {
 	if (oldfd == newfd)
 		return NATIVE_RET(flags < 0 ? native.dup2(oldfd, newfd) : native.dup3(oldfd, newfd, flags));
-	struct ops_sock *s = ops_fd_get(oldfd);
+	struct ops_sock *s = ops_fd_get(oldfd), *prev = ops_fd_get(newfd);
 
 	if (ops_fd_is_emulated_epoll(newfd))
 		ops_epoll_closing(newfd);
+	lock_two(s, prev);
 	int r = flags < 0 ? native.dup2(oldfd, newfd) : native.dup3(oldfd, newfd, flags);
+	struct ops_sock *old = NULL;
 
 	if (r < 0) {
 		r = -errno;
 	} else {
 		/* newfd now names oldfd's file: whatever it named is gone. */
-		struct ops_sock *old = ops_fd_remove(newfd);
-
+		old = ops_fd_remove(newfd);
 		if (s && ops_fd_install(newfd, s) < 0) {
 			native.close(newfd);
 			r = -EMFILE;
 		}
-		if (old)
-			ops_sock_put(old);
 	}
+	unlock_two(s, prev);
+	if (old)
+		ops_sock_put(old);
+	if (prev)
+		ops_sock_put(prev);
 	if (s)
 		ops_sock_put(s);
 	return r;
@@ -81,7 +122,9 @@ int ops_dup3(int oldfd, int newfd, int flags)
 static void set_nonblock(struct ops_sock *s, bool on)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->stack == OPS_STACK_BOTH)
+	if (s->relayed)
+		;	/* the relay's Unix socket holds the flag */
+	else if (s->stack == OPS_STACK_BOTH)
 		s->both_nonblock = on;
 	else if (s->sd >= 0 && s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY)
 		(void)ENGINE(sdp_set_nonblock(s->sd, on));
@@ -128,8 +171,14 @@ int ops_ioctl(int fd, unsigned long req, void *arg)
 
 	if (!s)
 		return OPS_PASS;
-	bool sdp = s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited;
+	bool sdp = s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && !s->relayed;
 
+	if (s->relayed && req == SIOCATMARK) {
+		/* TCP's answer (a Unix socket has no urgent data either). */
+		*(int *)arg = 0;
+		ops_sock_put(s);
+		return 0;
+	}
 	switch (req) {
 	case FIONBIO:
 		r = NATIVE_RET(native.ioctl(fd, FIONBIO, arg));
@@ -203,6 +252,11 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 	if (!s)
 		return OPS_PASS;
+	if (s->relayed) {
+		r = ops_relayed_getsockopt(fd, s, level, name, val, len);
+		ops_sock_put(s);
+		return r;
+	}
 	if (level == SOL_SOCKET && name == SO_ERROR) {
 		ops_connect_advance(fd, s);
 		pthread_mutex_lock(&s->lock);
@@ -241,6 +295,11 @@ int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 
 	if (!s)
 		return OPS_PASS;
+	if (s->relayed) {
+		r = ops_relayed_setsockopt(fd, s, level, name, val, len);
+		ops_sock_put(s);
+		return r;
+	}
 	pthread_mutex_lock(&s->lock);
 	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
 		r = ENGINE(sdp_setsockopt(s->sd, level, name, val, len));
@@ -276,7 +335,9 @@ int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 		return OPS_PASS;
 	/* A listener's name is the kernel socket's (both stacks share the
 	 * port); a connection's is its own stack's. */
-	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_LISTEN &&
+	if (s->relayed)
+		r = ops_relayed_name(s, false, addr, len);
+	else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_LISTEN &&
 	    s->state != OPS_ST_NEW)
 		r = ENGINE(sdp_getsockname(s->sd, addr, len));
 	ops_sock_put(s);
@@ -292,7 +353,9 @@ int ops_getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 		return OPS_PASS;
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
 		ops_connect_advance(fd, s);
-	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_NEW)
+	if (s->relayed)
+		r = ops_relayed_name(s, true, addr, len);
+	else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_NEW)
 		r = ENGINE(sdp_getpeername(s->sd, addr, len));
 	ops_sock_put(s);
 	return r;
@@ -310,7 +373,11 @@ int ops_shutdown(int fd, int how)
 	if (s->inherited && s->stack == OPS_STACK_SDP) {
 		r = -ENOTCONN;
 	} else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && s->state != OPS_ST_NEW) {
-		r = ENGINE(sdp_shutdown(s->sd, how));
+		/* Ends the stream: ordered with the data calls against a relay. */
+		if (ops_io_enter(s, OPS_IO_WR)) {
+			r = ENGINE(sdp_shutdown(s->sd, how));
+			ops_io_leave(s, OPS_IO_WR);
+		}
 	} else if (s->stack == OPS_STACK_BOTH) {
 		r = NATIVE_RET(native.shutdown(fd, how));
 		if (s->sd >= 0)

@@ -138,7 +138,7 @@ static void ep_put_locked(struct ops_ep *ep)
 
 static enum epi_mode mode_of(const struct ops_sock *s)
 {
-	if (s->inherited || s->sd < 0)
+	if (s->inherited || s->relayed || s->sd < 0)
 		return EPI_NATIVE;
 	if (s->stack == OPS_STACK_SDP)
 		return EPI_SDP;
@@ -234,6 +234,38 @@ void ops_epoll_restack(struct ops_sock *s)
 		}
 		if (epi->mode != EPI_NATIVE)
 			ring(epi->ep);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_detach_all(struct ops_sock *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct ops_epi *epi = s->epis; epi; epi = epi->next_in_sock) {
+		epi_detach(epi);
+		/* Reported by nobody until ops_epoll_to_native() gives it to
+		 * the kernel; ops_epoll_restack() would put it back. */
+		epi->mode = EPI_NATIVE;
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_to_native(struct ops_sock *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	while (s->epis) {
+		struct ops_epi *epi = s->epis;
+		/* A one-shot member that fired stays disarmed until MOD. */
+		struct epoll_event ev = {
+			.events = epi->disabled ? epi->events & (EPOLLONESHOT | EPOLLET) : epi->events,
+			.data = epi->data,
+		};
+
+		if (native.epoll_ctl(epi->ep->epfd, EPOLL_CTL_ADD, epi->fd, &ev) < 0 && errno != EEXIST)
+			sdp_err(LOGSYS, "fd %d: relayed, but lost from epoll set %d: %s", epi->fd,
+				epi->ep->epfd, strerror(errno));
+		epi_unlink(epi);
+		free(epi);
 	}
 	pthread_mutex_unlock(&reg_lock);
 }
@@ -338,8 +370,9 @@ int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	if (!s)
 		return OPS_PASS;
 	/* A socket settled on TCP moves only by a conversion, which puts its
-	 * memberships back itself (ops/convert.c): the kernel has it alone. */
-	if (s->stack == OPS_STACK_TCP && !ops_fd_is_emulated_epoll(epfd)) {
+	 * memberships back itself (ops/convert.c): the kernel has it alone.
+	 * So has a relayed socket, for good (relay.c). */
+	if (s->relayed || (s->stack == OPS_STACK_TCP && !ops_fd_is_emulated_epoll(epfd))) {
 		ops_sock_put(s);
 		return OPS_PASS;
 	}

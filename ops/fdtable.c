@@ -151,6 +151,8 @@ void ops_sock_put(struct ops_sock *s)
 	}
 	ops_stats_sock_free(s->row);
 	s->row = NULL;
+	free(s->rinfo);
+	s->rinfo = NULL;
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_lock(&fd_lock);
 	s->next_free = free_socks;
@@ -158,7 +160,14 @@ void ops_sock_put(struct ops_sock *s)
 	pthread_mutex_unlock(&fd_lock);
 }
 
-void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s))
+bool ops_fd_names(int fd, const struct ops_sock *s)
+{
+	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+
+	return slot && atomic_load(slot) == s;
+}
+
+void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s, void *arg), void *arg)
 {
 	for (int c = 0; c < CHUNKS; c++) {
 		_Atomic(struct ops_sock *) *chunk = __atomic_load_n(&chunks[c], __ATOMIC_ACQUIRE);
@@ -169,7 +178,7 @@ void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s))
 			struct ops_sock *s = atomic_load(&chunk[i]);
 
 			if (s)
-				fn(c * CHUNK + i, s);
+				fn(c * CHUNK + i, s, arg);
 		}
 	}
 }

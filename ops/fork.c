@@ -4,12 +4,14 @@
  *
  * Native sockets are the kernel's and simply work in both processes.  An
  * SDP connection is not: its state lives in the parent's memory and its
- * transport (a TCP connection with the transport's state, a QP) cannot be driven by
- * two processes.  It stays the parent's: in the child the socket is
- * "inherited", every data call on it fails with ENOTCONN (logged once),
- * and closing it releases the child's fd without touching the parent's
- * connection.  sdp.conf(5) says so under FORK, with the advice for
- * forking servers: put them on TCP.
+ * transport (a TCP connection with the transport's state, a QP) cannot
+ * be driven by two processes.  An established one is relayed just before
+ * the fork, so that both processes share it as they would share a TCP
+ * socket (relay.c, with its own fork handlers).  One still connecting
+ * stays the parent's: in the child the socket is "inherited", every data
+ * call on it fails with ENOTCONN (logged once), and closing it releases
+ * the child's fd without touching the parent's connection.  sdp.conf(5)
+ * says so under FORK.
  *
  * A "both" listener is the exception, because it can stay correct: once
  * it is shared with a child (pre-forked workers that accept on it), an
@@ -51,25 +53,28 @@ static void both_to_tcp(int fd, struct ops_sock *s, bool parent)
 	 * side answers nothing there, the kernel side still reports. */
 }
 
-static void parent_before_fork(int fd, struct ops_sock *s)
+static void parent_before_fork(int fd, struct ops_sock *s, void *arg)
 {
+	(void)arg;
 	pthread_mutex_lock(&s->lock);
 	both_to_tcp(fd, s, true);
 	pthread_mutex_unlock(&s->lock);
 }
 
-static void mark_inherited(int fd, struct ops_sock *s)
+static void mark_inherited(int fd, struct ops_sock *s, void *arg)
 {
+	(void)arg;
 	/* A parent thread may have held it at fork time. */
 	pthread_mutex_init(&s->lock, NULL);
 	both_to_tcp(fd, s, false);
-	if (s->sd >= 0)
+	/* A relayed connection is the child's as much as the parent's. */
+	if (s->sd >= 0 && !s->relayed)
 		s->inherited = true;
 }
 
 static void ops_atfork_prepare(void)
 {
-	ops_fd_for_each(parent_before_fork);
+	ops_fd_for_each(parent_before_fork, NULL);
 }
 
 static void ops_atfork_child(void)
@@ -80,7 +85,7 @@ static void ops_atfork_child(void)
 	ops_fd_atfork_child();
 	ops_epoll_atfork_child();
 	ops_peercache_atfork_child();
-	ops_fd_for_each(mark_inherited);
+	ops_fd_for_each(mark_inherited, NULL);
 }
 
 __attribute__((constructor)) static void ops_register_atfork(void)

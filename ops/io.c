@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Data calls on SDP sockets: the read/write/send/recv families, sendfile
- * and splice.  Everything else is the native stack's (OPS_PASS).
+ * and splice.  Everything else is the native stack's (OPS_PASS), and so
+ * is a relayed socket (relay.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,12 +22,14 @@
 #define HARMLESS_SEND_FLAGS (MSG_EOR | MSG_CONFIRM)
 
 /*
- * The SDP socket behind fd for a data call, with a reference in *sp, or
+ * The SDP socket behind fd for a data call in direction dir (OPS_IO_*),
+ * with a reference in *sp and counted in flight (io_done() ends both), or
  * OPS_PASS.  A connect still in flight is settled first: a non-blocking
  * call gets -EAGAIN meanwhile (as a send on a connecting TCP socket
- * does), a blocking one waits.
+ * does), a blocking one waits.  A relayed socket's calls are the
+ * kernel's.
  */
-static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait)
+static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait, int dir)
 {
 	struct ops_sock *s = ops_fd_get(fd);
 
@@ -66,14 +69,24 @@ static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait)
 		ops_sock_put(s);
 		return -ENOTCONN;
 	}
+	if (!ops_io_enter(s, dir)) {
+		ops_sock_put(s);
+		return OPS_PASS;
+	}
 	*sp = s;
 	return 0;
+}
+
+static void io_done(struct ops_sock *s, int dir)
+{
+	ops_io_leave(s, dir);
+	ops_sock_put(s);
 }
 
 ssize_t ops_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct ops_sock *s;
-	int r = sdp_for_io(fd, &s, flags & MSG_DONTWAIT);
+	int r = sdp_for_io(fd, &s, flags & MSG_DONTWAIT, OPS_IO_WR);
 
 	if (r)
 		return r;
@@ -81,14 +94,14 @@ ssize_t ops_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (n > 0)
 		ops_stats_sock_bytes(s->row, (uint64_t)n, 0);
-	ops_sock_put(s);
+	io_done(s, OPS_IO_WR);
 	return n;
 }
 
 ssize_t ops_recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct ops_sock *s;
-	int r = sdp_for_io(fd, &s, flags & MSG_DONTWAIT);
+	int r = sdp_for_io(fd, &s, flags & MSG_DONTWAIT, OPS_IO_RD);
 
 	if (r)
 		return r;
@@ -96,7 +109,7 @@ ssize_t ops_recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (n > 0 && !(flags & MSG_PEEK))
 		ops_stats_sock_bytes(s->row, 0, (uint64_t)n);
-	ops_sock_put(s);
+	io_done(s, OPS_IO_RD);
 	return n;
 }
 
@@ -140,7 +153,7 @@ ssize_t ops_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 			return -EINVAL;	/* a socket is no file to send from, as in Linux */
 	}
 	struct ops_sock *s;
-	int r = sdp_for_io(out_fd, &s, false);
+	int r = sdp_for_io(out_fd, &s, false, OPS_IO_WR);
 
 	if (r)
 		return r;
@@ -148,7 +161,7 @@ ssize_t ops_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 	ssize_t total = 0;
 
 	if (!buf) {
-		ops_sock_put(s);
+		io_done(s, OPS_IO_WR);
 		return -ENOMEM;
 	}
 	while ((size_t)total < count) {
@@ -195,7 +208,7 @@ ssize_t ops_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 		 * be enough too; a full count is what blocking sockets get. */
 	}
 	free(buf);
-	ops_sock_put(s);
+	io_done(s, OPS_IO_WR);
 	return total;
 }
 
@@ -278,22 +291,22 @@ ssize_t ops_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_
 		   unsigned int flags)
 {
 	struct ops_sock *s;
-	int r = sdp_for_io(fd_in, &s, flags & SPLICE_F_NONBLOCK);
+	int r = sdp_for_io(fd_in, &s, flags & SPLICE_F_NONBLOCK, OPS_IO_RD);
 
 	if (r == 0) {
 		ssize_t n = off_in ? -ESPIPE : splice_from_sdp(s, fd_out, len, flags);
 
 		(void)off_out;
-		ops_sock_put(s);
+		io_done(s, OPS_IO_RD);
 		return n;
 	}
 	if (r != OPS_PASS)
 		return r;
-	r = sdp_for_io(fd_out, &s, flags & SPLICE_F_NONBLOCK);
+	r = sdp_for_io(fd_out, &s, flags & SPLICE_F_NONBLOCK, OPS_IO_WR);
 	if (r)
 		return r;
 	ssize_t n = off_out ? -ESPIPE : splice_to_sdp(s, fd_in, len);
 
-	ops_sock_put(s);
+	io_done(s, OPS_IO_WR);
 	return n;
 }

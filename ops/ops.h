@@ -56,6 +56,11 @@ int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
  * not seen.  0 or a negative errno, never OPS_PASS. */
 int ops_convert(int fd, int name, const void *val, socklen_t len);
 int ops_shutdown(int fd, int how);
+/* fd is not ours, and answered a call as a Unix socket would: is it the
+ * socket of an SDP connection relayed by another process (ops/relay.c),
+ * inherited across exec?  If so it becomes ours (true), and every call
+ * on it is answered as on the TCP connection it stands for. */
+bool ops_relay_adopt(int fd);
 
 /* close/dup: also for fds that are not ours (they keep the table right
  * when a dup2 lands on one of ours). */

@@ -30,7 +30,7 @@ static bool needs_engine(int fd)
 	bool yes = false;
 
 	if (s) {
-		yes = !s->inherited && s->sd >= 0 &&
+		yes = !s->inherited && !s->relayed && s->sd >= 0 &&
 		      (s->stack == OPS_STACK_SDP || s->stack == OPS_STACK_BOTH);
 		ops_sock_put(s);
 	}
@@ -74,7 +74,9 @@ static uint64_t xlate_build(struct xlate *x, const struct pollfd *fds, nfds_t nf
 			if (d && (!first_deadline || d < first_deadline))
 				first_deadline = d;
 		}
-		bool sdp = s && !s->inherited && s->sd >= 0;
+		/* Rebuilt on every round: a socket relayed by a fork in
+		 * another thread is polled as the kernel's from then on. */
+		bool sdp = s && !s->inherited && !s->relayed && s->sd >= 0;
 
 		if (sdp && s->stack == OPS_STACK_BOTH) {
 			x->t[x->n] = (struct pollfd){ .fd = fd, .events = fds[i].events };

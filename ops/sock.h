@@ -5,8 +5,10 @@
  *
  * Locking: ops_sock.lock protects the decision (stack, sd, connect
  * state) and is held across the short engine calls that change it, never
- * across a wait.  The epoll registry (epoll.c) has one lock, which may be
- * taken under an ops_sock lock, never the reverse.  The fd table is read
+ * across a wait.  It is also held around every change of the fds that
+ * name a socket (close, dup), so that a fork's relay (relay.c) sees them
+ * all.  The epoll registry (epoll.c) has one lock, which may be taken
+ * under an ops_sock lock, never the reverse.  The fd table is read
  * without locks (fdtable.c).
  */
 #ifndef SDP_OPS_SOCK_H
@@ -41,6 +43,7 @@ struct ops_opt {
 #define OPS_MAX_OPTS 16
 
 struct ops_epi;
+struct ops_relayed;
 
 struct ops_sock {
 	atomic_int ref;		/* one per fd naming it, one per call in flight */
@@ -54,6 +57,16 @@ struct ops_sock {
 	enum ops_fallback fallback;
 	int sd;			/* the engine socket (connection or listener), or -1 */
 	bool inherited;		/* from before a fork(): the parent's connection */
+
+	/* Relayed (relay.c): since a fork, the application's fds name a Unix
+	 * socket that a relay thread joins to the SDP connection; every call
+	 * but the socket's names and TCP options is the kernel's.  Set once
+	 * (seq_cst, see ops_io_enter) and never cleared; rinfo is its own. */
+	atomic_bool relayed;
+	struct ops_relayed *rinfo;
+	/* Engine data calls in flight, receiving and sending (OPS_IO_*):
+	 * a relay takes over each direction once its count is zero. */
+	atomic_int io_calls[2];
 
 	/* A "both" listener keeps its native socket non-blocking and
 	 * emulates the application's O_NONBLOCK. */
@@ -94,7 +107,9 @@ void ops_sock_put(struct ops_sock *s);
 /* In a fork child, before anything else: the table's lock. */
 void ops_fd_atfork_child(void);
 /* Call fn on every socket in the table (fork handling); no references. */
-void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s));
+void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s, void *arg), void *arg);
+/* Does fd name s right now?  No reference taken. */
+bool ops_fd_names(int fd, const struct ops_sock *s);
 
 /* --- switch.c ------------------------------------------------------------------- */
 
@@ -147,6 +162,43 @@ void ops_epoll_settle(int epfd);
 /* An epoll fd is being closed. */
 void ops_epoll_closing(int epfd);
 void ops_epoll_atfork_child(void);
+/* s is being relayed (relay.c): its memberships stop (before its fds
+ * change), then become the kernel's, with the application's events and
+ * data, on its fds (which name the relay's Unix socket by then), and the
+ * registry forgets them.  Caller holds s->lock. */
+void ops_epoll_detach_all(struct ops_sock *s);
+void ops_epoll_to_native(struct ops_sock *s);
+
+/* --- relay.c -------------------------------------------------------------------- */
+
+/* The directions of a connection's data (ops_sock.io_calls). */
+enum { OPS_IO_RD = 0, OPS_IO_WR = 1 };
+
+/* Register the fork handlers that relay SDP connections; once, when the
+ * engine starts (before any SDP connection exists). */
+void ops_relay_init(void);
+/* Around an engine data call on s in direction dir: enter returns false
+ * (and counts nothing) when s is relayed, the call then being the
+ * kernel's. */
+bool ops_io_enter(struct ops_sock *s, int dir);
+void ops_io_leave(struct ops_sock *s, int dir);
+
+/* --- relayed.c ------------------------------------------------------------------ */
+
+struct sockaddr_un;
+/* What s (locked, an established SDP connection whose placeholder is fd)
+ * answers once relayed: its names and the values of its options now;
+ * NULL without memory, or when the engine does not know the names. */
+struct ops_relayed *ops_relayed_new(struct ops_sock *s, int fd);
+/* The address B is bound to: it names libsdp and ri's family and
+ * addresses (ops_relay_adopt() reads it after exec). */
+socklen_t ops_relayed_addr(const struct ops_relayed *ri, int domain, struct sockaddr_un *un);
+/* A relayed socket's answers, as Linux TCP gives them. */
+int ops_relayed_name(struct ops_sock *s, bool peer, struct sockaddr *addr, socklen_t *len);
+int ops_relayed_getsockopt(int fd, struct ops_sock *s, int level, int name, void *val,
+			   socklen_t *len);
+int ops_relayed_setsockopt(int fd, struct ops_sock *s, int level, int name, const void *val,
+			   socklen_t len);
 
 /* Call into the engine with the wrappers switched off for this thread. */
 #define ENGINE(call)                              \

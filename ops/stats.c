@@ -387,6 +387,7 @@ static void stats_row_clear(struct sdp_stats_row *r, int fd)
 	STATS_PUB(r->state, OPS_ST_NEW);
 	STATS_PUB(r->fallback, OPS_FB_NONE);
 	STATS_PUB(r->fd, fd);
+	STATS_PUB(r->flags, 0);
 	stats_pub(r->transport, NULL, sizeof(r->transport));
 	stats_pub(r->mode, NULL, sizeof(r->mode));
 	stats_pub(&r->local, NULL, sizeof(r->local));
@@ -554,6 +555,18 @@ void ops_stats_sock_set_stack(struct ops_stats_sock *row, enum ops_stack st,
 
 	STATS_PUB(r->stack, (uint8_t)st);
 	STATS_PUB(r->fallback, (uint8_t)why);
+	stats_row_unlock(r, odd);
+}
+
+void ops_stats_sock_set_relayed(struct ops_stats_sock *row)
+{
+	struct sdp_stats_row *r = stats_row(row);
+
+	if (!r)
+		return;
+	uint32_t odd = stats_row_lock(r);
+
+	STATS_PUB(r->flags, r->flags | SDP_STATS_ROW_RELAYED);
 	stats_row_unlock(r, odd);
 }
 

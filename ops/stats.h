@@ -93,6 +93,7 @@ enum ops_counter {
 	OPS_C_TRANS_PIGGYBACKS,
 	OPS_C_TRANS_MISSES,
 	OPS_C_ZCOPY_PEER_ADVERTS,
+	OPS_C_RELAYS,		/* SDP connections relayed at a fork (ops/relay.c) */
 	OPS_C_MAX
 };
 
@@ -128,6 +129,9 @@ void ops_stats_sock_set_addrs(struct ops_stats_sock *row, const struct sockaddr 
 			      socklen_t peer_len);
 /* (In ops_stats_sock_set_addrs, a NULL address leaves that side as it
  * was; an address longer than a sockaddr_in6 is cut to that size.) */
+/* The socket's SDP connection is relayed for forked children
+ * (SDP_STATS_ROW_RELAYED). */
+void ops_stats_sock_set_relayed(struct ops_stats_sock *row);
 /* Bytes moved by the application on an SDP socket (also added to the
  * process counters, and the engine's counters brought up to date with
  * ops_stats_engine_sync()). Lock-free. */

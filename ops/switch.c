@@ -102,6 +102,8 @@ static void engine_once_fn(void)
 	if (engine_status)
 		sdp_conn_log(LOGSYS, "no SDP transport is available (transports \"%s\"): %s",
 			     tun_str(TUN_transports), strerror(-engine_status));
+	else
+		ops_relay_init();	/* before the first SDP connection */
 }
 
 int ops_engine_up(void)
@@ -994,8 +996,8 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	r = direct_take_family(fd, s, addr, len);
 	if (r < 0)
 		goto out;
-	if (s->inherited) {
-		r = -ENOTCONN;
+	if (s->inherited || s->relayed) {
+		r = s->relayed ? -EISCONN : -ENOTCONN;
 		goto out;
 	}
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY) {

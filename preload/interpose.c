@@ -135,24 +135,81 @@ EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 		return ret(r_);                 \
 	} while (0)
 
+/*
+ * An fd that is not ours got from libc an answer a TCP socket would not
+ * give: a Unix name, or EOPNOTSUPP/ENOPROTOOPT for an option.  It may be
+ * an SDP connection relayed by another process and inherited across exec
+ * (ops/relay.c): true when it is, and ours from now on; errno is kept
+ * when it is not.  Never on the way of a call that TCP would answer.
+ */
+static bool relay_adopted(int fd)
+{
+	int e = errno;
+
+	ops_init();
+	if (ops_relay_adopt(fd))
+		return true;
+	errno = e;
+	return false;
+}
+
+static bool unix_name(int r, const struct sockaddr *addr, const socklen_t *len)
+{
+	return r == 0 && addr && len && *len >= sizeof(sa_family_t) && addr->sa_family == AF_UNIX;
+}
+
+static bool option_refused(int r)
+{
+	return r < 0 && (errno == EOPNOTSUPP || errno == ENOPROTOOPT);
+}
+
 EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
-	if (fd_bypass(fd))
+	if (bypass())
 		return native.getsockname(fd, SA(addr), len);
+	if (!ops_fd_is_ours(fd)) {
+		socklen_t asked = len ? *len : 0;
+		int r = native.getsockname(fd, SA(addr), len);
+
+		if (!unix_name(r, SA(addr), len) || !relay_adopted(fd))
+			return r;
+		*len = asked;	/* asked again, of the relayed socket */
+	}
 	PASS_OR(ops_getsockname(fd, SA(addr), len), native.getsockname(fd, SA(addr), len));
 }
 
 EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
-	if (fd_bypass(fd))
+	if (bypass())
 		return native.getpeername(fd, SA(addr), len);
+	if (!ops_fd_is_ours(fd)) {
+		socklen_t asked = len ? *len : 0;
+		int r = native.getpeername(fd, SA(addr), len);
+
+		if (!unix_name(r, SA(addr), len) || !relay_adopted(fd))
+			return r;
+		*len = asked;	/* asked again, of the relayed socket */
+	}
 	PASS_OR(ops_getpeername(fd, SA(addr), len), native.getpeername(fd, SA(addr), len));
 }
 
 EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-	if (fd_bypass(fd))
+	if (bypass())
 		return native.getsockopt(fd, level, name, val, len);
+	if (!ops_fd_is_ours(fd)) {
+		socklen_t asked = len ? *len : 0;
+		int r = native.getsockopt(fd, level, name, val, len);
+		/* A Unix socket's own answers to what programs ask a TCP one. */
+		bool unix_answer = r == 0 && level == SOL_SOCKET && val && len && *len >= sizeof(int) &&
+				   ((name == SO_DOMAIN && *(int *)val == AF_UNIX) ||
+				    (name == SO_PROTOCOL && *(int *)val == 0));
+
+		if (!(unix_answer || option_refused(r)) || !relay_adopted(fd))
+			return r;
+		if (len)
+			*len = asked;
+	}
 	PASS_OR(ops_getsockopt(fd, level, name, val, len),
 		native.getsockopt(fd, level, name, val, len));
 }
@@ -163,8 +220,14 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 	if (!bypass() && level == SOL_SDP &&
 	    (name == SDP_CONVERT_CONNECT || name == SDP_CONVERT_ACCEPT))
 		return (int)ret(ops_convert(fd, name, val, len));
-	if (fd_bypass(fd))
+	if (bypass())
 		return native.setsockopt(fd, level, name, val, len);
+	if (!ops_fd_is_ours(fd)) {
+		int r = native.setsockopt(fd, level, name, val, len);
+
+		if (!option_refused(r) || !relay_adopted(fd))
+			return r;
+	}
 	PASS_OR(ops_setsockopt(fd, level, name, val, len),
 		native.setsockopt(fd, level, name, val, len));
 }

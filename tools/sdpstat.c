@@ -120,6 +120,8 @@ static void print_summary(const struct sdp_stats_snap *s)
 		       ", transaction piggybacks/misses %" PRIu64 "/%" PRIu64,
 		       ctr(s, OPS_C_MODE_CHANGES_SENT), ctr(s, OPS_C_MODE_CHANGES_RECEIVED),
 		       ctr(s, OPS_C_TRANS_PIGGYBACKS), ctr(s, OPS_C_TRANS_MISSES));
+	if (ctr(s, OPS_C_RELAYS))
+		printf(", relays %" PRIu64, ctr(s, OPS_C_RELAYS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);
@@ -148,8 +150,9 @@ static void sock_cells(const struct sdp_stats_sock_snap *k, char cell[NCOLS][CEL
 		snprintf(cell[COL_FD], CELL, "-");
 	snprintf(cell[COL_STACK], CELL, "%s",
 		 name_or_num(sdp_stats_stack_name(k->stack), k->stack, num, sizeof(num)));
-	snprintf(cell[COL_STATE], CELL, "%s",
-		 name_or_num(sdp_stats_state_name(k->state), k->state, num, sizeof(num)));
+	snprintf(cell[COL_STATE], CELL, "%s%s",
+		 name_or_num(sdp_stats_state_name(k->state), k->state, num, sizeof(num)),
+		 (k->flags & SDP_STATS_ROW_RELAYED) ? ",relayed" : "");
 	sdp_stats_clean_text(cell[COL_TRANSPORT], CELL, *k->transport ? k->transport : "-");
 	sdp_stats_clean_text(cell[COL_MODE], CELL, *k->mode ? k->mode : "-");
 	snprintf(cell[COL_FALLBACK], CELL, "%s",
@@ -280,6 +283,7 @@ static void json_process(const struct sdp_stats_snap *s, const struct opts *o)
 				fputs("null", stdout);
 			json_enum("stack", sdp_stats_stack_name(k->stack), k->stack);
 			json_enum("state", sdp_stats_state_name(k->state), k->state);
+			printf(",\"relayed\":%s", (k->flags & SDP_STATS_ROW_RELAYED) ? "true" : "false");
 			json_opt_string("transport", k->transport);
 			json_opt_string("mode", k->mode);
 			json_enum("fallback", sdp_stats_fallback_name(k->fallback), k->fallback);

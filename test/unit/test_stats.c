@@ -326,6 +326,7 @@ Test(stats, row_contents)
 	cr_assert_eq(s.socks[0].stack, OPS_STACK_UNDECIDED);
 	cr_assert_eq(s.socks[0].state, OPS_ST_NEW);
 	cr_assert_eq(s.socks[0].fallback, OPS_FB_NONE);
+	cr_assert_eq(s.socks[0].flags, 0);
 	cr_assert_str_eq(s.socks[0].transport, "");
 	cr_assert_eq(s.socks[0].local.len, 0);
 	sdp_stats_format_addr(&s.socks[0].local, buf, sizeof(buf));
@@ -340,11 +341,13 @@ Test(stats, row_contents)
 				 sizeof(p));
 	ops_stats_sock_bytes(r, 1000, 20);
 	ops_stats_sock_bytes(r, 24, 0);
+	ops_stats_sock_set_relayed(r);
 
 	ts_read(getpid(), &s);
 	cr_assert_eq(s.n_socks, 1);
 	const struct sdp_stats_sock_snap *k = &s.socks[0];
 
+	cr_assert_eq(k->flags, SDP_STATS_ROW_RELAYED);
 	cr_assert_eq(k->fd, 9);
 	cr_assert_eq(k->stack, OPS_STACK_TCP);
 	cr_assert_eq(k->state, OPS_ST_ESTABLISHED);
@@ -395,6 +398,15 @@ Test(stats, row_contents)
 	ts_read(getpid(), &s);
 	cr_assert_eq(s.n_socks, 0);
 	sdp_stats_snap_free(&s);
+
+	/* The row again, for another socket: no flag left over. */
+	r = ops_stats_sock_alloc(8);
+	cr_assert_not_null(r);
+	ts_read(getpid(), &s);
+	cr_assert_eq(s.n_socks, 1);
+	cr_assert_eq(s.socks[0].flags, 0);
+	sdp_stats_snap_free(&s);
+	ops_stats_sock_free(r);
 }
 
 Test(stats, alloc_free_reuse)
@@ -1056,8 +1068,10 @@ static const char *ts_j_value(const char *p)
 		return ts_j_container(p, ']', 0);
 	if (*p == '"')
 		return ts_j_string(p);
-	if (!strncmp(p, "null", 4))
+	if (!strncmp(p, "null", 4) || !strncmp(p, "true", 4))
 		return p + 4;
+	if (!strncmp(p, "false", 5))
+		return p + 5;
 	if (*p == '-' || (*p >= '0' && *p <= '9')) {
 		p++;
 		while (*p >= '0' && *p <= '9')
@@ -1101,7 +1115,7 @@ Test(stats, sdpstat_output)
 {
 	struct sockaddr_in l = ts_sin("0.0.0.0", 5201);
 	struct sockaddr_in6 p = ts_sin6("::1", 40001, 0);
-	struct ops_stats_sock *a, *b;
+	struct ops_stats_sock *a, *b, *c;
 	char args[64], *out;
 	int status;
 
@@ -1113,7 +1127,8 @@ Test(stats, sdpstat_output)
 	ops_stats_set_program("we\"ird\\\x01\xff");
 	a = ops_stats_sock_alloc(3);
 	b = ops_stats_sock_alloc(4);
-	cr_assert(a && b);
+	c = ops_stats_sock_alloc(5);
+	cr_assert(a && b && c);
 	ops_stats_sock_set_stack(a, OPS_STACK_SDP, OPS_FB_NONE);
 	ops_stats_sock_set_state(a, OPS_ST_LISTEN);
 	ops_stats_sock_set_transport(a, "tcp-fallback", "bcopy");
@@ -1123,6 +1138,11 @@ Test(stats, sdpstat_output)
 	ops_stats_sock_set_addrs(b, (struct sockaddr *)&p, sizeof(p), (struct sockaddr *)&p,
 				 sizeof(p));
 	ops_stats_sock_bytes(a, 4096, 512);
+	/* An SDP connection relayed at a fork (ops/relay.c). */
+	ops_stats_sock_set_stack(c, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_stats_sock_set_state(c, OPS_ST_ESTABLISHED);
+	ops_stats_sock_set_relayed(c);
+	ops_stats_count(OPS_C_RELAYS, 1);
 	ops_stats_count(OPS_C_LISTEN_SDP, 1);
 	ops_stats_fallback(OPS_FB_REFUSED);
 	SDP_STAT_INC(zcopy_reads, 3);
@@ -1142,6 +1162,8 @@ Test(stats, sdpstat_output)
 	cr_assert_not_null(strstr(out, ", zcopy reads 3,"), "%s", out);
 	cr_assert_not_null(strstr(out, "regcache hits/misses/evictions/invalidations 2/0/0/0"),
 			   "%s", out);
+	cr_assert_not_null(strstr(out, ", relays 1"), "%s", out);
+	cr_assert_not_null(strstr(out, " established,relayed "), "%s", out);
 	free(out);
 
 	snprintf(args, sizeof(args), "--json -p %ld", (long)getpid());
@@ -1156,6 +1178,11 @@ Test(stats, sdpstat_output)
 	cr_assert_not_null(strstr(out, "\"local\":{\"family\":\"inet\",\"address\":\"0.0.0.0\","
 				       "\"port\":5201}"), "%s", out);
 	cr_assert_not_null(strstr(out, "\"peer\":null"), "%s", out);
+	cr_assert_not_null(strstr(out, "\"relays\":1"), "%s", out);
+	cr_assert_not_null(strstr(out, "{\"fd\":3,\"stack\":\"sdp\",\"state\":\"listen\","
+				       "\"relayed\":false,"), "%s", out);
+	cr_assert_not_null(strstr(out, "{\"fd\":5,\"stack\":\"sdp\",\"state\":\"established\","
+				       "\"relayed\":true,"), "%s", out);
 	free(out);
 
 	/* Every process in the directory: ours, and nothing stale. */
