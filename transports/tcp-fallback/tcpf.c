@@ -92,6 +92,7 @@
 #include <rdma/fi_rma.h>
 
 #include "fabric_lib.h"
+#include "fdspace.h"
 #include "log.h"
 #include "oti.h"
 #include "tunables.h"
@@ -888,7 +889,7 @@ static void tcpf_ep_free(struct tcpf_ep *e)
 	if (e->eq)
 		fi_close(&e->eq->fid);
 	if (e->epfd >= 0)
-		close(e->epfd);
+		fdspace_close(e->epfd);
 	free(e->ops);
 	free(e);
 }
@@ -955,9 +956,9 @@ static int tcpf_ep_finish(struct tcpf_ep *e)
 	if (ret)
 		return ret;
 	e->eq_wfd = fds[1];
-	e->epfd = epoll_create1(EPOLL_CLOEXEC);
+	e->epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
 	if (e->epfd < 0)
-		return -errno;
+		return e->epfd;
 	for (int i = 0; i < 2; i++) {
 		ev.data.fd = fds[i];
 		if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0)
