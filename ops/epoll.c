@@ -26,6 +26,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "ops.h"
 #include "sdp.h"
@@ -130,7 +131,7 @@ static void ep_put_locked(struct ops_ep *ep)
 {
 	if (--ep->ref)
 		return;
-	native.close(ep->doorbell);
+	fdspace_close(ep->doorbell);
 	free(ep);
 }
 
@@ -303,9 +304,9 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 		return NULL;
 	ep->epfd = epfd;
 	ep->ref = 1;
-	ep->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ep->doorbell = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (ep->doorbell < 0) {
-		*err = -errno;
+		*err = ep->doorbell;
 		free(ep);
 		return NULL;
 	}
@@ -314,7 +315,7 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 	/* Also checks that epfd is an epoll fd (EBADF, EINVAL). */
 	if (native.epoll_ctl(epfd, EPOLL_CTL_ADD, ep->doorbell, &ev) < 0) {
 		*err = -errno;
-		native.close(ep->doorbell);
+		fdspace_close(ep->doorbell);
 		free(ep);
 		return NULL;
 	}
