@@ -99,6 +99,14 @@ bool ops_fd_is_emulated_epoll(int fd)
 	return slot && atomic_load_explicit(slot, memory_order_relaxed);
 }
 
+int ops_epoll_end(void)
+{
+	for (int c = EP_CHUNKS; c > 0; c--)
+		if (__atomic_load_n(&ep_chunks[c - 1], __ATOMIC_ACQUIRE))
+			return c * EP_CHUNK;
+	return 0;
+}
+
 static uint64_t doorbell_marker(const struct ops_ep *ep)
 {
 	return (uint64_t)(uintptr_t)ep | 1;

@@ -80,7 +80,9 @@
 	X(open, int, (const char *, int, ...))                                           \
 	X(open64, int, (const char *, int, ...))                                         \
 	X(openat, int, (int, const char *, int, ...))                                    \
-	X(openat64, int, (int, const char *, int, ...))
+	X(openat64, int, (int, const char *, int, ...))                                  \
+	X(close_range, int, (unsigned int, unsigned int, int))                           \
+	X(closefrom, void, (int))
 
 struct native_calls {
 #define NATIVE_FIELD(name, ret, args) ret(*name) args;

@@ -95,6 +95,8 @@ void ops_sock_put(struct ops_sock *s);
 void ops_fd_atfork_child(void);
 /* Call fn on every socket in the table (fork handling); no references. */
 void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s));
+/* No fd at or above this is in the table. */
+int ops_fd_end(void);
 
 /* --- switch.c ------------------------------------------------------------------- */
 
@@ -134,6 +136,14 @@ void ops_epoll_settle(int epfd);
 /* An epoll fd is being closed. */
 void ops_epoll_closing(int epfd);
 void ops_epoll_atfork_child(void);
+/* No fd at or above this is an emulated epoll fd. */
+int ops_epoll_end(void);
+
+/* --- fork.c --------------------------------------------------------------------- */
+
+/* True in a child that shares the parent's memory (vfork, clone with
+ * CLONE_VM): it must change nothing the parent sees. */
+bool ops_in_vfork_child(void);
 
 /* Call into the engine with the wrappers switched off for this thread. */
 #define ENGINE(call)                              \

@@ -311,6 +311,23 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	PASS_OR(ops_ioctl(fd, req, arg), native.ioctl(fd, req, arg));
 }
 
+/* closefrom(3) in a daemon, close_range() before exec: the application's
+ * descriptors go, libsdp's stay (ops_close_range()). */
+EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+	if (bypass())
+		return native.close_range(first, last, flags);
+	return (int)ret(ops_close_range(first, last, flags));
+}
+
+EXPORT void closefrom(int lowfd)
+{
+	if (!bypass() && ops_close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0) == 0)
+		return;
+	/* libc's, which ends the process if it cannot close everything. */
+	native.closefrom(lowfd);
+}
+
 /* Descriptors only libsdp's libraries keep: made for libsdp, they go to
  * its region; the application's pass through. */
 EXPORT int epoll_create(int size)
