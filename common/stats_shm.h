@@ -168,6 +168,7 @@ static inline const char *sdp_stats_fallback_name(unsigned v)
 	case OPS_FB_REJECTED: return "rejected";
 	case OPS_FB_TRANSPORT_ERROR: return "transport-error";
 	case OPS_FB_UNSUPPORTED: return "unsupported";
+	case OPS_FB_RESOURCE: return "resource";
 	case OPS_FB_MAX: break;
 	}
 	return NULL;

@@ -47,6 +47,7 @@ enum ops_fallback {
 	OPS_FB_REJECTED,	/* the peer rejected the Hello */
 	OPS_FB_TRANSPORT_ERROR,	/* any other transport or engine error */
 	OPS_FB_UNSUPPORTED,	/* the socket uses something SDP cannot do */
+	OPS_FB_RESOURCE,	/* no room for libsdp's descriptors (common/fdspace.h) */
 	OPS_FB_MAX
 };
 
