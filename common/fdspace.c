@@ -36,17 +36,50 @@ __attribute__((constructor)) static void fs_register_atfork(void)
 	pthread_atfork(NULL, NULL, fs_atfork_child);
 }
 
-/* System calls of our own: under the preload, fcntl() and close() are the
- * wrappers, which call back into this module for libsdp's threads. */
-static int sys_dupfd(int fd, int min)
+/* libc's fcntl(), dup3() and close(), through whatever interposes them
+ * (a sanitizer's runtime tracks descriptors in its interceptors); in the
+ * preload, its own way past its wrappers (fdspace_set_libc()). */
+static int (*fs_fcntl)(int, int, ...) = fcntl;
+static int (*fs_dup3)(int, int, int) = dup3;
+static int (*fs_close)(int) = close;
+
+void fdspace_set_libc(int (*fcntl_fn)(int, int, ...), int (*dup3_fn)(int, int, int),
+		      int (*close_fn)(int))
 {
-	return (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min);
+	__atomic_store_n(&fs_fcntl, fcntl_fn, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs_dup3, dup3_fn, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs_close, close_fn, __ATOMIC_RELAXED);
 }
 
-static void sys_close(int fd)
+static int sys_fcntl(int fd, int cmd, int arg)
 {
-	(void)syscall(SYS_close, fd);
+	return __atomic_load_n(&fs_fcntl, __ATOMIC_RELAXED)(fd, cmd, arg);
 }
+
+static int sys_close(int fd)
+{
+	return __atomic_load_n(&fs_close, __ATOMIC_RELAXED)(fd);
+}
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+/* ThreadSanitizer follows a descriptor through dup3() but not through
+ * fcntl(F_DUPFD): without this it would not see that nfd is fd's file
+ * (an epoll set, an eventfd it takes as a synchronization) and would
+ * report races that are not there. */
+static int fs_tell_tsan(int fd, int nfd)
+{
+	return __atomic_load_n(&fs_dup3, __ATOMIC_RELAXED)(fd, nfd, O_CLOEXEC);
+}
+#else
+static int fs_tell_tsan(int fd, int nfd)
+{
+	(void)fd;
+	return nfd;
+}
+#endif
 
 static inline int reg_floor(uint64_t r)
 {
@@ -97,11 +130,13 @@ void fdspace_forget(int fd)
 int fdspace_close(int fd)
 {
 	fdspace_forget(fd);
-	return syscall(SYS_close, fd) < 0 ? -errno : 0;
+	return sys_close(fd) < 0 ? -errno : 0;
 }
 
 /* Nothing but libsdp's descriptors in [lo, hi): one ppoll() answers for
- * all of them (POLLNVAL: not open).  hi - lo <= 2 * STEP_MAX. */
+ * all of them (POLLNVAL: not open).  hi - lo <= 2 * STEP_MAX.  The
+ * system call itself: the preload's ppoll() is a wrapper, and nothing
+ * here changes a descriptor. */
 static bool fs_only_ours(int lo, int hi)
 {
 	struct pollfd p[2 * STEP_MAX];
@@ -166,7 +201,7 @@ int fdspace_take(int fd)
 		}
 		if (floor && fd >= floor && fd < FDSPACE_MAX) {
 			/* The application holds everything below. */
-			if (syscall(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC) < 0) {
+			if (sys_fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
 				ret = -errno;
 				sys_close(fd);
 				break;
@@ -176,12 +211,15 @@ int fdspace_take(int fd)
 			break;
 		}
 		if (floor) {
-			int nfd = sys_dupfd(fd, floor);
+			int nfd = sys_fcntl(fd, F_DUPFD_CLOEXEC, floor);
 
 			if (nfd >= 0 && nfd < top) {
-				fs_mark(nfd);
+				ret = fs_tell_tsan(fd, nfd) < 0 ? -errno : nfd;
+				if (ret < 0)
+					sys_close(nfd);
+				else
+					fs_mark(nfd);
 				sys_close(fd);
-				ret = nfd;
 				break;
 			}
 			if (nfd >= 0) {

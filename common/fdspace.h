@@ -28,10 +28,10 @@
  * of kernel memory; at 65536 it is 512 KiB, and only for programs that
  * raised their limit that far.
  *
- * Every descriptor the region holds is close-on-exec.  The module never
- * goes through the preload's wrappers (it makes its system calls itself),
- * so the preload can call it from inside them, and the engine library
- * uses it without the preload.
+ * Every descriptor the region holds is close-on-exec.  The module calls
+ * libc's fcntl(), dup3() and close(); the preload, whose own ones are
+ * wrappers that call this module, hands it its way past them first
+ * (fdspace_set_libc()), and the engine library uses it as it is.
  */
 #ifndef SDP_COMMON_FDSPACE_H
 #define SDP_COMMON_FDSPACE_H
@@ -63,6 +63,11 @@ void fdspace_forget(int fd);
 
 /* Forget fd, then close it.  Returns 0 or a negative errno. */
 int fdspace_close(int fd);
+
+/* The fcntl(), dup3() and close() to call instead of the ones the module
+ * links to (the preload: libc's, past its own wrappers).  Thread-safe. */
+void fdspace_set_libc(int (*fcntl_fn)(int, int, ...), int (*dup3_fn)(int, int, int),
+		      int (*close_fn)(int));
 
 /* Unit tests only: forget the region and the marks (not the
  * descriptors).  Not thread-safe. */
