@@ -43,7 +43,7 @@ cd "$srcdir"
 DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
       libibverbs-dev librdmacm-dev libcriterion-dev
       uthash-dev iperf3 socat curl python3 clang valgrind iproute2
-      libdapl-dev dapl2-utils openssh-server openssh-client)
+      libdapl-dev dapl2-utils openssh-server openssh-client nginx wrk)
 
 jobs=${QUICKSTART_JOBS:-$(nproc 2>/dev/null || echo 2)}
 stage_timeout=${QUICKSTART_TIMEOUT:-1200}

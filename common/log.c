@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "tunables.h"
 
 int sdp_log_min_level = SDP_LOG_ERR;
@@ -28,19 +29,19 @@ static int log_open_file_locked(const char *path)
 	log_syslog = path && !strcmp(path, "syslog");
 	if (!path || !*path || log_syslog) {
 		if (log_fd != STDERR_FILENO)
-			close(log_fd);
+			fdspace_close(log_fd);
 		log_fd = STDERR_FILENO;
 		return 0;
 	}
 	/* O_NOFOLLOW: a log path in a shared directory must not be turned
 	 * into a write to someone else's file through a symlink; O_NOCTTY: a
 	 * terminal named there is not the program's to adopt. */
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY,
-		      0600);
+	int fd = fdspace_take(open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+					     O_NOCTTY, 0600));
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (log_fd != STDERR_FILENO)
-		close(log_fd);
+		fdspace_close(log_fd);
 	log_fd = fd;
 	return 0;
 }

@@ -173,6 +173,7 @@ static inline const char *sdp_stats_fallback_name(unsigned v)
 	case OPS_FB_TRANSPORT_ERROR: return "transport-error";
 	case OPS_FB_UNSUPPORTED: return "unsupported";
 	case OPS_FB_REMEMBERED: return "remembered";
+	case OPS_FB_RESOURCE: return "resource";
 	case OPS_FB_MAX: break;
 	}
 	return NULL;

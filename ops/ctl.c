@@ -1,17 +1,23 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Control calls: close and the dup family (which keep the fd table in
- * step with the kernel's), fcntl, ioctl, socket options, names, shutdown.
+ * Control calls: close, close_range and the dup family (which keep the fd
+ * table in step with the kernel's), fcntl, ioctl, socket options, names,
+ * shutdown.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "fdspace.h"
 #include "ops.h"
 #include "sdp.h"
 #include "sock.h"
@@ -114,6 +120,72 @@ int ops_dup3(int oldfd, int newfd, int flags)
 		ops_sock_put(prev);
 	if (s)
 		ops_sock_put(s);
+	return r;
+}
+
+/* [lo, hi] closed by the kernel, in one call where it has close_range(). */
+static int close_span(unsigned lo, unsigned hi)
+{
+	if (native.close_range(lo, hi, 0) == 0)
+		return 0;
+	if (errno != ENOSYS)
+		return -errno;
+	/* Before Linux 5.9: one by one, as far as an fd can be. */
+	struct rlimit rl;
+	unsigned end = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < UINT_MAX
+			       ? (unsigned)rl.rlim_cur : UINT_MAX;
+
+	for (unsigned fd = lo; fd <= hi && fd < end; fd++)
+		native.close((int)fd);
+	return 0;
+}
+
+/*
+ * close_range() and closefrom() close what the kernel would, and keep
+ * the switch's tables right: an SDP socket in the range is closed as by
+ * close() (its connection ends as a TCP one would), and libsdp's own
+ * descriptors (common/fdspace.h), which the application does not know it
+ * has, stay open, so that a program that closes "everything above 2"
+ * keeps working over SDP.  The kernel closes the spans between them.
+ */
+int ops_close_range(unsigned first, unsigned last, int flags)
+{
+	/* Bad arguments get the kernel's answer; CLOEXEC only marks, and
+	 * libsdp's descriptors have the mark already.  A vfork child must
+	 * not touch the tables: they are its parent's. */
+	if (first > last || (flags & ~(int)(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) ||
+	    (flags & CLOSE_RANGE_CLOEXEC) || ops_in_vfork_child())
+		return NATIVE_RET(native.close_range(first, last, flags));
+	if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) < 0)
+		return -errno;
+
+	unsigned end = FDSPACE_MAX, lo = first;
+	int r = 0;
+
+	if ((unsigned)ops_fd_end() > end)
+		end = (unsigned)ops_fd_end();
+	if ((unsigned)ops_epoll_end() > end)
+		end = (unsigned)ops_epoll_end();
+	/* lo cannot wrap: end is far below UINT_MAX. */
+	for (unsigned fd = first; fd <= last && fd < end; fd++) {
+		bool engine = ops_fd_is_ours((int)fd) || ops_fd_is_emulated_epoll((int)fd);
+
+		if (!engine && !fdspace_owned((int)fd))
+			continue;
+		if (fd > lo) {
+			int e = close_span(lo, fd - 1);
+
+			r = r ? r : e;
+		}
+		if (engine)
+			(void)ops_close((int)fd);
+		lo = fd + 1;
+	}
+	if (lo <= last) {
+		int e = close_span(lo, last);
+
+		r = r ? r : e;
+	}
 	return r;
 }
 

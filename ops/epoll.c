@@ -26,6 +26,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "ops.h"
 #include "sdp.h"
@@ -98,6 +99,14 @@ bool ops_fd_is_emulated_epoll(int fd)
 	return slot && atomic_load_explicit(slot, memory_order_relaxed);
 }
 
+int ops_epoll_end(void)
+{
+	for (int c = EP_CHUNKS; c > 0; c--)
+		if (__atomic_load_n(&ep_chunks[c - 1], __ATOMIC_ACQUIRE))
+			return c * EP_CHUNK;
+	return 0;
+}
+
 static uint64_t doorbell_marker(const struct ops_ep *ep)
 {
 	return (uint64_t)(uintptr_t)ep | 1;
@@ -130,7 +139,7 @@ static void ep_put_locked(struct ops_ep *ep)
 {
 	if (--ep->ref)
 		return;
-	native.close(ep->doorbell);
+	fdspace_close(ep->doorbell);
 	free(ep);
 }
 
@@ -335,9 +344,9 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 		return NULL;
 	ep->epfd = epfd;
 	ep->ref = 1;
-	ep->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ep->doorbell = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (ep->doorbell < 0) {
-		*err = -errno;
+		*err = ep->doorbell;
 		free(ep);
 		return NULL;
 	}
@@ -346,7 +355,7 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 	/* Also checks that epfd is an epoll fd (EBADF, EINVAL). */
 	if (native.epoll_ctl(epfd, EPOLL_CTL_ADD, ep->doorbell, &ev) < 0) {
 		*err = -errno;
-		native.close(ep->doorbell);
+		fdspace_close(ep->doorbell);
 		free(ep);
 		return NULL;
 	}

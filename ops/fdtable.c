@@ -183,6 +183,14 @@ void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s, void *arg), void *ar
 	}
 }
 
+int ops_fd_end(void)
+{
+	for (int c = CHUNKS; c > 0; c--)
+		if (__atomic_load_n(&chunks[c - 1], __ATOMIC_ACQUIRE))
+			return c * CHUNK;
+	return 0;
+}
+
 void ops_fd_atfork_child(void)
 {
 	pthread_mutex_init(&fd_lock, NULL);

@@ -25,6 +25,7 @@
  */
 #include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "sdp.h"
@@ -72,6 +73,15 @@ static void mark_inherited(int fd, struct ops_sock *s, void *arg)
 		s->inherited = true;
 }
 
+/* The process these tables belong to; a fork child records itself (its
+ * handlers run), a vfork child does not. */
+static pid_t ops_pid;
+
+bool ops_in_vfork_child(void)
+{
+	return getpid() != __atomic_load_n(&ops_pid, __ATOMIC_RELAXED);
+}
+
 static void ops_atfork_prepare(void)
 {
 	ops_fd_for_each(parent_before_fork, NULL);
@@ -82,6 +92,7 @@ static void ops_atfork_child(void)
 	/* The statistics first: the rows must be the child's own before
 	 * anything is written to them. */
 	ops_stats_atfork_child();
+	__atomic_store_n(&ops_pid, getpid(), __ATOMIC_RELAXED);
 	ops_fd_atfork_child();
 	ops_epoll_atfork_child();
 	ops_peercache_atfork_child();
@@ -90,5 +101,6 @@ static void ops_atfork_child(void)
 
 __attribute__((constructor)) static void ops_register_atfork(void)
 {
+	ops_pid = getpid();
 	pthread_atfork(ops_atfork_prepare, NULL, ops_atfork_child);
 }

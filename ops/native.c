@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 
+#include "fdspace.h"
+
 struct native_calls native;
 
 /* What a call whose libc symbol is missing gets: ENOSYS, as from a kernel
@@ -32,5 +34,7 @@ bool native_resolve(void)
 	__atomic_store_n((void **)&native.name, p, __ATOMIC_RELEASE);
 	NATIVE_CALLS(NATIVE_RESOLVE)
 #undef NATIVE_RESOLVE
+	/* libsdp's descriptors are moved from inside the wrappers. */
+	fdspace_set_libc(native.fcntl, native.dup3, native.close);
 	return all;
 }

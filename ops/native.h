@@ -73,7 +73,16 @@
 	X(__ppoll_chk, int, (struct pollfd *, nfds_t, const struct timespec *,           \
 			     const sigset_t *, size_t))                                  \
 	X(recvmmsg, int, (int, struct mmsghdr *, unsigned int, int, struct timespec *))  \
-	X(sendmmsg, int, (int, struct mmsghdr *, unsigned int, int))
+	X(sendmmsg, int, (int, struct mmsghdr *, unsigned int, int))                     \
+	X(eventfd, int, (unsigned int, int))                                             \
+	X(pipe, int, (int *))                                                            \
+	X(pipe2, int, (int *, int))                                                      \
+	X(open, int, (const char *, int, ...))                                           \
+	X(open64, int, (const char *, int, ...))                                         \
+	X(openat, int, (int, const char *, int, ...))                                    \
+	X(openat64, int, (int, const char *, int, ...))                                  \
+	X(close_range, int, (unsigned int, unsigned int, int))                           \
+	X(closefrom, void, (int))
 
 struct native_calls {
 #define NATIVE_FIELD(name, ret, args) ret(*name) args;

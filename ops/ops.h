@@ -67,6 +67,9 @@ bool ops_relay_adopt(int fd);
 int ops_close(int fd);
 int ops_dup(int fd, int minfd, bool cloexec);	/* dup, F_DUPFD(_CLOEXEC) */
 int ops_dup3(int oldfd, int newfd, int flags);	/* dup2 (flags -1), dup3 */
+/* close_range(); closefrom(fd) is close_range(fd, ~0U, 0).  libsdp's own
+ * descriptors in the range stay open. */
+int ops_close_range(unsigned first, unsigned last, int flags);
 int ops_fcntl(int fd, int cmd, long arg);
 int ops_ioctl(int fd, unsigned long req, void *arg);
 

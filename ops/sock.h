@@ -110,6 +110,8 @@ void ops_fd_atfork_child(void);
 void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s, void *arg), void *arg);
 /* Does fd name s right now?  No reference taken. */
 bool ops_fd_names(int fd, const struct ops_sock *s);
+/* No fd at or above this is in the table. */
+int ops_fd_end(void);
 
 /* --- switch.c ------------------------------------------------------------------- */
 
@@ -162,6 +164,9 @@ void ops_epoll_settle(int epfd);
 /* An epoll fd is being closed. */
 void ops_epoll_closing(int epfd);
 void ops_epoll_atfork_child(void);
+/* No fd at or above this is an emulated epoll fd. */
+int ops_epoll_end(void);
+
 /* s is being relayed (relay.c): its memberships stop (before its fds
  * change), then become the kernel's, with the application's events and
  * data, on its fds (which name the relay's Unix socket by then), and the
@@ -199,6 +204,12 @@ int ops_relayed_getsockopt(int fd, struct ops_sock *s, int level, int name, void
 			   socklen_t *len);
 int ops_relayed_setsockopt(int fd, struct ops_sock *s, int level, int name, const void *val,
 			   socklen_t len);
+
+/* --- fork.c --------------------------------------------------------------------- */
+
+/* True in a child that shares the parent's memory (vfork, clone with
+ * CLONE_VM): it must change nothing the parent sees. */
+bool ops_in_vfork_child(void);
 
 /* Call into the engine with the wrappers switched off for this thread. */
 #define ENGINE(call)                              \

@@ -198,6 +198,12 @@ static void publish_conn(int fd, struct ops_sock *s)
 	ops_stats_sock_set_addrs(s->row, ll ? (void *)&l : NULL, ll, pl ? (void *)&p : NULL, pl);
 }
 
+/* err says libsdp had no room for its own descriptors (common/fdspace.h). */
+static bool no_fd_room(int err)
+{
+	return err == -EMFILE || err == -ENFILE;
+}
+
 static bool app_nonblock(int fd, struct ops_sock *s)
 {
 	if (s->stack == OPS_STACK_BOTH)
@@ -578,7 +584,7 @@ int ops_listen(int fd, int backlog)
 		if (e < 0) {
 			why = OPS_FB_NO_TRANSPORT;
 		} else if ((e = sdp_listen_same_port(fd, s, &l, &ll, backlog)) < 0) {
-			why = OPS_FB_TRANSPORT_ERROR;
+			why = no_fd_room(e) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
 			drop_engine_socket(s);
 			sdp_warn(LOGSYS, "fd %d: SDP listener on %s failed (%s): TCP only", fd,
 				 addr_str((void *)&l, buf, sizeof(buf)), strerror(-e));
@@ -776,7 +782,7 @@ static enum ops_fallback fallback_reason(int err)
 	case EPROTO:
 		return OPS_FB_REJECTED;
 	default:
-		return OPS_FB_TRANSPORT_ERROR;
+		return no_fd_room(-err) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
 	}
 }
 
@@ -1079,7 +1085,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	}
 	if (r < 0) {
 		if (both) {
-			r = fall_back(fd, s, OPS_FB_NO_TRANSPORT);
+			r = fall_back(fd, s, no_fd_room(r) ? OPS_FB_RESOURCE : OPS_FB_NO_TRANSPORT);
 		} else {
 			sdp_err(LOGSYS, "fd %d: policy says SDP only, but SDP is not available: %s",
 				fd, strerror(-r));

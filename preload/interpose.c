@@ -11,6 +11,12 @@
  * The fortified variants (__read_chk, __recv_chk, ...) that programs built
  * with _FORTIFY_SOURCE call instead of read/recv/poll are wrapped too, and
  * fcntl64, which programs built with 64-bit file offsets call.
+ *
+ * The calls that make descriptors are wrapped for libsdp's sake as well:
+ * a descriptor made while libsdp's own code runs on the thread (the
+ * engine's, or that of libfabric, librdmacm and libibverbs under it) is
+ * moved out of the numbers the application would be given (own(),
+ * common/fdspace.h).  The application's own calls pass straight through.
  */
 #undef _FORTIFY_SOURCE
 #include <errno.h>
@@ -18,9 +24,12 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "internal.h"
 #include "native.h"
 #include "ops.h"
@@ -67,6 +76,37 @@ static inline long ret(long r)
 	return r;
 }
 
+/* --- libsdp's own descriptors ------------------------------------------------------- */
+
+/* fd (or the -1 of the call that failed to make it) was made for libsdp:
+ * into its region, close-on-exec. */
+static int own(int fd)
+{
+	return (int)ret(fdspace_take(fd));
+}
+
+/* The same for the two ends of a pipe or socket pair; r is the call's. */
+static int own_pair(int r, int fds[2])
+{
+	if (r < 0)
+		return r;
+	int a = fdspace_take(fds[0]);
+
+	if (a < 0) {
+		native.close(fds[1]);
+		return (int)ret(a);
+	}
+	int b = fdspace_take(fds[1]);
+
+	if (b < 0) {
+		fdspace_close(a);
+		return (int)ret(b);
+	}
+	fds[0] = a;
+	fds[1] = b;
+	return 0;
+}
+
 /* --- sockets ------------------------------------------------------------------------ */
 
 EXPORT int socket(int domain, int type, int protocol)
@@ -74,7 +114,7 @@ EXPORT int socket(int domain, int type, int protocol)
 	/* libsdp's own sockets (a transport's) never leak into an exec'd
 	 * program, even when the library that makes them forgets. */
 	if (bypass())
-		return native.socket(domain, sdp_internal ? type | SOCK_CLOEXEC : type, protocol);
+		return own(native.socket(domain, type | SOCK_CLOEXEC, protocol));
 	ops_init();
 	return (int)ret(ops_socket(domain, type, protocol));
 }
@@ -82,8 +122,8 @@ EXPORT int socket(int domain, int type, int protocol)
 EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 {
 	/* Never SDP: a pair is local by definition. */
-	if (!native.socketpair)
-		native_resolve();
+	if (bypass())
+		return own_pair(native.socketpair(domain, type | SOCK_CLOEXEC, protocol, sv), sv);
 	return native.socketpair(domain, type, protocol, sv);
 }
 
@@ -104,8 +144,7 @@ EXPORT int listen(int fd, int backlog)
 EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
 	if (bypass())
-		return sdp_internal ? native.accept4(fd, SA(addr), len, SOCK_CLOEXEC)
-				    : native.accept(fd, SA(addr), len);
+		return own(native.accept4(fd, SA(addr), len, SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
 		return native.accept(fd, SA(addr), len);
 	return (int)ret(ops_accept4(fd, SA(addr), len, 0));
@@ -114,7 +153,7 @@ EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 {
 	if (bypass())
-		return native.accept4(fd, SA(addr), len, sdp_internal ? flags | SOCK_CLOEXEC : flags);
+		return own(native.accept4(fd, SA(addr), len, flags | SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
 		return native.accept4(fd, SA(addr), len, flags);
 	return (int)ret(ops_accept4(fd, SA(addr), len, flags));
@@ -243,6 +282,9 @@ EXPORT int shutdown(int fd, int how)
 
 EXPORT int close(int fd)
 {
+	/* One of libsdp's: closed by the library that made it, or by an
+	 * application that closes numbers it never opened. */
+	fdspace_forget(fd);
 	if (bypass() || (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(fd)))
 		return native.close(fd);
 	return (int)ret(ops_close(fd));
@@ -250,14 +292,20 @@ EXPORT int close(int fd)
 
 EXPORT int dup(int fd)
 {
-	if (fd_bypass(fd))
+	if (bypass())
+		return own(native.dup(fd));
+	if (!ops_fd_is_ours(fd))
 		return native.dup(fd);
 	return (int)ret(ops_dup(fd, -1, false));
 }
 
-/* dup2/dup3 onto one of our fds closes it: the table must hear of it. */
+/* dup2/dup3 onto one of our fds closes it: the table must hear of it.
+ * The application may name one of libsdp's numbers: the kernel replaces
+ * it, and it is the application's from then on. */
 EXPORT int dup2(int oldfd, int newfd)
 {
+	if (!sdp_internal)
+		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
 			 !ops_fd_is_emulated_epoll(newfd)))
 		return native.dup2(oldfd, newfd);
@@ -266,6 +314,8 @@ EXPORT int dup2(int oldfd, int newfd)
 
 EXPORT int dup3(int oldfd, int newfd, int flags)
 {
+	if (!sdp_internal)
+		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
 			 !ops_fd_is_emulated_epoll(newfd)))
 		return native.dup3(oldfd, newfd, flags);
@@ -276,6 +326,10 @@ EXPORT int dup3(int oldfd, int newfd, int flags)
  * all travel in the same register on the ABIs Linux runs on. */
 static int fcntl_common(int (*libc)(int, int, ...), int fd, int cmd, long arg)
 {
+	/* fdspace_take() leaves a number at or above its floor where it is,
+	 * so the result still honours the minimum asked for. */
+	if (bypass() && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && arg < FDSPACE_MAX)
+		return own(libc(fd, F_DUPFD_CLOEXEC, arg));
 	if (fd_bypass(fd))
 		return libc(fd, cmd, arg);
 	PASS_OR(ops_fcntl(fd, cmd, arg), libc(fd, cmd, arg));
@@ -318,6 +372,110 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	if (fd_bypass(fd))
 		return native.ioctl(fd, req, arg);
 	PASS_OR(ops_ioctl(fd, req, arg), native.ioctl(fd, req, arg));
+}
+
+/* closefrom(3) in a daemon, close_range() before exec: the application's
+ * descriptors go, libsdp's stay (ops_close_range()). */
+EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+	if (bypass())
+		return native.close_range(first, last, flags);
+	return (int)ret(ops_close_range(first, last, flags));
+}
+
+EXPORT void closefrom(int lowfd)
+{
+	if (!bypass() && ops_close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0) == 0)
+		return;
+	/* libc's, which ends the process if it cannot close everything. */
+	native.closefrom(lowfd);
+}
+
+/* Descriptors only libsdp's libraries keep: made for libsdp, they go to
+ * its region; the application's pass through. */
+EXPORT int epoll_create(int size)
+{
+	if (bypass())
+		return own(native.epoll_create(size));
+	return native.epoll_create(size);
+}
+
+EXPORT int epoll_create1(int flags)
+{
+	if (bypass())
+		return own(native.epoll_create1(flags | EPOLL_CLOEXEC));
+	return native.epoll_create1(flags);
+}
+
+EXPORT int eventfd(unsigned int count, int flags)
+{
+	if (bypass())
+		return own(native.eventfd(count, flags | EFD_CLOEXEC));
+	return native.eventfd(count, flags);
+}
+
+EXPORT int pipe(int fds[2])
+{
+	if (bypass())
+		return own_pair(native.pipe2(fds, O_CLOEXEC), fds);
+	return native.pipe(fds);
+}
+
+EXPORT int pipe2(int fds[2], int flags)
+{
+	if (bypass())
+		return own_pair(native.pipe2(fds, flags | O_CLOEXEC), fds);
+	return native.pipe2(fds, flags);
+}
+
+/*
+ * Of the files libsdp's libraries open, only device files stay open
+ * (rdma-core's /dev/infiniband/uverbsN and rdma_cm); the rest (sysfs,
+ * /proc, sdp.conf) are read and closed at once, some through stdio,
+ * whose fclose() does not come back through close() above to forget
+ * them.  So only those are moved.
+ */
+static bool own_path(const char *path)
+{
+	return path && !strncmp(path, "/dev/", 5);
+}
+
+static mode_t open_mode(int flags, va_list ap)
+{
+	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, mode_t) : 0;
+}
+
+#define OPEN_WRAPPER(name, ...)                                                      \
+	do {                                                                         \
+		va_list ap;                                                          \
+		va_start(ap, flags);                                                 \
+		mode_t mode = open_mode(flags, ap);                                  \
+		va_end(ap);                                                          \
+		if (!native.name)                                                    \
+			native_resolve();                                            \
+		if (sdp_internal && own_path(path))                                  \
+			return own(native.name(__VA_ARGS__, flags | O_CLOEXEC, mode)); \
+		return native.name(__VA_ARGS__, flags, mode);                        \
+	} while (0)
+
+EXPORT int open(const char *path, int flags, ...)
+{
+	OPEN_WRAPPER(open, path);
+}
+
+EXPORT int open64(const char *path, int flags, ...)
+{
+	OPEN_WRAPPER(open64, path);
+}
+
+EXPORT int openat(int dirfd, const char *path, int flags, ...)
+{
+	OPEN_WRAPPER(openat, dirfd, path);
+}
+
+EXPORT int openat64(int dirfd, const char *path, int flags, ...)
+{
+	OPEN_WRAPPER(openat64, dirfd, path);
 }
 
 /* --- data ------------------------------------------------------------------------------ */

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "fdspace.h"
 #include "internal.h"
 #include "log.h"
 #include "tunables.h"
@@ -317,16 +318,18 @@ static int prog_start_locked(void)
 
 	if (prog_running && prog_pid == getpid())
 		return 0;
-	prog_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (prog_epfd < 0)
-		return -errno;
-	prog_wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (prog_wakefd < 0) {
-		ret = -errno;
-		close(prog_epfd);
-		prog_epfd = -1;
-		return ret;
+	int epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
+
+	if (epfd < 0)
+		return epfd;
+	int wakefd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+
+	if (wakefd < 0) {
+		fdspace_close(epfd);
+		return wakefd;
 	}
+	prog_epfd = epfd;
+	prog_wakefd = wakefd;
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
 	epoll_ctl(prog_epfd, EPOLL_CTL_ADD, prog_wakefd, &ev);
@@ -337,8 +340,8 @@ static int prog_start_locked(void)
 	ret = -pthread_create(&prog_thread, NULL, prog_main, (void *)(intptr_t)prog_epfd);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret) {
-		close(prog_wakefd);
-		close(prog_epfd);
+		fdspace_close(prog_wakefd);
+		fdspace_close(prog_epfd);
 		prog_wakefd = prog_epfd = -1;
 		return ret;
 	}
@@ -466,7 +469,7 @@ static void waker_destroy(void *p)
 	int fd = (int)(intptr_t)p - 1;
 
 	if (fd >= 0)
-		close(fd);
+		fdspace_close(fd);
 }
 
 static void waker_key_init(void)
@@ -479,9 +482,11 @@ int sdp_thread_waker(void)
 	if (waker_fd >= 0 && waker_pid == getpid())
 		return waker_fd;
 	pthread_once(&waker_once, waker_key_init);
-	waker_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (waker_fd < 0)
-		return -errno;
+	int fd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+
+	if (fd < 0)
+		return fd;
+	waker_fd = fd;
 	waker_pid = getpid();
 	/* +1 so that fd 0 is not taken for "no value". */
 	pthread_setspecific(waker_key, (void *)(intptr_t)(waker_fd + 1));
@@ -694,9 +699,9 @@ static void prog_atfork_child(void)
 	/* The lock may have been held by a parent thread at fork time. */
 	pthread_mutex_init(&prog_lock, NULL);
 	if (prog_epfd >= 0)
-		close(prog_epfd);
+		fdspace_close(prog_epfd);
 	if (prog_wakefd >= 0)
-		close(prog_wakefd);
+		fdspace_close(prog_wakefd);
 	prog_epfd = prog_wakefd = -1;
 	prog_running = false;
 	/* The lists hold references the parent's thread owned; the memory

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "fdspace.h"
 #include "log.h"
 #include "tunables.h"
 
@@ -102,7 +103,7 @@ void sock_put(struct sdp_sock *s)
 	if (s->conn)
 		conn_free(s);
 	if (s->sd >= 0)
-		close(s->sd);
+		fdspace_close(s->sd);
 	pthread_mutex_destroy(&s->lock);
 	free(s->acceptq);
 	free(s);
@@ -185,11 +186,14 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 	if (!s)
 		return NULL;
 	/* EFD_NONBLOCK: the engine drains it; the application only polls. */
-	s->sd = eventfd(0, EFD_NONBLOCK | (cloexec ? EFD_CLOEXEC : 0));
+	s->sd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (s->sd < 0) {
+		errno = -s->sd;
 		free(s);
 		return NULL;
 	}
+	if (!cloexec)
+		(void)fcntl(s->sd, F_SETFD, 0);
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->ref, 1);
 	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
@@ -1075,7 +1079,7 @@ int sdp_close(int sd)
 		/* The parent's connection: release this process's copy of
 		 * the fd and nothing else (its transport objects stay
 		 * allocated, untouched, until exit or exec). */
-		close(sd);
+		fdspace_close(sd);
 		return 0;
 	}
 
@@ -1112,7 +1116,7 @@ int sdp_close(int sd)
 	}
 	/* The application's fd number is released now, like close(2); the
 	 * connection may finish its teardown as an orphan. */
-	close(s->sd);
+	fdspace_close(s->sd);
 	s->sd = -1;
 	if (s->conn) {
 		if (conn_finished(s))

@@ -317,6 +317,26 @@ ipv6_host() {
 	return 1
 }
 
+# A free TCP port P whose SDP port (P + 20000) is free too (programs that
+# take a fixed port number).
+free_port() {
+	python3 -c '
+import socket, random
+for _ in range(200):
+    p = random.randint(20000, 40000)
+    ok = True
+    for q in (p, p + 20000):
+        s = socket.socket()
+        try:
+            s.bind(("'"$TEST_HOST"'", q))
+        except OSError:
+            ok = False
+        s.close()
+    if ok:
+        print(p); break
+'
+}
+
 # --- the preload ---------------------------------------------------------------
 
 # The libsdp.so of this build, or empty.

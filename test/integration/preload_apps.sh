@@ -36,26 +36,6 @@ conf=$TMP/sdp.conf
 write_conf "$conf" "log min-level 7" "use sdp server * $TEST_HOST:*" "use sdp client * $TEST_HOST:*"
 P=$(preload_env "$conf")
 
-# A free TCP port P whose SDP port (P + 20000) is free too (programs that
-# take a fixed port number).
-free_port() {
-	python3 -c '
-import socket, random
-for _ in range(200):
-    p = random.randint(20000, 40000)
-    ok = True
-    for q in (p, p + 20000):
-        s = socket.socket()
-        try:
-            s.bind(("'"$TEST_HOST"'", q))
-        except OSError:
-            ok = False
-        s.close()
-    if ok:
-        print(p); break
-'
-}
-
 # used_sdp NAME FILE: FILE (a program's stderr) shows an SDP connection
 # over TEST_TRANSPORT.
 used_sdp() {

@@ -136,7 +136,7 @@ Test(stats, names)
 	cr_assert_str_eq(ops_state_name(OPS_ST_CLOSED), "closed");
 	static const char *const fb[OPS_FB_MAX] = {
 		"none", "no-transport", "no-route", "refused", "timeout", "rejected",
-		"transport-error", "unsupported", "remembered",
+		"transport-error", "unsupported", "remembered", "resource",
 	};
 	for (int r = 0; r < OPS_FB_MAX; r++)
 		cr_assert_str_eq(ops_fallback_name((enum ops_fallback)r), fb[r]);

@@ -99,6 +99,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "oti.h"
 #include "tcpf_wire.h"
@@ -188,13 +189,15 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A TCP socket of ours: non-blocking, close-on-exec, no Nagle. */
+/* A TCP socket of ours: non-blocking, close-on-exec, no Nagle, out of
+ * the application's descriptor numbers (common/fdspace.h). */
 static int tcp_socket(int family)
 {
-	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+	int fd = fdspace_take(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int one = 1;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
 }
@@ -895,7 +898,7 @@ static void reject_fd(int fd, const void *pdata, size_t len)
 		memcpy(buf + TCPF_HDR_LEN, pdata, len);
 	/* A fresh socket's buffer takes this whole, or the peer is gone. */
 	(void)send(fd, buf, TCPF_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
-	close(fd);
+	fdspace_close(fd);
 }
 
 static void half_drop(struct tcpf_listener *l, struct tcpf_half **pp)
@@ -904,7 +907,7 @@ static void half_drop(struct tcpf_listener *l, struct tcpf_half **pp)
 
 	*pp = h->next;
 	(void)epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
-	close(h->fd);
+	fdspace_close(h->fd);
 	free(h);
 	l->nhalf--;
 }
@@ -914,10 +917,11 @@ static int listen_once(const struct sockaddr *ss, unsigned flags, int backlog, i
 {
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof(bound);
-	int fd = socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+	int fd = fdspace_take(socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int one = 1;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (ss->sa_family == AF_INET6) {
 		int v6only = !!(flags & OTI_LISTEN_V6ONLY);
@@ -928,7 +932,7 @@ static int listen_once(const struct sockaddr *ss, unsigned flags, int backlog, i
 	    getsockname(fd, (struct sockaddr *)&bound, &blen) < 0) {
 		int e = errno;
 
-		close(fd);
+		fdspace_close(fd);
 		return -e;
 	}
 	*port = get_port(&bound);
@@ -962,13 +966,13 @@ static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backl
 		/* The kernel chose the one TCP port that stands for
 		 * application port 0: keep it taken while asking again. */
 		if (held >= 0)
-			close(held);
+			fdspace_close(held);
 		held = fd;
 		fd = -1;
 		ret = -EADDRNOTAVAIL;
 	}
 	if (held >= 0)
-		close(held);
+		fdspace_close(held);
 	if (ret)
 		return ret;
 
@@ -976,18 +980,18 @@ static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backl
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
 	if (!l) {
-		close(fd);
+		fdspace_close(fd);
 		return -ENOMEM;
 	}
 	l->lfd = fd;
 	l->port_off = off;
 	l->backlog = backlog;
-	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	l->epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
 	if (l->epfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		ret = -errno;
+		ret = l->epfd < 0 ? l->epfd : -errno;
 		if (l->epfd >= 0)
-			close(l->epfd);
-		close(fd);
+			fdspace_close(l->epfd);
+		fdspace_close(fd);
 		free(l);
 		return ret;
 	}
@@ -1030,17 +1034,17 @@ static void take_new(struct tcpf_listener *l)
 	for (;;) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
-		int fd = accept4(l->lfd, (struct sockaddr *)&peer, &plen,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = fdspace_take(accept4(l->lfd, (struct sockaddr *)&peer, &plen,
+					      SOCK_NONBLOCK | SOCK_CLOEXEC));
 
 		if (fd < 0)
-			return;		/* EAGAIN, or a connection that went */
+			return;		/* EAGAIN, a connection that went, or no room */
 		struct tcpf_half *h = calloc(1, sizeof(*h));
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
 		if (!h || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			free(h);
-			close(fd);
+			fdspace_close(fd);
 			continue;
 		}
 		int one = 1;
@@ -1151,7 +1155,7 @@ static void tcpf_listener_close(struct oti_listener *ol)
 {
 	struct tcpf_listener *l = LS(ol);
 
-	close(l->lfd);
+	fdspace_close(l->lfd);
 	while (l->half)
 		half_drop(l, &l->half);
 	/* Requests nobody answered are refused. */
@@ -1164,7 +1168,7 @@ static void tcpf_listener_close(struct oti_listener *ol)
 			free(h);
 		}
 	}
-	close(l->epfd);
+	fdspace_close(l->epfd);
 	free(l);
 	atomic_fetch_sub(&tcpf_objects, 1);
 }
@@ -1192,7 +1196,7 @@ static int tcpf_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 
 	half_unlink(&l->given, &req->h);
 	if (!e) {
-		close(req->h.fd);
+		fdspace_close(req->h.fd);
 		free(req);
 		return -ENOMEM;
 	}
@@ -1271,19 +1275,19 @@ static int tcpf_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 		(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
 		if (bind(fd, (struct sockaddr *)&from, sa_len(from.ss_family)) < 0) {
 			ret = -errno;
-			close(fd);
+			fdspace_close(fd);
 			return ret;
 		}
 	}
 	if (connect(fd, (struct sockaddr *)&to, sa_len(to.ss_family)) < 0 && errno != EINPROGRESS) {
 		ret = -errno;
-		close(fd);
+		fdspace_close(fd);
 		return ret == -EAGAIN ? -EADDRNOTAVAIL : ret;	/* no ephemeral port left */
 	}
 	struct tcpf_ep *e = ep_new(fd, off);
 
 	if (!e) {
-		close(fd);
+		fdspace_close(fd);
 		return -ENOMEM;
 	}
 	e->state = TS_ACTIVE;
@@ -1607,7 +1611,7 @@ static void tcpf_ep_close(struct oti_ep *oep)
 {
 	struct tcpf_ep *e = EP(oep);
 
-	close(e->fd);
+	fdspace_close(e->fd);
 	for (unsigned i = 0; i < e->nmrs; i++)
 		e->mrs[i]->ep = NULL;
 	while (e->out_head) {

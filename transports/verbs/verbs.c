@@ -49,6 +49,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "oti.h"
 #include "verbs.h"
@@ -60,6 +61,29 @@
 #define VB_RQ_DEPTH 256
 #define VB_CQ_DEPTH (VB_SQ_DEPTH + VB_RQ_DEPTH)
 #define VB_WC_BATCH 32
+
+/*
+ * A descriptor rdma-core made and keeps in a public field (an event
+ * channel's fd, a completion channel's, a context's async_fd), moved out
+ * of the application's range (common/fdspace.h) and made non-blocking.
+ * rdma-core reads those fields on every use and keeps no copy, so the
+ * field is simply updated; nobody else uses the object yet.  On failure
+ * the field is -1 (the descriptor is closed) and rdma-core's destroy
+ * call only frees the object.
+ */
+static int vb_own_fd(int *field)
+{
+	int fd = fdspace_take(*field);
+
+	*field = fd < 0 ? -1 : fd;
+	if (fd < 0)
+		return fd;
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
 
 /* --- devices: the contexts in use (protection domains are per ep) ------------- */
 
@@ -86,11 +110,14 @@ static struct vb_dev *vb_dev_of(struct ibv_context *ctx)
 		if (d) {
 			d->ctx = ctx;
 			/* The async fd is polled, never waited on
-			 * directly: non-blocking. */
-			int fl = fcntl(ctx->async_fd, F_GETFL);
-
-			if (fl >= 0)
-				fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+			 * directly: non-blocking.  rdma_cm opened the
+			 * context; its first ep here comes before any
+			 * user of async_fd (CQ and QP creation read it). */
+			if (vb_own_fd(&ctx->async_fd) < 0) {
+				pthread_mutex_unlock(&vb_lock);
+				free(d);
+				return NULL;
+			}
 			d->next = vb_devs;
 			vb_devs = d;
 		}
@@ -231,23 +258,11 @@ static int neg_errno(int fallback)
 	return errno ? -errno : -fallback;
 }
 
-static int set_nonblock_cloexec(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
-	fl = fcntl(fd, F_GETFD);
-	if (fl < 0 || fcntl(fd, F_SETFD, fl | FD_CLOEXEC) < 0)
-		return -errno;
-	return 0;
-}
-
 static struct rdma_event_channel *new_channel(void)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 
-	if (ch && set_nonblock_cloexec(ch->fd) < 0) {
+	if (ch && vb_own_fd(&ch->fd) < 0) {
 		rdma_destroy_event_channel(ch);
 		return NULL;
 	}
@@ -751,21 +766,21 @@ static struct vb_ep *ep_alloc(void)
 
 	if (!e)
 		return NULL;
-	e->epfd = epoll_create1(EPOLL_CLOEXEC);
+	e->epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
 	if (e->epfd < 0) {
 		free(e);
 		return NULL;
 	}
-	e->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	e->wakefd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (e->wakefd < 0) {
-		close(e->epfd);
+		fdspace_close(e->epfd);
 		free(e);
 		return NULL;
 	}
 	e->ch = new_channel();
 	if (!e->ch) {
-		close(e->wakefd);
-		close(e->epfd);
+		fdspace_close(e->wakefd);
+		fdspace_close(e->epfd);
 		free(e);
 		return NULL;
 	}
@@ -790,8 +805,10 @@ static int ep_make_qp(struct vb_ep *e)
 	e->cc = ibv_create_comp_channel(ctx);
 	if (!e->cc)
 		return -ENOMEM;
-	if (set_nonblock_cloexec(e->cc->fd) < 0)
-		return -EIO;
+	int r = vb_own_fd(&e->cc->fd);
+
+	if (r < 0)
+		return r;
 	e->cq = ibv_create_cq(ctx, VB_CQ_DEPTH, e, e->cc, 0);
 	if (!e->cq)
 		return -ENOMEM;
@@ -840,8 +857,8 @@ static void ep_destroy(struct vb_ep *e)
 		rdma_destroy_id(e->id);
 	if (e->ch)
 		rdma_destroy_event_channel(e->ch);
-	close(e->wakefd);
-	close(e->epfd);
+	fdspace_close(e->wakefd);
+	fdspace_close(e->epfd);
 	free(e);
 }
 

@@ -180,6 +180,7 @@ int main(int argc, char **argv)
 	add_group(checks_xfer);
 	add_group(checks_opts);
 	add_group(checks_fd);
+	add_group(checks_fdnum);
 	add_group(checks_poll);
 	add_group(checks_epoll);
 	add_group(checks_proc);

@@ -34,6 +34,7 @@ extern const struct check checks_io[];
 extern const struct check checks_xfer[];
 extern const struct check checks_opts[];
 extern const struct check checks_fd[];
+extern const struct check checks_fdnum[];
 extern const struct check checks_poll[];
 extern const struct check checks_epoll[];
 extern const struct check checks_proc[];

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+#include "fdspace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STEP_MIN 8
+#define STEP_MAX 64
+#define LONG_BITS (CHAR_BIT * sizeof(unsigned long))
+
+/* The region, floor in the low half and top in the high half, so that a
+ * reader sees the two together; 0 until the first take.  Read without a
+ * lock, changed by fs_grow() only. */
+static uint64_t fs_region;
+/* Serializes fs_grow().  A leaf: callers may hold any lock of theirs, and
+ * none is taken under it. */
+static pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Which descriptors are libsdp's: set by a take, cleared by a forget. */
+static unsigned long fs_owned[FDSPACE_MAX / LONG_BITS];
+
+static void fs_atfork_child(void)
+{
+	pthread_mutex_init(&fs_lock, NULL);
+}
+
+__attribute__((constructor)) static void fs_register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, fs_atfork_child);
+}
+
+/* libc's fcntl(), dup3() and close(), through whatever interposes them
+ * (a sanitizer's runtime tracks descriptors in its interceptors); in the
+ * preload, its own way past its wrappers (fdspace_set_libc()). */
+static int (*fs_fcntl)(int, int, ...) = fcntl;
+static int (*fs_dup3)(int, int, int) = dup3;
+static int (*fs_close)(int) = close;
+
+void fdspace_set_libc(int (*fcntl_fn)(int, int, ...), int (*dup3_fn)(int, int, int),
+		      int (*close_fn)(int))
+{
+	__atomic_store_n(&fs_fcntl, fcntl_fn, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs_dup3, dup3_fn, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs_close, close_fn, __ATOMIC_RELAXED);
+}
+
+static int sys_fcntl(int fd, int cmd, int arg)
+{
+	return __atomic_load_n(&fs_fcntl, __ATOMIC_RELAXED)(fd, cmd, arg);
+}
+
+static int sys_close(int fd)
+{
+	return __atomic_load_n(&fs_close, __ATOMIC_RELAXED)(fd);
+}
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+/* ThreadSanitizer follows a descriptor through dup3() but not through
+ * fcntl(F_DUPFD): without this it would not see that nfd is fd's file
+ * (an epoll set, an eventfd it takes as a synchronization) and would
+ * report races that are not there. */
+static int fs_tell_tsan(int fd, int nfd)
+{
+	return __atomic_load_n(&fs_dup3, __ATOMIC_RELAXED)(fd, nfd, O_CLOEXEC);
+}
+#else
+static int fs_tell_tsan(int fd, int nfd)
+{
+	(void)fd;
+	return nfd;
+}
+#endif
+
+static inline int reg_floor(uint64_t r)
+{
+	return (int)(uint32_t)r;
+}
+
+static inline int reg_top(uint64_t r)
+{
+	return (int)(r >> 32);
+}
+
+static int fs_step(int top)
+{
+	int s = top / 16;
+
+	return s < STEP_MIN ? STEP_MIN : s > STEP_MAX ? STEP_MAX : s;
+}
+
+static int fs_top_now(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	return rl.rlim_cur > FDSPACE_MAX ? FDSPACE_MAX : (int)rl.rlim_cur;
+}
+
+bool fdspace_owned(int fd)
+{
+	if (fd < 0 || fd >= FDSPACE_MAX)
+		return false;
+	return __atomic_load_n(&fs_owned[fd / LONG_BITS], __ATOMIC_RELAXED) &
+	       (1ul << (fd % LONG_BITS));
+}
+
+static void fs_mark(int fd)
+{
+	__atomic_fetch_or(&fs_owned[fd / LONG_BITS], 1ul << (fd % LONG_BITS), __ATOMIC_RELAXED);
+}
+
+void fdspace_forget(int fd)
+{
+	if (fdspace_owned(fd))
+		__atomic_fetch_and(&fs_owned[fd / LONG_BITS], ~(1ul << (fd % LONG_BITS)),
+				   __ATOMIC_RELAXED);
+}
+
+int fdspace_close(int fd)
+{
+	fdspace_forget(fd);
+	return sys_close(fd) < 0 ? -errno : 0;
+}
+
+/* Nothing but libsdp's descriptors in [lo, hi): one ppoll() answers for
+ * all of them (POLLNVAL: not open).  hi - lo <= 2 * STEP_MAX.  The
+ * system call itself: the preload's ppoll() is a wrapper, and nothing
+ * here changes a descriptor. */
+static bool fs_only_ours(int lo, int hi)
+{
+	struct pollfd p[2 * STEP_MAX];
+	struct timespec zero = { 0, 0 };
+	int n = 0;
+
+	for (int fd = lo; fd < hi; fd++)
+		if (!fdspace_owned(fd))
+			p[n++] = (struct pollfd){ .fd = fd };
+	if (!n)
+		return true;
+	if (syscall(SYS_ppoll, p, (unsigned long)n, &zero, NULL, 0) < 0)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (!(p[i].revents & POLLNVAL))
+			return false;
+	return true;
+}
+
+/*
+ * The region as seen (seen) is full, or the limit moved: lower the floor
+ * a step, or start again below a new top.  Returns 0 to try again (also
+ * when another thread changed the region meanwhile), -EMFILE when there
+ * is no room.
+ */
+static int fs_grow(uint64_t seen)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&fs_lock);
+	if (__atomic_load_n(&fs_region, __ATOMIC_RELAXED) != seen)
+		goto out;
+	int top = fs_top_now(), step = fs_step(top);
+	/* A new top (first use, or setrlimit) starts a new region there;
+	 * what the old one holds stays where it is. */
+	int bottom = reg_floor(seen) && reg_top(seen) == top ? reg_floor(seen) : top;
+	int floor = bottom - step;
+
+	if (floor - step < 0 || !fs_only_ours(floor - step, bottom)) {
+		ret = -EMFILE;
+		goto out;
+	}
+	__atomic_store_n(&fs_region, (uint64_t)top << 32 | (uint32_t)floor, __ATOMIC_RELEASE);
+out:
+	pthread_mutex_unlock(&fs_lock);
+	return ret;
+}
+
+int fdspace_take(int fd)
+{
+	int saved = errno, ret;
+
+	if (fd < 0)
+		return errno ? -errno : -EBADF;
+	for (;;) {
+		uint64_t reg = __atomic_load_n(&fs_region, __ATOMIC_ACQUIRE);
+		int floor = reg_floor(reg), top = reg_top(reg);
+
+		if (fdspace_owned(fd)) {
+			ret = fd;	/* moved already, by the preload's wrapper */
+			break;
+		}
+		if (floor && fd >= floor && fd < FDSPACE_MAX) {
+			/* The application holds everything below. */
+			if (sys_fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+				ret = -errno;
+				sys_close(fd);
+				break;
+			}
+			fs_mark(fd);
+			ret = fd;
+			break;
+		}
+		if (floor) {
+			int nfd = sys_fcntl(fd, F_DUPFD_CLOEXEC, floor);
+
+			if (nfd >= 0 && nfd < top) {
+				ret = fs_tell_tsan(fd, nfd) < 0 ? -errno : nfd;
+				if (ret < 0)
+					sys_close(nfd);
+				else
+					fs_mark(nfd);
+				sys_close(fd);
+				break;
+			}
+			if (nfd >= 0) {
+				sys_close(nfd);		/* above the region: it is full */
+			} else if (errno != EMFILE && errno != EINVAL) {
+				/* EINVAL: the floor is above a lowered limit. */
+				ret = -errno;
+				sys_close(fd);
+				break;
+			}
+		}
+		ret = fs_grow(reg);
+		if (ret < 0) {
+			sys_close(fd);
+			break;
+		}
+	}
+	errno = saved;
+	return ret;
+}
+
+void fdspace_reset_for_tests(void)
+{
+	__atomic_store_n(&fs_region, 0, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < sizeof(fs_owned) / sizeof(fs_owned[0]); i++)
+		fs_owned[i] = 0;
+}

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * common/fdspace.c: libsdp's descriptors go to the top of the descriptor
+ * space and leave the numbers below to the application.  Each test sets
+ * its own soft RLIMIT_NOFILE (Criterion runs every test in a process of
+ * its own).
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "fdspace.h"
+
+static void set_soft(rlim_t n)
+{
+	struct rlimit rl;
+
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_max < n)
+		cr_skip_test("hard RLIMIT_NOFILE %llu is below %llu", (unsigned long long)rl.rlim_max,
+			     (unsigned long long)n);
+	rl.rlim_cur = n;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0, "setrlimit: %s", strerror(errno));
+}
+
+/* What the application's next descriptor would be. */
+static int next_app_fd(void)
+{
+	int fd = dup(0);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	return fd;
+}
+
+static bool is_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+static int new_fd(void)
+{
+	return eventfd(0, EFD_CLOEXEC);
+}
+
+static void setup(void)
+{
+	fdspace_reset_for_tests();
+}
+
+TestSuite(fdspace, .init = setup);
+
+Test(fdspace, moves_to_the_top_and_frees_the_low_number)
+{
+	set_soft(1024);
+	int made = new_fd();
+	int fd = fdspace_take(made);
+
+	/* 1024 / 16 = 64: the first step is [960, 1024). */
+	cr_assert(fd >= 960 && fd < 1024, "taken to %d", fd);
+	cr_assert(!is_open(made), "the old number stays open");
+	cr_assert_eq(fcntl(fd, F_GETFD), FD_CLOEXEC);
+	cr_assert(fdspace_owned(fd));
+	cr_assert(!fdspace_owned(made));
+	cr_assert_eq(next_app_fd(), made, "the application's next number moved");
+}
+
+Test(fdspace, grows_down_a_step_at_a_time)
+{
+	set_soft(1024);
+	int app = next_app_fd(), lowest = 1024;
+
+	for (int i = 0; i < 200; i++) {
+		int fd = fdspace_take(new_fd());
+
+		cr_assert(fd >= 1024 - 4 * 64 && fd < 1024, "take %d went to %d", i, fd);
+		cr_assert(fdspace_owned(fd));
+		if (fd < lowest)
+			lowest = fd;
+	}
+	/* 200 fit in four steps of 64 and need all four. */
+	cr_assert_lt(lowest, 1024 - 3 * 64);
+	cr_assert_eq(next_app_fd(), app);
+}
+
+Test(fdspace, stops_a_step_above_the_application)
+{
+	set_soft(256);	/* steps of 16 */
+	int high = 0, taken = 0, r, before;
+
+	/* The application holds every number up to 150. */
+	while ((high = dup(0)) < 150)
+		cr_assert_geq(high, 0);
+	before = next_app_fd();
+	for (;;) {
+		int fd = new_fd();
+
+		cr_assert_geq(fd, 0);
+		r = fdspace_take(fd);
+		if (r < 0) {
+			cr_assert(!is_open(fd), "a failed take leaves its fd open");
+			break;
+		}
+		cr_assert_gt(r, high + 16, "took %d, a step above the application's %d", r, high);
+		taken++;
+	}
+	cr_assert_eq(r, -EMFILE);
+	/* [256 - 16k, 256) down to the last whole step above 150 + 16. */
+	cr_assert_geq(taken, 256 - 176);
+	cr_assert_eq(next_app_fd(), before);
+}
+
+Test(fdspace, follows_the_limit)
+{
+	set_soft(512);
+	int fd = fdspace_take(new_fd());
+
+	cr_assert(fd >= 512 - 32 && fd < 512, "taken to %d", fd);
+	/* Lowered below the region: a new one under the new limit. */
+	set_soft(256);
+	fd = fdspace_take(new_fd());
+	cr_assert(fd >= 256 - 16 && fd < 256, "after lowering: %d", fd);
+	/* Raised: the current region is used up first, then the new top. */
+	set_soft(1024);
+	bool up = false;
+
+	for (int i = 0; i < 17 && !up; i++) {
+		fd = fdspace_take(new_fd());
+		cr_assert_geq(fd, 240);
+		up = fd >= 1024 - 64;
+	}
+	cr_assert(up, "never went to the new top (last %d)", fd);
+}
+
+Test(fdspace, stays_below_fdspace_max)
+{
+	set_soft(FDSPACE_MAX + 4096);
+	int fd = fdspace_take(new_fd());
+
+	cr_assert(fd >= FDSPACE_MAX - 64 && fd < FDSPACE_MAX, "taken to %d", fd);
+}
+
+Test(fdspace, keeps_what_it_took)
+{
+	set_soft(1024);
+	int fd = fdspace_take(new_fd());
+
+	cr_assert_eq(fdspace_take(fd), fd);
+	cr_assert(is_open(fd));
+	fdspace_forget(fd);
+	cr_assert(!fdspace_owned(fd));
+	fdspace_forget(-1);
+	fdspace_forget(FDSPACE_MAX);
+	fd = fdspace_take(fd);
+	cr_assert(fdspace_owned(fd));
+	cr_assert_eq(fdspace_close(fd), 0);
+	cr_assert(!fdspace_owned(fd));
+	cr_assert(!is_open(fd));
+	cr_assert_eq(fdspace_close(fd), -EBADF);
+}
+
+Test(fdspace, passes_a_failed_call_through)
+{
+	errno = ENFILE;
+	cr_assert_eq(fdspace_take(-1), -ENFILE);
+	errno = 0;
+	cr_assert_eq(fdspace_take(-1), -EBADF);
+}
+
+Test(fdspace, keeps_errno)
+{
+	set_soft(1024);
+	errno = EINTR;
+	int fd = fdspace_take(new_fd());
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(errno, EINTR);
+}
