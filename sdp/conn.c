@@ -1301,6 +1301,8 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	child->keepalive = s->keepalive;
 	child->rcvbuf = s->rcvbuf;
 	child->sndbuf = s->sndbuf;
+	child->rcvbuf_set = s->rcvbuf_set;
+	child->sndbuf_set = s->sndbuf_set;
 	child->linger = s->linger;
 	child->oobinline = s->oobinline;
 	child->zcopy_thresh = s->zcopy_thresh;

@@ -243,8 +243,11 @@ struct sdp_sock {
 
 	struct sockaddr_storage local, peer;
 
-	/* Options. */
+	/* Options.  rcvbuf/sndbuf: what getsockopt reports; the _set flags
+	 * (Linux's SOCK_*BUF_LOCK) say the application set them (see
+	 * "SO_SNDBUF and SO_RCVBUF" in sock.c). */
 	int rcvbuf, sndbuf;
+	bool rcvbuf_set, sndbuf_set;
 	int keepalive, reuseaddr, reuseport, oobinline, nodelay, cork;
 	int keepidle, keepintvl, keepcnt, rcvlowat;
 	struct linger linger;
