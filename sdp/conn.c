@@ -740,10 +740,17 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		conn_protocol_error(s, "message out of sequence");
 		return;
 	}
+	uint32_t credits = sdp_tx_credits(&c->cr);
+
 	if (!sdp_credits_on_recv(&c->cr, h.mseq, h.mseq_ack, h.bufs)) {
 		conn_protocol_error(s, "acknowledges a message never sent");
 		return;
 	}
+	/* A thread asleep for credits (zc_send() waiting for its turn to
+	 * offer) may not be the one driving this: the message that brings
+	 * them may be a bare credit update, which wakes nobody else. */
+	if (s->waiters && sdp_tx_credits(&c->cr) > credits)
+		sock_changed(s, false);
 	SDP_STAT_INC(msgs_received, 1);
 
 	uint32_t data_off = SDP_BSDH_LEN + (uint32_t)sdp_ext_len(h.mid);
@@ -901,7 +908,12 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		c->tx_done++;
 		sock_changed(s, false);
 	} else if (kind == SDP_CTX_CTRL) {
+		bool was_full = !ctrl_slot_free(c);
+
 		c->ctrl_done++;
+		/* Likewise for a thread asleep for a control slot. */
+		if (was_full && s->waiters)
+			sock_changed(s, false);
 	}
 }
 
