@@ -1150,9 +1150,26 @@ static int opt_timeval_in(const void *val, socklen_t len, struct timeval *tv)
  * free send space is at least half of what is queued.
  *
  * SDP: the same values, computed the same way (the floors asked of the
- * kernel once, the caps read from /proc each time), are reported.  Unset,
- * they report the tunables' buffers (buf_size x recv_bufs and x
- * send_bufs).
+ * kernel once, the caps read from /proc each time), are reported; once
+ * set, they are what SDP buffers:
+ * - send: the bytes in send buffers not yet sent or completed stay within
+ *   SO_SNDBUF: a send takes what fits (a non-blocking one returns a short
+ *   count or EAGAIN, a blocking one waits), POLLOUT as on Linux.  Set
+ *   before the handshake it also sizes the send ring; later it cannot
+ *   grow beyond that ring.  Zero copy is outside it: a Read Zcopy send
+ *   holds no copy and returns once the peer has read the application's
+ *   own buffer; a Write Zcopy goes into the buffer of a recv() waiting
+ *   for it at the peer (through one bounce buffer at most).
+ * - receive: the credits granted to the peer cover about SO_RCVBUF bytes
+ *   (conn.c, conn_setup_rx): set before connect() or listen() (inherited
+ *   by accepted sockets), the Hello or HelloAck offers fewer and, when
+ *   small, smaller buffers; set on an established connection, consumed
+ *   buffers are withheld or posted again (buffers already granted stay
+ *   granted), within the ring made at the handshake, at least four of them,
+ *   as TCP's window scale fixes the largest window at its handshake.
+ *   Bytes a Read Zcopy stages for a small recv() stay within it too.
+ * Unset, both report and use the tunables' buffers (buf_size x recv_bufs
+ * and x send_bufs), unbounded by the options, as before.
  */
 static pthread_once_t bufsize_once = PTHREAD_ONCE_INIT;
 static int bufsize_min_snd = 4608, bufsize_min_rcv = 2304;	/* x86-64 Linux's */
@@ -1236,9 +1253,11 @@ static int set_bufsize(struct sdp_sock *s, int name, int v)
 	if (snd) {
 		s->sndbuf = v < bufsize_min_snd ? bufsize_min_snd : v;
 		s->sndbuf_set = true;
+		sock_changed(s, false);	/* room for a blocked sender */
 	} else {
 		s->rcvbuf = v < bufsize_min_rcv ? bufsize_min_rcv : v;
 		s->rcvbuf_set = true;
+		conn_rcvbuf_changed(s);
 	}
 	return 0;
 }

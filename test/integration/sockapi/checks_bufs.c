@@ -3,7 +3,10 @@
  * SO_SNDBUF / SO_RCVBUF: the values getsockopt() reports for what was set
  * (Linux doubles a request, with floors and the net.core.[rw]mem_max caps)
  * before connect and listen, after connect, on accepted sockets, and when
- * set on an established connection.
+ * set on an established connection; and that small buffers bound what a
+ * non-blocking sender can queue, so that a peer closing with unread data
+ * resets the connection while the sender still has data to send (the
+ * scenario of issue 22, item 3).
  *
  * The kernel's constants (its floors, the sysctl caps) are never written
  * here: the native run prints what Linux did, the preloaded run must print
@@ -13,9 +16,16 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #define KiB 1024
 
@@ -182,8 +192,282 @@ static int check_sockbuf_values(void)
 	return 0;
 }
 
+static int temp_file(void)
+{
+	const char *dir = getenv("TMPDIR");
+	char path[512];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/sockapi.XXXXXX", dir && dir[0] ? dir : "/tmp");
+	fd = mkstemp(path);
+	if (fd >= 0)
+		unlink(path);
+	return fd;
+}
+
+/*
+ * The filed scenario: both ends 4 KiB buffers, set before connect and
+ * listen and again on the accepted socket; a non-blocking sendfile() of
+ * 256 KiB moves a small part of it; sends until EAGAIN still queue little
+ * and poll() then reports no room for good; the peer reads 1 KiB and closes with
+ * data unread, which resets the connection: the sender sees ECONNRESET or
+ * EPIPE within a bounded number of sends.
+ */
+#define SCENARIO_FILE (256 * KiB)
+#define SCENARIO_BOUND (64 * KiB)
+
+static int check_sockbuf_small_reset(void)
+{
+	struct pair p = { -1, -1 };
+	int l = -1, f = -1, rc = -1, err, sends = 0;
+	char before[48], *data = NULL, small[KiB];
+	off_t off = 0;
+	ssize_t n;
+	long moved;
+
+	sigpipe_ignore();
+	data = malloc(SCENARIO_FILE);
+	if (!data)
+		FAIL("malloc");
+	pattern_fill(22, 0, data, SCENARIO_FILE);
+	f = temp_file();
+	if (f < 0)
+		FAIL_ERRNO("mkstemp");
+	if (write(f, data, SCENARIO_FILE) != SCENARIO_FILE)
+		FAIL_ERRNO("write temp file");
+	if (pair_open_bufs(&p, &l, 4096, 0, before, sizeof(before), &err) < 0)
+		goto out;
+	if (err)
+		FAIL("setsockopt: %s", errname(err));
+	if (set_bufs(p.s, 4096, 0) < 0)
+		FAIL_ERRNO("setsockopt on the accepted socket");
+	if (fcntl(p.c, F_SETFL, O_NONBLOCK) < 0)
+		FAIL_ERRNO("fcntl");
+	n = sendfile(p.c, f, &off, SCENARIO_FILE);
+	if (n <= 0)
+		FAIL("sendfile: %zd %s", n, errname(errno));
+	if (n >= SCENARIO_BOUND)
+		FAIL("the first sendfile moved %zd bytes", n);
+	note("sendfile<64KiB");
+	moved = (long)n;
+	/* Fill what room is left until none comes back (what was sent may
+	 * still free some, late on a busy host), all within the bound. */
+	memset(small, 'x', sizeof(small));
+	for (;;) {
+		n = send(p.c, small, sizeof(small), MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n > 0) {
+			moved += n;
+			if (moved >= SCENARIO_BOUND)
+				FAIL("%ld bytes queued and still room", moved);
+			continue;
+		}
+		if (errno != EAGAIN)
+			FAIL("send: %s", errname(errno));
+		if (!(wait_fd(p.c, POLLOUT, 200) & POLLOUT))
+			break;
+	}
+	note("queued<64KiB,then_EAGAIN_and_no_POLLOUT");
+	if (read_exact(p.s, data, KiB, 10000) < 0)
+		FAIL("read 1 KiB: %s", errname(errno));
+	if (pattern_check(22, 0, data, KiB) >= 0)
+		FAIL("the 1 KiB read differs from what was sent");
+	xclose(&p.s);
+	note("peer_read_1KiB_and_closed");
+	for (int64_t end = now_ms() + 10000;; sends++) {
+		n = send(p.c, small, sizeof(small), MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0 && (errno == ECONNRESET || errno == EPIPE))
+			break;
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			FAIL("send after the peer's close: %s", errname(errno));
+		if (sends >= 1000 || now_ms() > end)
+			FAIL("no reset after %d sends", sends);
+		if (n < 0)
+			wait_fd(p.c, POLLOUT, 100);
+	}
+	note("then_ECONNRESET_or_EPIPE");
+	rc = 0;
+out:
+	free(data);
+	if (f >= 0)
+		close(f);
+	xclose(&l);
+	pair_close(&p);
+	return rc;
+}
+
+/*
+ * One round of a sender that cannot send more and a reader that then
+ * reads everything: non-blocking sends of ROUND_CHUNK until no room comes
+ * back within QUIET_MS, then reads until all of it arrived.  Returns the
+ * bytes sent, or -1 after fail().  The stream is a pattern, checked as
+ * read.
+ */
+#define ROUND_CHUNK (16 * KiB)
+#define QUIET_MS 300
+
+static long one_round(struct pair *p, uint64_t *sent, uint64_t *rcvd)
+{
+	static char buf[ROUND_CHUNK];
+	long moved = 0;
+
+	for (;;) {
+		pattern_fill(23, *sent, buf, sizeof(buf));
+		ssize_t n = send(p->c, buf, sizeof(buf), MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			*sent += (uint64_t)n;
+			moved += n;
+			if (moved > 64L * 1024 * 1024)
+				return fail("64 MiB sent and still room");
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return fail("send: %s", errname(errno));
+		if (!(wait_fd(p->c, POLLOUT, QUIET_MS) & POLLOUT))
+			break;
+	}
+	for (int64_t end = now_ms() + 10000; *rcvd < *sent;) {
+		ssize_t n = recv(p->s, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0) {
+			if (pattern_check(23, *rcvd, buf, (size_t)n) >= 0)
+				return fail("the stream differs at %llu", (unsigned long long)*rcvd);
+			*rcvd += (uint64_t)n;
+			continue;
+		}
+		if (n == 0)
+			return fail("EOF");
+		if (errno != EAGAIN && errno != EINTR)
+			return fail("recv: %s", errname(errno));
+		if (now_ms() > end)
+			return fail("%llu sent, %llu received in 10 s", (unsigned long long)*sent,
+				    (unsigned long long)*rcvd);
+		wait_fd(p->s, POLLIN, 100);
+	}
+	return moved;
+}
+
+/*
+ * SO_RCVBUF shrunk on an established connection bounds what the sender
+ * can push past a reader that does not read, once what was granted
+ * before is used (Linux never takes back a window it advertised; SDP
+ * never takes back a buffer it posted).  The sender's SO_SNDBUF is small
+ * too, so what moves is mostly what the receiver takes.  (Grown again,
+ * Linux keeps the small window for a while, SDP does not: not compared.)
+ */
+static int check_sockbuf_set_when_connected(void)
+{
+	struct pair p = { -1, -1 };
+	uint64_t sent = 0, rcvd = 0;
+	int rc = -1, small = 4096;
+	long moved = 0;
+
+	if (pair_open(&p) < 0)
+		goto out;
+	if (setsockopt(p.c, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) < 0 ||
+	    setsockopt(p.s, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) < 0)
+		FAIL_ERRNO("setsockopt");
+	for (int round = 0; round < 3; round++) {
+		moved = one_round(&p, &sent, &rcvd);
+		if (moved < 0)
+			goto out;
+	}
+	if (moved >= 64 * KiB)
+		FAIL("%ld bytes moved in the third round", moved);
+	note("third_round<64KiB");
+	rc = 0;
+out:
+	pair_close(&p);
+	return rc;
+}
+
+/*
+ * A corked sender whose SO_SNDBUF is full: Linux pushes the corked
+ * partial segment out before it waits for room (tcp_push with
+ * TCP_NAGLE_PUSH), so the send completes rather than waiting for an
+ * uncork that the blocked program cannot give.  Non-blocking (room comes
+ * back) and blocking (bounded by SO_SNDTIMEO: a short count would show a
+ * stall), while a thread reads; it gets the corked rest after the uncork.
+ */
+#define CORK_BYTES (256 * KiB)
+
+struct cork_reader {
+	int fd;
+	char *buf;
+	int err; /* errno of read_exact, or -1: the stream differs */
+};
+
+static void *cork_read(void *v)
+{
+	struct cork_reader *r = v;
+
+	if (read_exact(r->fd, r->buf, 2 * CORK_BYTES, 15000) < 0)
+		r->err = errno ? errno : ENODATA;
+	else if (pattern_check(24, 0, r->buf, 2 * CORK_BYTES) >= 0)
+		r->err = -1;
+	return NULL;
+}
+
+static int check_sockbuf_corked(void)
+{
+	struct pair p = { -1, -1 };
+	struct timeval tv = { .tv_sec = 5 };
+	struct cork_reader r = { -1, NULL, 0 };
+	pthread_t t;
+	int rc = -1, small = 4096, on = 1, off = 0, started = 0;
+	char *buf = malloc(2 * CORK_BYTES);
+
+	r.buf = malloc(2 * CORK_BYTES);
+	if (!buf || !r.buf)
+		FAIL("malloc");
+	pattern_fill(24, 0, buf, 2 * CORK_BYTES);
+	if (pair_open(&p) < 0)
+		goto out;
+	if (setsockopt(p.c, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) < 0 ||
+	    setsockopt(p.c, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)) < 0 ||
+	    setsockopt(p.c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		FAIL_ERRNO("setsockopt");
+	r.fd = p.s;
+	if (pthread_create(&t, NULL, cork_read, &r) != 0)
+		FAIL("pthread_create");
+	started = 1;
+	if (write_all(p.c, buf, CORK_BYTES, 10000) < 0)
+		FAIL("non-blocking: %s", errname(errno));
+	note("non-blocking:all_sent");
+	ssize_t n = send(p.c, buf + CORK_BYTES, CORK_BYTES, MSG_NOSIGNAL);
+
+	if (n != CORK_BYTES)
+		FAIL("blocking: %zd of %d sent (%s)", n, CORK_BYTES, n < 0 ? errname(errno) : "short");
+	note("blocking:all_sent");
+	if (setsockopt(p.c, IPPROTO_TCP, TCP_CORK, &off, sizeof(off)) < 0)
+		FAIL_ERRNO("uncork");
+	pthread_join(t, NULL);
+	started = 0;
+	if (r.err)
+		FAIL("reader: %s", r.err < 0 ? "the stream differs" : errname(r.err));
+	note("received_intact");
+	rc = 0;
+out:
+	if (started) {
+		shutdown(p.s, SHUT_RDWR);
+		pthread_join(t, NULL);
+	}
+	free(buf);
+	free(r.buf);
+	pair_close(&p);
+	return rc;
+}
+
 const struct check checks_bufs[] = {
 	{ "sockbuf_values", check_sockbuf_values,
 	  "SO_SNDBUF/SO_RCVBUF as Linux reports them: fresh, connected, accepted, set later" },
+	{ "sockbuf_small_reset", check_sockbuf_small_reset,
+	  "4 KiB buffers bound a non-blocking sendfile; the peer's close with unread data resets" },
+	{ "sockbuf_set_when_connected", check_sockbuf_set_when_connected,
+	  "SO_RCVBUF shrunk on a connection bounds what a stalled sender pushes" },
+	{ "sockbuf_corked", check_sockbuf_corked,
+	  "TCP_CORK and a full SO_SNDBUF: the corked data goes, the send completes" },
 	{ NULL, NULL, NULL },
 };
