@@ -73,19 +73,13 @@ static int conn_post_rx(struct sdp_conn *c, uint32_t slot)
 	return c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
 }
 
-/*
- * A consumed receive buffer goes back to the transport, and the peer may
- * learn of it.  Once the transport connection is down there is nobody to
- * receive from: the buffer just retires.
- */
-static int conn_repost(struct sdp_sock *s, uint32_t slot)
+/* A consumed receive buffer goes back to the transport; the peer may
+ * learn of it. */
+static int conn_post_again(struct sdp_sock *s, uint32_t slot)
 {
 	struct sdp_conn *c = s->conn;
-	int ret;
+	int ret = conn_post_rx(c, slot);
 
-	if (c->transport_down || c->post_failed)
-		return 0;
-	ret = conn_post_rx(c, slot);
 	if (ret) {
 		conn_post_failed(s, ret, false);
 		return ret;
@@ -94,22 +88,106 @@ static int conn_repost(struct sdp_sock *s, uint32_t slot)
 	return 0;
 }
 
-/* Receive ring and control slots; must precede the Hello or HelloAck,
- * whose bufs field promises these buffers. */
-static int conn_setup_rx(struct sdp_conn *c)
+/*
+ * Once the transport connection is down there is nobody to receive from:
+ * the buffer just retires.  Beyond SO_RCVBUF's count it waits, unposted,
+ * until the option grows again.
+ */
+static int conn_repost(struct sdp_sock *s, uint32_t slot)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (c->transport_down || c->post_failed)
+		return 0;
+	if (c->cr.posted >= c->rx_max) {
+		c->rx_idle[c->nidle++] = slot;
+		return 0;
+	}
+	return conn_post_again(s, slot);
+}
+
+/*
+ * SO_RCVBUF and SO_SNDBUF in buffers (sock.c, "SO_SNDBUF and SO_RCVBUF").
+ * A set SO_RCVBUF of `budget` bytes is what the peer may send before we
+ * read: the credits of all but the two buffers the peer keeps in reserve
+ * for control messages (credits.h), so ceil(budget / payload) + 2 buffers,
+ * never fewer than four (two data messages in flight) nor more than the
+ * recv_bufs tunable may be set to.  Before the handshake the buffer size
+ * is ours to choose: a small budget gets smaller buffers, four for data,
+ * down to SDP_RX_SIZE_MIN (every control message, and a SinkAvail
+ * carrying a Transaction request, fit with room to spare).  A set
+ * SO_SNDBUF sizes the send ring to hold it.
+ */
+#define SDP_BUFS_MIN 4
+#define SDP_BUFS_MAX 1024	/* recv_bufs' and send_bufs' maxima */
+#define SDP_RX_RESERVE 2
+#define SDP_RX_SMALL_DATA_BUFS 4
+#define SDP_RX_SIZE_MIN 1040	/* buf_size's minimum */
+
+static uint32_t bufs_for(uint64_t budget, uint32_t size, uint32_t extra)
+{
+	uint64_t n = (budget + size - SDP_BSDH_LEN - 1) / (size - SDP_BSDH_LEN) + extra;
+
+	return n < SDP_BUFS_MIN ? SDP_BUFS_MIN : n > SDP_BUFS_MAX ? SDP_BUFS_MAX : (uint32_t)n;
+}
+
+static uint32_t rx_size_for(uint64_t budget)
+{
+	uint64_t size = budget / SDP_RX_SMALL_DATA_BUFS + SDP_BSDH_LEN;
+	uint64_t cap = (uint64_t)tun_int(TUN_buf_size);
+
+	return size < SDP_RX_SIZE_MIN ? SDP_RX_SIZE_MIN : size > cap ? (uint32_t)cap : (uint32_t)size;
+}
+
+/* Buffers to keep posted for s's SO_RCVBUF, at most the ring. */
+static uint32_t rx_max_for(const struct sdp_sock *s, const struct sdp_conn *c)
+{
+	if (!s->rcvbuf_set)
+		return c->nrx;
+	uint32_t n = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
+
+	return n < c->nrx ? n : c->nrx;
+}
+
+void conn_rcvbuf_changed(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || !c->rx_idle)
+		return;
+	/* What is posted stays posted: the peer may already be using it. */
+	c->rx_max = rx_max_for(s, c);
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed)
+		return;
+	while (c->nidle && c->cr.posted < c->rx_max) {
+		if (conn_post_again(s, c->rx_idle[--c->nidle]))
+			return;
+	}
+	conn_flush(s);
+}
+
+/* Receive ring and control slots, for s's SO_RCVBUF; must precede the
+ * Hello or HelloAck, whose bufs field promises these buffers. */
+static int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 {
 	struct oti_caps caps;
 	int ret;
 
 	c->t->query_caps(&caps);
 	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
+	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
+	if (s->rcvbuf_set) {
+		c->rx_size = rx_size_for((uint64_t)s->rcvbuf);
+		c->nrx = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
+	}
 	if (caps.max_recv_wr && c->nrx > caps.max_recv_wr)
 		c->nrx = caps.max_recv_wr;
-	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
+	c->rx_max = c->nrx;
 	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
 	c->rxq_cap = c->nrx + 2;
 	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
-	if (!c->rx_mem || !c->rxq)
+	c->rx_idle = calloc(c->nrx, sizeof(*c->rx_idle));
+	if (!c->rx_mem || !c->rxq || !c->rx_idle)
 		return -ENOMEM;
 	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
 			   OTI_ACCESS_LOCAL_WRITE, &c->rx_mr);
@@ -126,14 +204,17 @@ static int conn_setup_rx(struct sdp_conn *c)
 	return 0;
 }
 
-/* Send ring, sized for the peer's receive buffers. */
-static int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz)
+/* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF
+ * (plus one buffer: the first may be partly sent already). */
+static int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s)
 {
 	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
 	int ret;
 
 	c->tx_size = peer_rcvsz < cap ? peer_rcvsz : cap;
 	c->ntx = (uint32_t)tun_int(TUN_send_bufs);
+	if (s->sndbuf_set)
+		c->ntx = bufs_for((uint64_t)s->sndbuf, c->tx_size, 1);
 	c->tx_mem = aligned_alloc(4096, ((size_t)c->ntx * c->tx_size + 4095) & ~(size_t)4095);
 	c->tx_len = calloc(c->ntx, sizeof(*c->tx_len));
 	if (!c->tx_mem || !c->tx_len)
@@ -176,6 +257,7 @@ void conn_free(struct sdp_sock *s)
 		c->t->mr_dereg(c->ctrl_mr);
 	free(c->rx_mem);
 	free(c->rxq);
+	free(c->rx_idle);
 	free(c->tx_mem);
 	free(c->tx_len);
 	free(c);
@@ -397,6 +479,29 @@ bool ctrl_slot_free(const struct sdp_conn *c)
 	return c->ctrl_posted - c->ctrl_done < SDP_CTRL_SLOTS;
 }
 
+/* Bytes a send may add under a set SO_SNDBUF: what is in the send
+ * buffers, unsent or not yet completed, stays within it. */
+static size_t conn_sndbuf_room(const struct sdp_sock *s)
+{
+	uint64_t queued = s->conn->tx_queued_bytes;
+
+	if (!s->sndbuf_set)
+		return SIZE_MAX;
+	return queued < (uint64_t)s->sndbuf ? (size_t)((uint64_t)s->sndbuf - queued) : 0;
+}
+
+/* Too little SO_SNDBUF room for POLLOUT: as sk_stream_is_writeable(),
+ * there must be room for half of what is queued, so that a poller wakes
+ * to a useful amount of it. */
+static bool conn_sndbuf_low(const struct sdp_sock *s)
+{
+	if (!s->sndbuf_set)
+		return false;
+	size_t room = conn_sndbuf_room(s);
+
+	return !room || room < s->conn->tx_queued_bytes / 2;
+}
+
 /*
  * Hold a partly filled last buffer back while the application said more
  * is coming (MSG_MORE / TCP_CORK), or, as Linux's autocorking does, while
@@ -412,6 +517,10 @@ static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
 	if (c->trans_held)
 		return true;
 	if (c->tx_len[slot] >= tx_payload_max(c))
+		return false;
+	/* SO_SNDBUF is full: no more is coming until this goes, so it goes
+	 * (tcp_sendmsg() pushes a corked tail before it waits for room). */
+	if (conn_sndbuf_low(s))
 		return false;
 	return s->cork || c->tx_posted != c->tx_done;
 }
@@ -587,7 +696,7 @@ bool conn_writable(const struct sdp_sock *s)
 {
 	const struct sdp_conn *c = s->conn;
 
-	if (!c || !c->tx_len)
+	if (!c || !c->tx_len || conn_sndbuf_low(s))
 		return false;
 	if (c->tx_filled - c->tx_done < c->ntx)
 		return true;
@@ -607,6 +716,10 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 	size_t taken = 0;
 	size_t off = skip;
 	int i = iov_seek(iov, iovcnt, &off);
+	size_t sndbuf_room = conn_sndbuf_room(s);
+
+	if (limit > sndbuf_room)
+		limit = sndbuf_room;
 	while (i < iovcnt && taken < limit) {
 		uint32_t slot;
 
@@ -747,10 +860,17 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		conn_protocol_error(s, "message out of sequence");
 		return;
 	}
+	uint32_t credits = sdp_tx_credits(&c->cr);
+
 	if (!sdp_credits_on_recv(&c->cr, h.mseq, h.mseq_ack, h.bufs)) {
 		conn_protocol_error(s, "acknowledges a message never sent");
 		return;
 	}
+	/* A thread asleep for credits (zc_send() waiting for its turn to
+	 * offer) may not be the one driving this: the message that brings
+	 * them may be a bare credit update, which wakes nobody else. */
+	if (s->waiters && sdp_tx_credits(&c->cr) > credits)
+		sock_changed(s, false);
 	SDP_STAT_INC(msgs_received, 1);
 
 	uint32_t data_off = SDP_BSDH_LEN + (uint32_t)sdp_ext_len(h.mid);
@@ -911,7 +1031,12 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		c->tx_done++;
 		sock_changed(s, false);
 	} else if (kind == SDP_CTX_CTRL) {
+		bool was_full = !ctrl_slot_free(c);
+
 		c->ctrl_done++;
+		/* Likewise for a thread asleep for a control slot. */
+		if (was_full && s->waiters)
+			sock_changed(s, false);
 	}
 }
 
@@ -1001,7 +1126,7 @@ static void conn_send_hello(struct sdp_sock *s)
 	uint8_t pdata[OTI_MAX_PRIVATE_DATA];
 	int ret, len;
 
-	ret = conn_setup_rx(c);
+	ret = conn_setup_rx(c, s);
 	if (ret) {
 		conn_connect_failed(s, -ret);
 		return;
@@ -1039,7 +1164,7 @@ static void conn_hello_ack_received(struct sdp_sock *s, const struct oti_event *
 		conn_connect_failed(s, ret == -EPROTONOSUPPORT ? ECONNREFUSED : ECONNRESET);
 		return;
 	}
-	ret = conn_setup_tx(c, ack.actrcvsz);
+	ret = conn_setup_tx(c, ack.actrcvsz, s);
 	if (ret) {
 		conn_connect_failed(s, -ret);
 		return;
@@ -1315,6 +1440,8 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	child->keepalive = s->keepalive;
 	child->rcvbuf = s->rcvbuf;
 	child->sndbuf = s->sndbuf;
+	child->rcvbuf_set = s->rcvbuf_set;
+	child->sndbuf_set = s->sndbuf_set;
 	child->linger = s->linger;
 	child->oobinline = s->oobinline;
 	child->zcopy_thresh = s->zcopy_thresh;
@@ -1323,9 +1450,9 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	if (ret)
 		goto err_child;
 	c->ep_fd = c->t->ep_fd(c->ep);
-	ret = conn_setup_rx(c);
+	ret = conn_setup_rx(c, child);
 	if (!ret)
-		ret = conn_setup_tx(c, hello.localrcvsz);
+		ret = conn_setup_tx(c, hello.localrcvsz, child);
 	if (ret)
 		goto err_child;
 	sdp_credits_init(&c->cr, hello.bsdh.bufs, c->nrx);

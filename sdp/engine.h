@@ -91,6 +91,10 @@ struct sdp_conn {
 	uint8_t *rx_mem;
 	struct oti_mr *rx_mr;
 	uint32_t nrx, rx_size;
+	/* SO_RCVBUF on an established connection: at most rx_max buffers
+	 * are posted; consumed ones beyond that wait in rx_idle[nidle]. */
+	uint32_t rx_max;
+	uint32_t *rx_idle, nidle;
 	struct sdp_rx_seg *rxq;	/* ring of rxq_cap: data not yet read */
 	uint32_t rxq_cap;	/* nrx + the SrcAvail and staging segments */
 	uint32_t rxq_head, rxq_count;
@@ -246,8 +250,11 @@ struct sdp_sock {
 
 	struct sockaddr_storage local, peer;
 
-	/* Options. */
+	/* Options.  rcvbuf/sndbuf: what getsockopt reports; once set
+	 * (the _set flags, Linux's SOCK_*BUF_LOCK) also what SDP buffers
+	 * (see "SO_SNDBUF and SO_RCVBUF" in sock.c). */
 	int rcvbuf, sndbuf;
+	bool rcvbuf_set, sndbuf_set;
 	int keepalive, reuseaddr, reuseport, oobinline, nodelay, cork;
 	bool v6only;		/* IPV6_V6ONLY: a listener takes IPv6 peers only */
 	int keepidle, keepintvl, keepcnt, rcvlowat;
@@ -359,6 +366,8 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		  size_t skip);
 /* Free send space (bytes that a send would accept now). */
 bool conn_writable(const struct sdp_sock *s);
+/* SO_RCVBUF changed: post or withhold receive buffers to match. */
+void conn_rcvbuf_changed(struct sdp_sock *s);
 /* Start the graceful close of the sending half (DisConn after data). */
 void conn_shutdown_write(struct sdp_sock *s);
 /* Abortive close: drop everything, peer sees a reset. */

@@ -13,7 +13,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1222,6 +1224,133 @@ static int opt_timeval_in(const void *val, socklen_t len, struct timeval *tv)
 	return 0;
 }
 
+/*
+ * SO_SNDBUF and SO_RCVBUF
+ *
+ * Linux (sk_setsockopt): SO_SNDBUF v stores max(2 * min(v, wmem_max),
+ * SOCK_MIN_SNDBUF), v compared as unsigned (a negative v means the cap);
+ * SO_RCVBUF likewise with rmem_max and SOCK_MIN_RCVBUF; the FORCE forms
+ * need CAP_NET_ADMIN and skip the cap (a negative v means 0).  getsockopt
+ * returns the stored, doubled value, an accepted socket inherits its
+ * listener's, and a set value is never tuned by the kernel again
+ * (SOCK_*BUF_LOCK).  TCP then queues unsent and unacknowledged data up to
+ * about the send value (counting its overhead), the receiver advertises
+ * a window of about the receive value, and poll() reports POLLOUT when the
+ * free send space is at least half of what is queued.
+ *
+ * SDP: the same values, computed the same way (the floors asked of the
+ * kernel once, the caps read from /proc each time), are reported; once
+ * set, they are what SDP buffers:
+ * - send: the bytes in send buffers not yet sent or completed stay within
+ *   SO_SNDBUF: a send takes what fits (a non-blocking one returns a short
+ *   count or EAGAIN, a blocking one waits), POLLOUT as on Linux.  Set
+ *   before the handshake it also sizes the send ring; later it cannot
+ *   grow beyond that ring.  Zero copy is outside it: a Read Zcopy send
+ *   holds no copy and returns once the peer has read the application's
+ *   own buffer; a Write Zcopy goes into the buffer of a recv() waiting
+ *   for it at the peer (through one bounce buffer at most).
+ * - receive: the credits granted to the peer cover about SO_RCVBUF bytes
+ *   (conn.c, conn_setup_rx): set before connect() or listen() (inherited
+ *   by accepted sockets), the Hello or HelloAck offers fewer and, when
+ *   small, smaller buffers; set on an established connection, consumed
+ *   buffers are withheld or posted again (buffers already granted stay
+ *   granted), within the ring made at the handshake, at least four of them,
+ *   as TCP's window scale fixes the largest window at its handshake.
+ *   Bytes a Read Zcopy stages for a small recv() stay within it too.
+ * Unset, both report and use the tunables' buffers (buf_size x recv_bufs
+ * and x send_bufs), unbounded by the options, as before.
+ */
+static pthread_once_t bufsize_once = PTHREAD_ONCE_INIT;
+static int bufsize_min_snd = 4608, bufsize_min_rcv = 2304;	/* x86-64 Linux's */
+
+/* SOCK_MIN_SNDBUF and SOCK_MIN_RCVBUF follow the kernel's struct sk_buff:
+ * a kernel socket says what they are. */
+static void bufsize_probe(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0, v;
+	socklen_t len = sizeof(v);
+
+	if (fd < 0)
+		return;
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &zero, sizeof(zero)) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0 && v > 0)
+		bufsize_min_snd = v;
+	len = sizeof(v);
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &zero, sizeof(zero)) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) == 0 && v > 0)
+		bufsize_min_rcv = v;
+	close(fd);
+}
+
+/* net.core.wmem_max or rmem_max now (Linux's default if unreadable). */
+static unsigned bufsize_cap(bool snd)
+{
+	int fd = open(snd ? "/proc/sys/net/core/wmem_max" : "/proc/sys/net/core/rmem_max",
+		      O_RDONLY | O_CLOEXEC);
+	char buf[24];
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	unsigned long v = 0;
+
+	if (fd >= 0)
+		close(fd);
+	if (n > 0) {
+		buf[n] = '\0';
+		v = strtoul(buf, NULL, 10);
+	}
+	return v && v <= INT_MAX ? (unsigned)v : 212992;
+}
+
+/* Whether the kernel lets us use SO_SNDBUFFORCE/SO_RCVBUFFORCE (name):
+ * it wants CAP_NET_ADMIN in the initial user namespace, which capget()
+ * cannot tell from inside another one; a kernel socket can. */
+static bool force_allowed(int name)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0;
+
+	if (fd >= 0) {
+		bool ok = setsockopt(fd, SOL_SOCKET, name, &zero, sizeof(zero)) == 0;
+
+		close(fd);
+		return ok;
+	}
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+
+	if (syscall(SYS_capget, &h, d))
+		return false;
+	return d[CAP_TO_INDEX(CAP_NET_ADMIN)].effective & CAP_TO_MASK(CAP_NET_ADMIN);
+}
+
+static int set_bufsize(struct sdp_sock *s, int name, int v)
+{
+	bool snd = name == SO_SNDBUF || name == SO_SNDBUFFORCE;
+
+	if (name == SO_SNDBUFFORCE || name == SO_RCVBUFFORCE) {
+		if (!force_allowed(name))
+			return -EPERM;
+		if (v < 0)
+			v = 0;
+	} else {
+		unsigned cap = bufsize_cap(snd);
+
+		if ((unsigned)v > cap)
+			v = (int)cap;
+	}
+	pthread_once(&bufsize_once, bufsize_probe);
+	v = v > INT_MAX / 2 ? INT_MAX / 2 : v;
+	v *= 2;
+	if (snd) {
+		s->sndbuf = v < bufsize_min_snd ? bufsize_min_snd : v;
+		s->sndbuf_set = true;
+		sock_changed(s, false);	/* room for a blocked sender */
+	} else {
+		s->rcvbuf = v < bufsize_min_rcv ? bufsize_min_rcv : v;
+		s->rcvbuf_set = true;
+		conn_rcvbuf_changed(s);
+	}
+	return 0;
+}
+
 int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 {
 	struct sdp_sock *s = sock_lock_sd(sd);
@@ -1233,18 +1362,11 @@ int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 		switch (name) {
 		case SO_RCVBUF:
 		case SO_SNDBUF:
+		case SO_RCVBUFFORCE:
+		case SO_SNDBUFFORCE:
 			ret = opt_int_in(val, len, &v);
-			if (ret)
-				break;
-			/* Linux doubles the request for bookkeeping, with
-			 * floors; the value only shapes what we report. */
-			if (v < 0)
-				v = 0;
-			v = v > INT_MAX / 2 ? INT_MAX : v * 2;
-			if (name == SO_RCVBUF)
-				s->rcvbuf = v < 2304 ? 2304 : v;
-			else
-				s->sndbuf = v < 4608 ? 4608 : v;
+			if (!ret)
+				ret = set_bufsize(s, name, v);
 			break;
 		case SO_KEEPALIVE:
 		case SO_REUSEADDR:

@@ -623,6 +623,10 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 		n = c->rx_sa.left;
 		if (n > c->stage_size)
 			n = c->stage_size;
+		/* Staged bytes wait for the application like received
+		 * ones: a set SO_RCVBUF bounds them (sock.c). */
+		if (s->rcvbuf_set && n > (uint64_t)s->rcvbuf)
+			n = (uint64_t)s->rcvbuf;
 		sge.addr = c->stage_mem;
 		sge.mr = c->stage_mr;
 	}

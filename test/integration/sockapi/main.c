@@ -184,6 +184,7 @@ int main(int argc, char **argv)
 	add_group(checks_poll);
 	add_group(checks_epoll);
 	add_group(checks_proc);
+	add_group(checks_bufs);
 
 	for (a = 1; a < argc; a++) {
 		const char *arg = argv[a];

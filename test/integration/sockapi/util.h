@@ -38,6 +38,7 @@ extern const struct check checks_fdnum[];
 extern const struct check checks_poll[];
 extern const struct check checks_epoll[];
 extern const struct check checks_proc[];
+extern const struct check checks_bufs[];
 
 /* The program's own path for exec (argv[0] fallback). */
 extern const char *self_exe;
