@@ -28,6 +28,10 @@ bad() {
 	failures=$((failures + 1))
 }
 
+# python3's (and bash's) own leaks are not ours to report in a sanitizer
+# build: every python3 run here has this in its environment.
+PYENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+
 both=$TMP/both.conf
 write_conf "$both" "log min-level 7" "use both server * *:*" "use both client * *:*"
 sdponly=$TMP/sdp.conf
@@ -128,13 +132,13 @@ if command -v python3 >/dev/null 2>&1; then
 	REMEMBER_PID=$BG_PID
 	wait_for_file "$pf" 30 || fail "the python server did not start: $(cat "$TMP/remember-server.out")"
 	RPORT=$(cat "$pf")
-	run_with_timeout 60 env $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 5 >"$TMP/rem1.out" 2>&1 ||
+	run_with_timeout 60 env $PYENV $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 5 >"$TMP/rem1.out" 2>&1 ||
 		bad "remembered refusal: the client failed: $(cat "$TMP/rem1.out")"
 	got=$(count_reasons "$TMP/rem1.out")
 	[ "$got" = "refused=1 timeout=0 remembered=4" ] &&
 		log "ok   a refused destination is remembered: $got" ||
 		bad "a refused destination, five connections: $got (want refused=1 remembered=4)"
-	run_with_timeout 60 env SDP_FALLBACK_CACHE_MS=0 $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 5 \
+	run_with_timeout 60 env $PYENV SDP_FALLBACK_CACHE_MS=0 $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 5 \
 		>"$TMP/rem2.out" 2>&1 || bad "cache off: the client failed: $(cat "$TMP/rem2.out")"
 	got=$(count_reasons "$TMP/rem2.out")
 	[ "$got" = "refused=5 timeout=0 remembered=0" ] &&
@@ -152,7 +156,7 @@ while True:
 "
 		if wait_for_text "$TMP/rmute.out" listening 10; then
 			run_with_timeout 60 env SDP_FALLBACK_TIMEOUT_MS=300 SDP_CONNECT_TIMEOUT_MS=60000 \
-				$(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 3 >"$TMP/rem3.out" 2>&1 ||
+				$PYENV $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 3 >"$TMP/rem3.out" 2>&1 ||
 				bad "remembered timeout: the client failed: $(cat "$TMP/rem3.out")"
 			got=$(count_reasons "$TMP/rem3.out")
 			[ "$got" = "refused=0 timeout=1 remembered=2" ] &&
@@ -205,11 +209,11 @@ for host in ("127.0.0.1", "::1"):
     c.sendall(b"ping " + host.encode()); print(c.recv(100).decode()); c.close()
 PYEOF
 	pf=$TMP/dual.port
-	start_bg "$TMP/dual-server.out" env $(preload_env "$both") python3 "$TMP/dual.py" "$pf"
+	start_bg "$TMP/dual-server.out" env $PYENV $(preload_env "$both") python3 "$TMP/dual.py" "$pf"
 	DUAL_PID=$BG_PID
 	if wait_for_file "$pf" 30; then
 		DPORT=$(cat "$pf")
-		out=$(run_with_timeout 30 env $(preload_env "$both") python3 "$TMP/dualc.py" "$DPORT" 2>&1)
+		out=$(run_with_timeout 30 env $PYENV $(preload_env "$both") python3 "$TMP/dualc.py" "$DPORT" 2>&1)
 		n4=$(grep -c "listening on 0.0.0.0:$DPORT over SDP and TCP" "$TMP/dual-server.out")
 		n6=$(grep -c "listening on \[::\]:$DPORT over SDP and TCP" "$TMP/dual-server.out")
 		c4=$(printf '%s\n' "$out" | grep -c "connected to 127.0.0.1:$DPORT over SDP")
@@ -233,7 +237,7 @@ for host, fam in (("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)):
     c = socket.socket(fam); c.connect((host, p)); a, addr = s6.accept()
     c.sendall(b"x"); print(host, addr[0], a.recv(1).decode())
 PYEOF
-	out=$(run_with_timeout 30 env $(preload_env "$both") python3 "$TMP/dual2.py" 2>&1)
+	out=$(run_with_timeout 30 env $PYENV $(preload_env "$both") python3 "$TMP/dual2.py" 2>&1)
 	if [ "$(printf '%s\n' "$out" | grep -c 'over SDP (')" -eq 2 ] &&
 		printf '%s\n' "$out" | grep -q '^127.0.0.1 ::ffff:127.0.0.1 x$' &&
 		printf '%s\n' "$out" | grep -q '^::1 ::1 x$'; then
@@ -258,10 +262,10 @@ wait_pid "$SERVER_PID" 30 || bad "native server exit status $?: $(cat "$srv")"
 # half of the runs, with python3 as client and server; a Java NIO client
 # then waited for OP_CONNECT for ever).  Ten fresh clients, every one must
 # say EINPROGRESS, and the connections must have been SDP.
-if command -v python3 >/dev/null 2>&1 && ! is_sanitized; then
+if command -v python3 >/dev/null 2>&1; then
 	srv=$TMP/nb-server.out
 	pf=$TMP/nb.port
-	start_bg "$srv" env $(preload_env "$both") python3 -c '
+	start_bg "$srv" env $PYENV $(preload_env "$both") python3 -c '
 import socket, sys
 l = socket.socket()
 l.bind((sys.argv[1], 0)); l.listen(64)
@@ -275,7 +279,7 @@ for _ in range(10):
 	PORT=$(cat "$pf")
 	answers=
 	for i in 1 2 3 4 5 6 7 8 9 10; do
-		a=$(run_with_timeout 60 env $(preload_env "$both") python3 -c '
+		a=$(run_with_timeout 60 env $PYENV $(preload_env "$both") python3 -c '
 import errno, select, socket, sys
 s = socket.socket(); s.setblocking(False)
 r = s.connect_ex((sys.argv[1], int(sys.argv[2])))
@@ -403,8 +407,6 @@ else
 fi
 
 # --- a pre-forked server: workers accept on the listener they inherited -------------
-# (python3's own leaks are not ours to report in a sanitizer build.)
-PYENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # At fork the "both" listener turns TCP only, so no SDP client is left
 # waiting for a parent that never accepts: clients fall back at once.
 cat >"$TMP/prefork.py" <<'PYEOF'
