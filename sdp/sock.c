@@ -403,6 +403,14 @@ static const char *listener_transports(const struct sdp_sock *s, char *buf, size
 	return buf;
 }
 
+/* An address for a socket that may still take one, as inet_bind checks. */
+static int check_bind(struct sdp_sock *s, const struct sockaddr *addr, socklen_t len)
+{
+	int ret = check_addr(s, addr, len);
+
+	return !ret && (s->bound || s->state != SDP_S_NEW) ? -EINVAL : ret;
+}
+
 int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len)
 {
 	struct sdp_sock *s = sock_lock_sd(sd);
@@ -410,9 +418,7 @@ int sdp_bind(int sd, const struct sockaddr *addr, socklen_t len)
 
 	if (!s)
 		return -EBADF;
-	ret = check_addr(s, addr, len);
-	if (!ret && (s->bound || s->state != SDP_S_NEW))
-		ret = -EINVAL;
+	ret = check_bind(s, addr, len);
 	if (!ret)
 		ret = bind_locked(s, addr, len);
 	sock_unlock_put(s);
@@ -426,9 +432,7 @@ int sdp_bind_source(int sd, const struct sockaddr *addr, socklen_t len)
 
 	if (!s)
 		return -EBADF;
-	ret = check_addr(s, addr, len);
-	if (!ret && (s->bound || s->state != SDP_S_NEW))
-		ret = -EINVAL;
+	ret = check_bind(s, addr, len);
 	if (!ret) {
 		memcpy(&s->local, addr, domain_addrlen(s->domain));
 		s->bound = true;

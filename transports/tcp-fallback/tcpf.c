@@ -551,6 +551,29 @@ static int queue_frame(struct tcpf_ep *e, const struct tcpf_hdr *h, const void *
 	return 0;
 }
 
+/* Queue a frame whose payload, h->len bytes of private data, is copied
+ * (the caller's buffer is its own again at return).  Caller flushes. */
+static int queue_pdata_frame(struct tcpf_ep *e, const struct tcpf_hdr *h, const void *pdata)
+{
+	struct tcpf_out *o = out_new(e);
+
+	if (!o)
+		return -ENOMEM;
+	tcpf_hdr_put(o->hdr, h);
+	if (h->len) {
+		o->owned = malloc(h->len);
+		if (!o->owned) {
+			out_release(e, o);
+			return -ENOMEM;
+		}
+		memcpy(o->owned, pdata, h->len);
+	}
+	o->data = o->owned;
+	o->len = h->len;
+	out_append(e, o);
+	return 0;
+}
+
 /* --- registrations ------------------------------------------------------------ */
 
 static struct tcpf_mr *find_mr(struct tcpf_ep *e, uint32_t key)
@@ -1218,24 +1241,11 @@ static int tcpf_accept(struct oti_ep *oep, const void *pdata, size_t len)
 		return -EINVAL;
 	if (len > OTI_MAX_PRIVATE_DATA)
 		return -EINVAL;
-	struct tcpf_out *o = out_new(e);
-
-	if (!o)
-		return -ENOMEM;
 	struct tcpf_hdr h = { .type = TCPF_ACCEPT, .len = (uint32_t)len };
+	int ret = queue_pdata_frame(e, &h, pdata);
 
-	tcpf_hdr_put(o->hdr, &h);
-	if (len) {
-		o->owned = malloc(len);
-		if (!o->owned) {
-			out_release(e, o);
-			return -ENOMEM;
-		}
-		memcpy(o->owned, pdata, len);
-	}
-	o->data = o->owned;
-	o->len = (uint32_t)len;
-	out_append(e, o);
+	if (ret)
+		return ret;
 	e->state = TS_UP;
 	push_event(e, OTI_EV_ESTABLISHED, 0, NULL, 0);
 	flush_out(e);
@@ -1306,25 +1316,12 @@ static int tcpf_connect(struct oti_ep *oep, const void *pdata, size_t len)
 		return e->state == TS_DOWN ? -ENOTCONN : -EINVAL;
 	if (len > OTI_MAX_PRIVATE_DATA)
 		return -EINVAL;
-	struct tcpf_out *o = out_new(e);
-
-	if (!o)
-		return -ENOMEM;
 	struct tcpf_hdr h = { .type = TCPF_CONNECT, .len = (uint32_t)len, .key = TCPF_MAGIC,
 			      .id = TCPF_PROTO };
+	int ret = queue_pdata_frame(e, &h, pdata);
 
-	tcpf_hdr_put(o->hdr, &h);
-	if (len) {
-		o->owned = malloc(len);
-		if (!o->owned) {
-			out_release(e, o);
-			return -ENOMEM;
-		}
-		memcpy(o->owned, pdata, len);
-	}
-	o->data = o->owned;
-	o->len = (uint32_t)len;
-	out_append(e, o);
+	if (ret)
+		return ret;
 	e->connect_queued = true;
 	flush_out(e);
 	return 0;
