@@ -45,26 +45,6 @@ conf=$TMP/sdp.conf
 write_conf "$conf" "log min-level 7" "use both server * *:*" "use both client * *:*"
 P=$(preload_env "$conf")
 
-# A free TCP port P whose SDP port (P + 20000 on the software transport)
-# is free too, for the programs that take a fixed port.
-free_port() {
-	python3 -c '
-import socket, random
-for _ in range(200):
-    p = random.randint(20000, 40000)
-    ok = True
-    for q in (p, p + 20000):
-        s = socket.socket()
-        try:
-            s.bind(("'"$TEST_HOST"'", q))
-        except OSError:
-            ok = False
-        s.close()
-    if ok:
-        print(p); break
-'
-}
-
 # accepted_sdp NAME FILE: FILE (a server's log) shows an SDP connection
 # accepted over TEST_TRANSPORT and relayed at a fork.
 accepted_sdp() {

@@ -296,18 +296,10 @@ static int check_nb_connect_fresh(void)
 	snprintf(port, sizeof(port), "%u", ntohs(la.sin_port));
 	for (int i = 0; i < FRESH_RUNS; i++) {
 		int s, code;
-		pid_t pid;
+		pid_t pid = spawn_self("--nb-connect", port, NULL);
 
-		fflush(stdout);
-		fflush(stderr);
-		pid = fork();
 		if (pid < 0)
 			FAIL_ERRNO("fork");
-		if (pid == 0) {
-			alarm(0);
-			execl(self_exe, "sockapi_check", "--nb-connect", port, (char *)NULL);
-			_exit(127);
-		}
 		/* Accepted and closed first: the child's exit waits for
 		 * the server side's close, as a graceful close does. */
 		if (wait_fd(l, POLLIN, 10000) > 0) {

@@ -131,21 +131,9 @@ static int exec_child(int fd, int expect_closed, char *what, size_t len)
 	pid_t pid;
 
 	snprintf(num, sizeof(num), "%d", fd);
-	fflush(stdout);
-	fflush(stderr);
-	pid = fork();
+	pid = spawn_self("--child-fd", num, expect_closed ? "--expect-closed" : NULL);
 	if (pid < 0)
 		return fail("fork: %s", errname(errno));
-	if (pid == 0) {
-		alarm(0);
-		if (expect_closed)
-			execl(self_exe, "sockapi_check", "--child-fd", num,
-			      "--expect-closed", (char *)NULL);
-		else
-			execl(self_exe, "sockapi_check", "--child-fd", num,
-			      (char *)NULL);
-		_exit(127);
-	}
 	return wait_child(pid, 10000, what, len);
 }
 

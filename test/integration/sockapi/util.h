@@ -113,6 +113,10 @@ int wait_eof(int fd, int ms);
 
 /* --- child processes -------------------------------------------------- */
 
+/* fork, then exec this program (self_exe) with the arguments given (up to
+ * three, NULL ending them early) in the child, with no alarm pending;
+ * the child's pid, or -1 with errno. */
+pid_t spawn_self(const char *a1, const char *a2, const char *a3);
 /* Wait up to MS ms for child PID: "exit=N", "signal=N" or "timeout" in
  * *what; returns the exit code, or -1 (killed by a signal, or killed by
  * us after the time limit). */
