@@ -32,6 +32,17 @@ bad() {
 # build: every python3 run here has this in its environment.
 PYENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 
+# A plain TCP listener that takes connections and never says a word: what
+# an SDP client meets where something else holds the SDP port.
+cat >"$TMP/mute.py" <<'PYEOF'
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8); print('listening', flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)
+PYEOF
+
 both=$TMP/both.conf
 write_conf "$both" "log min-level 7" "use both server * *:*" "use both client * *:*"
 sdponly=$TMP/sdp.conf
@@ -146,14 +157,7 @@ if command -v python3 >/dev/null 2>&1; then
 		bad "fallback_cache_ms=0: $got (want refused=5)"
 	if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
 		mute_port=$(( (RPORT + 20000) % 65536 ))
-		start_bg "$TMP/rmute.out" python3 -c "
-import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('$TEST_HOST', $mute_port)); s.listen(8); print('listening', flush=True)
-conns = []
-while True:
-    c, _ = s.accept(); conns.append(c)
-"
+		start_bg "$TMP/rmute.out" python3 "$TMP/mute.py" "$TEST_HOST" "$mute_port"
 		if wait_for_text "$TMP/rmute.out" listening 10; then
 			run_with_timeout 60 env SDP_FALLBACK_TIMEOUT_MS=300 SDP_CONNECT_TIMEOUT_MS=60000 \
 				$PYENV $(preload_env "$both") python3 "$TMP/pyclients.py" "$TEST_HOST" "$RPORT" 3 >"$TMP/rem3.out" 2>&1 ||
@@ -311,14 +315,7 @@ PORT=$(cat "$pf")
 mute_pid=
 if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
 	mute_port=$(( (PORT + 20000) % 65536 ))
-	start_bg "$TMP/mute.out" python3 -c "
-import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('$TEST_HOST', $mute_port)); s.listen(8); print('listening', flush=True)
-conns = []
-while True:
-    c, _ = s.accept(); conns.append(c)
-"
+	start_bg "$TMP/mute.out" python3 "$TMP/mute.py" "$TEST_HOST" "$mute_port"
 	mute_ready=listening
 else
 	mute_port=$PORT
