@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 #include "fdspace.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,31 +37,6 @@ __attribute__((constructor)) static void fs_register_atfork(void)
 	pthread_atfork(NULL, NULL, fs_atfork_child);
 }
 
-/* libc's fcntl(), dup3() and close(), through whatever interposes them
- * (a sanitizer's runtime tracks descriptors in its interceptors); in the
- * preload, its own way past its wrappers (fdspace_set_libc()). */
-static int (*fs_fcntl)(int, int, ...) = fcntl;
-static int (*fs_dup3)(int, int, int) = dup3;
-static int (*fs_close)(int) = close;
-
-void fdspace_set_libc(int (*fcntl_fn)(int, int, ...), int (*dup3_fn)(int, int, int),
-		      int (*close_fn)(int))
-{
-	__atomic_store_n(&fs_fcntl, fcntl_fn, __ATOMIC_RELAXED);
-	__atomic_store_n(&fs_dup3, dup3_fn, __ATOMIC_RELAXED);
-	__atomic_store_n(&fs_close, close_fn, __ATOMIC_RELAXED);
-}
-
-static int sys_fcntl(int fd, int cmd, int arg)
-{
-	return __atomic_load_n(&fs_fcntl, __ATOMIC_RELAXED)(fd, cmd, arg);
-}
-
-static int sys_close(int fd)
-{
-	return __atomic_load_n(&fs_close, __ATOMIC_RELAXED)(fd);
-}
-
 #ifndef __has_feature
 #define __has_feature(x) 0
 #endif
@@ -71,7 +47,7 @@ static int sys_close(int fd)
  * report races that are not there. */
 static int fs_tell_tsan(int fd, int nfd)
 {
-	return __atomic_load_n(&fs_dup3, __ATOMIC_RELAXED)(fd, nfd, O_CLOEXEC);
+	return sys.dup3(fd, nfd, O_CLOEXEC);
 }
 #else
 static int fs_tell_tsan(int fd, int nfd)
@@ -130,7 +106,7 @@ void fdspace_forget(int fd)
 int fdspace_close(int fd)
 {
 	fdspace_forget(fd);
-	return sys_close(fd) < 0 ? -errno : 0;
+	return sys.close(fd) < 0 ? -errno : 0;
 }
 
 /* Nothing but libsdp's descriptors in [lo, hi): one ppoll() answers for
@@ -201,9 +177,9 @@ int fdspace_take(int fd)
 		}
 		if (floor && fd >= floor && fd < FDSPACE_MAX) {
 			/* The application holds everything below. */
-			if (sys_fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+			if (sys.fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
 				ret = -errno;
-				sys_close(fd);
+				sys.close(fd);
 				break;
 			}
 			fs_mark(fd);
@@ -211,29 +187,29 @@ int fdspace_take(int fd)
 			break;
 		}
 		if (floor) {
-			int nfd = sys_fcntl(fd, F_DUPFD_CLOEXEC, floor);
+			int nfd = sys.fcntl(fd, F_DUPFD_CLOEXEC, floor);
 
 			if (nfd >= 0 && nfd < top) {
 				ret = fs_tell_tsan(fd, nfd) < 0 ? -errno : nfd;
 				if (ret < 0)
-					sys_close(nfd);
+					sys.close(nfd);
 				else
 					fs_mark(nfd);
-				sys_close(fd);
+				sys.close(fd);
 				break;
 			}
 			if (nfd >= 0) {
-				sys_close(nfd);		/* above the region: it is full */
+				sys.close(nfd);		/* above the region: it is full */
 			} else if (errno != EMFILE && errno != EINVAL) {
 				/* EINVAL: the floor is above a lowered limit. */
 				ret = -errno;
-				sys_close(fd);
+				sys.close(fd);
 				break;
 			}
 		}
 		ret = fs_grow(reg);
 		if (ret < 0) {
-			sys_close(fd);
+			sys.close(fd);
 			break;
 		}
 	}

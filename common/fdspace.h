@@ -29,9 +29,8 @@
  * raised their limit that far.
  *
  * Every descriptor the region holds is close-on-exec.  The module calls
- * libc's fcntl(), dup3() and close(); the preload, whose own ones are
- * wrappers that call this module, hands it its way past them first
- * (fdspace_set_libc()), and the engine library uses it as it is.
+ * fcntl(), dup3() and close() through the system-call layer (sys.h): the
+ * preload's own ones are wrappers that call this module.
  */
 #ifndef SDP_COMMON_FDSPACE_H
 #define SDP_COMMON_FDSPACE_H
@@ -63,11 +62,6 @@ void fdspace_forget(int fd);
 
 /* Forget fd, then close it.  Returns 0 or a negative errno. */
 int fdspace_close(int fd);
-
-/* The fcntl(), dup3() and close() to call instead of the ones the module
- * links to (the preload: libc's, past its own wrappers).  Thread-safe. */
-void fdspace_set_libc(int (*fcntl_fn)(int, int, ...), int (*dup3_fn)(int, int, int),
-		      int (*close_fn)(int));
 
 /* Unit tests only: forget the region and the marks (not the
  * descriptors).  Not thread-safe. */

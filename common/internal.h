@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Whether the calling thread is running libsdp's own code.
+ * Whether the calling thread is inside a library that libsdp called.
  *
- * In libsdp.so the engine, the transports and the libraries they load
- * (libibverbs, librdmacm) call socket(), poll(), read(),
- * close()... and those calls land in the preload's wrappers like the
- * application's do.  The wrappers must hand them straight to libc: a
- * transport's own TCP socket must never be offered to SDP.  The engine's
- * threads set this for their whole life; the switch raises it around every
- * call into the engine.  Outside the preload it is unused.
+ * libsdp's own code reaches libc through the system-call layer (sys.h),
+ * never through the preload's wrappers.  The libraries the transports
+ * call (librdmacm, libibverbs) do not know of it: their open(), socket(),
+ * close()... land in the preload's wrappers like the application's do.
+ * The transports raise this flag around every such call
+ * (transports/verbs/verbs.c, RDMA()), and the wrappers then hand the call
+ * to libc, moving any descriptor it makes out of the application's
+ * numbers (common/fdspace.h).
+ *
+ * One flag for the process: the preload and the engine library both
+ * export it, and the dynamic linker binds both to the first (the
+ * preload's), so that a program linked with libsdp-engine.so and run
+ * under the preload has its transports' calls recognised too.
  */
 #ifndef SDP_COMMON_INTERNAL_H
 #define SDP_COMMON_INTERNAL_H

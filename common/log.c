@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "fdspace.h"
+#include "sys.h"
 #include "tunables.h"
 
 int sdp_log_min_level = SDP_LOG_ERR;
@@ -36,7 +38,7 @@ static int log_open_file_locked(const char *path)
 	/* O_NOFOLLOW: a log path in a shared directory must not be turned
 	 * into a write to someone else's file through a symlink; O_NOCTTY: a
 	 * terminal named there is not the program's to adopt. */
-	int fd = fdspace_take(open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+	int fd = fdspace_take(sys.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
 					     O_NOCTTY, 0600));
 	if (fd < 0)
 		return fd;
@@ -91,6 +93,34 @@ static const char *log_level_name(int level)
 	return "debug";
 }
 
+/*
+ * One write per line keeps lines whole between processes.  It goes to
+ * libc (sys.h), never to the preload's wrappers: a program may have put a
+ * socket on stderr, an SDP one even, and a log line must neither enter
+ * its stream nor call back into the engine, which may be logging under
+ * log_lock already.  A pipe or socket whose reader is gone must not kill
+ * the program either: SIGPIPE is held back for the write and taken back
+ * if the write raised it.  A failed log write has nowhere to be reported.
+ * Caller holds log_lock.
+ */
+static void log_put(const char *line, size_t len)
+{
+	sigset_t pipe_set, old, pending;
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	bool was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+	ssize_t w = sys.write(log_fd, line, len);
+
+	if (w < 0 && errno == EPIPE && !was_pending) {
+		struct timespec zero = { 0, 0 };
+
+		(void)sigtimedwait(&pipe_set, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 void sdp_log_write(int level, const char *subsys, const char *fmt, ...)
 {
 	int saved = errno;
@@ -122,10 +152,7 @@ void sdp_log_write(int level, const char *subsys, const char *fmt, ...)
 		       "libsdp %s %s: %.*s", log_level_name(level), subsys,
 		       (int)(len - 1 - (size_t)n), line + n);
 	} else {
-		/* One write per line keeps lines whole between processes; a
-		 * failed log write has nowhere to be reported. */
-		ssize_t w = write(log_fd, line, len);
-		(void)w;
+		log_put(line, len);
 	}
 	pthread_mutex_unlock(&log_lock);
 	errno = saved;

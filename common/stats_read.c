@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 #include "stats_read.h"
+#include "sys.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -153,17 +154,17 @@ int sdp_stats_proc_start(pid_t pid, char *state, uint64_t *start_time)
 		snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
 	else
 		strcpy(path, "/proc/self/stat");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = sys.open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	/* Field 22 comes within the first few hundred bytes (the command is
 	 * at most 16 bytes): one read is enough, and the parser refuses a
 	 * number cut short. */
 	do
-		n = read(fd, buf, sizeof(buf));
+		n = sys.read(fd, buf, sizeof(buf));
 	while (n < 0 && errno == EINTR);
 	ret = n < 0 ? -errno : sdp_stats_parse_proc_stat(buf, (size_t)n, state, start_time);
-	close(fd);
+	sys.close(fd);
 	/* A process that exits between open and read reads as ESRCH. */
 	return ret == -ESRCH ? -ENOENT : ret;
 }
@@ -384,7 +385,7 @@ int sdp_stats_read(const char *dir, pid_t pid, unsigned flags, struct sdp_stats_
 		return ret;
 	/* O_NONBLOCK: a FIFO planted under our name must not hang the reader;
 	 * O_NOFOLLOW: nor a symlink send it elsewhere. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+	fd = sys.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return errno == ELOOP ? -EPROTO : -errno;
 	if (fstat(fd, &st) < 0)
@@ -393,7 +394,7 @@ int sdp_stats_read(const char *dir, pid_t pid, unsigned flags, struct sdp_stats_
 		ret = -EPROTO;
 	else
 		ret = stats_read_fd(fd, &st, pid, out);
-	close(fd);
+	sys.close(fd);
 	if (ret == -ESRCH && (flags & SDP_STATS_REMOVE_STALE)) {
 		struct stat now;
 

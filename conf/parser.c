@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sys.h"
 #include "tunables.h"
 
 /* Returned whenever a file cannot be used.  Static so that it exists
@@ -1004,7 +1005,7 @@ static int conf_read_file(const char *path, char **text, size_t *len, char *errb
 
 	/* O_NONBLOCK so that a FIFO or a terminal cannot hang the program
 	 * in its start-up; O_NOCTTY so that a terminal is not adopted. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	fd = sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		ret = -errno;
 		conf_msg(errbuf, errlen, "%s: cannot open: %s", path,
@@ -1014,7 +1015,7 @@ static int conf_read_file(const char *path, char **text, size_t *len, char *errb
 	f = fdopen(fd, "r");
 	if (!f) {
 		ret = -errno;
-		close(fd);
+		sys.close(fd);
 		conf_msg(errbuf, errlen, "%s: %s", path, strerror_r(-ret, ebuf, sizeof(ebuf)));
 		return ret;
 	}

@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "native.h"
+#include "sys.h"
 #include "ops.h"
 #include "sdp.h"
 #include "sock.h"
@@ -104,18 +104,18 @@ static int find_epoll_regs(int fd, struct ep_reg *regs, int max)
 /* A placeholder socket over fd, with fd's flags. */
 static int replace_with_placeholder(int fd, int domain)
 {
-	int fl = native.fcntl(fd, F_GETFL), fdfl = native.fcntl(fd, F_GETFD);
+	int fl = sys.fcntl(fd, F_GETFL), fdfl = sys.fcntl(fd, F_GETFD);
 
 	if (fl < 0 || fdfl < 0)
 		return -errno;
-	int ph = native.socket(domain, SOCK_STREAM | ((fl & O_NONBLOCK) ? SOCK_NONBLOCK : 0), 0);
+	int ph = sys.socket(domain, SOCK_STREAM | ((fl & O_NONBLOCK) ? SOCK_NONBLOCK : 0), 0);
 
 	if (ph < 0)
 		return -errno;
-	int r = native.dup3(ph, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	int r = sys.dup3(ph, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 
 	r = r < 0 ? -errno : 0;
-	native.close(ph);
+	sys.close(ph);
 	return r;
 }
 
@@ -126,7 +126,7 @@ int ops_convert(int fd, int name, const void *val, socklen_t len)
 	socklen_t ml = sizeof(me);
 
 	/* In Linux's order: the fd, then the option's length. */
-	if (native.getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+	if (sys.getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
 		return -errno;
 	if (!val || len != sizeof(*a))
 		return -EINVAL;
@@ -159,18 +159,18 @@ int ops_convert(int fd, int name, const void *val, socklen_t len)
 		r = -ENOTCONN;	/* a listener, or not connected yet */
 		goto out;
 	}
-	int tmp = native.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	int tmp = sys.fcntl(fd, F_DUPFD_CLOEXEC, 0);
 
 	if (tmp < 0) {
 		r = -errno;
 		goto out;
 	}
 	int sd = name == SDP_CONVERT_CONNECT
-			 ? ENGINE(sdp_convert_connect(tmp, a->timeout_ms))
-			 : ENGINE(sdp_convert_accept(tmp, a->final_msg, a->final_len, a->timeout_ms));
+			 ? sdp_convert_connect(tmp, a->timeout_ms)
+			 : sdp_convert_accept(tmp, a->final_msg, a->final_len, a->timeout_ms);
 
 	if (sd < 0) {
-		native.close(tmp);	/* fd, the same socket, stays as it was */
+		sys.close(tmp);	/* fd, the same socket, stays as it was */
 		r = sd;
 		goto out;
 	}
@@ -181,25 +181,25 @@ int ops_convert(int fd, int name, const void *val, socklen_t len)
 	int nregs = find_epoll_regs(fd, regs, MAX_EP_REGS);
 
 	for (int i = 0; i < nregs; i++)
-		(void)native.epoll_ctl(regs[i].epfd, EPOLL_CTL_DEL, fd, NULL);
+		(void)sys.epoll_ctl(regs[i].epfd, EPOLL_CTL_DEL, fd, NULL);
 	r = replace_with_placeholder(fd, me.ss_family);
 	if (r) {
 		sdp_warn(LOGSYS, "fd %d: converted, but the fd could not take the SDP "
 			 "connection: %s", fd, strerror(-r));
-		(void)ENGINE(sdp_close(sd));
+		(void)sdp_close(sd);
 		goto out;
 	}
 	if (fresh) {
 		s->row = ops_stats_sock_alloc(fd);
 		r = ops_fd_install(fd, s);
 		if (r) {
-			(void)ENGINE(sdp_close(sd));
+			(void)sdp_close(sd);
 			goto out;
 		}
 	}
 	ops_switch_to_sdp(fd, s, sd);
 	sdp_conn_log(LOGSYS, "fd %d: TCP connection converted to SDP (%s)", fd,
-		     ENGINE(sdp_transport_name(sd)) ?: "?");
+		     sdp_transport_name(sd) ?: "?");
 	pthread_mutex_unlock(&s->lock);
 	ops_sock_put(s);
 	/* Back into its epoll sets, as an SDP member now. */

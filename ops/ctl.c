@@ -35,7 +35,7 @@ int ops_close(int fd)
 	 * after it was closed, nor miss it before. */
 	if (s)
 		pthread_mutex_lock(&s->lock);
-	int r = native.close(fd) < 0 ? -errno : 0;
+	int r = sys.close(fd) < 0 ? -errno : 0;
 
 	/* Like the kernel, the socket ends with the last fd naming it;
 	 * calls in flight hold their own references. */
@@ -76,13 +76,13 @@ int ops_dup(int fd, int minfd, bool cloexec)
 
 	if (s)
 		pthread_mutex_lock(&s->lock);
-	int nfd = minfd < 0 ? native.dup(fd)
-			    : native.fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, minfd);
+	int nfd = minfd < 0 ? sys.dup(fd)
+			    : sys.fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, minfd);
 	int r = nfd < 0 ? -errno : nfd;
 
 	if (s) {
 		if (nfd >= 0 && ops_fd_install(nfd, s) < 0) {
-			native.close(nfd);
+			sys.close(nfd);
 			r = -EMFILE;
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -94,13 +94,13 @@ int ops_dup(int fd, int minfd, bool cloexec)
 int ops_dup3(int oldfd, int newfd, int flags)
 {
 	if (oldfd == newfd)
-		return NATIVE_RET(flags < 0 ? native.dup2(oldfd, newfd) : native.dup3(oldfd, newfd, flags));
+		return SYS_RET(flags < 0 ? sys.dup2(oldfd, newfd) : sys.dup3(oldfd, newfd, flags));
 	struct ops_sock *s = ops_fd_get(oldfd), *prev = ops_fd_get(newfd);
 
 	if (ops_fd_is_emulated_epoll(newfd))
 		ops_epoll_closing(newfd);
 	lock_two(s, prev);
-	int r = flags < 0 ? native.dup2(oldfd, newfd) : native.dup3(oldfd, newfd, flags);
+	int r = flags < 0 ? sys.dup2(oldfd, newfd) : sys.dup3(oldfd, newfd, flags);
 	struct ops_sock *old = NULL;
 
 	if (r < 0) {
@@ -109,7 +109,7 @@ int ops_dup3(int oldfd, int newfd, int flags)
 		/* newfd now names oldfd's file: whatever it named is gone. */
 		old = ops_fd_remove(newfd);
 		if (s && ops_fd_install(newfd, s) < 0) {
-			native.close(newfd);
+			sys.close(newfd);
 			r = -EMFILE;
 		}
 	}
@@ -126,7 +126,7 @@ int ops_dup3(int oldfd, int newfd, int flags)
 /* [lo, hi] closed by the kernel, in one call where it has close_range(). */
 static int close_span(unsigned lo, unsigned hi)
 {
-	if (native.close_range(lo, hi, 0) == 0)
+	if (sys.close_range(lo, hi, 0) == 0)
 		return 0;
 	if (errno != ENOSYS)
 		return -errno;
@@ -136,7 +136,7 @@ static int close_span(unsigned lo, unsigned hi)
 			       ? (unsigned)rl.rlim_cur : UINT_MAX;
 
 	for (unsigned fd = lo; fd <= hi && fd < end; fd++)
-		native.close((int)fd);
+		sys.close((int)fd);
 	return 0;
 }
 
@@ -155,7 +155,7 @@ int ops_close_range(unsigned first, unsigned last, int flags)
 	 * not touch the tables: they are its parent's. */
 	if (first > last || (flags & ~(int)(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) ||
 	    (flags & CLOSE_RANGE_CLOEXEC) || ops_in_vfork_child())
-		return NATIVE_RET(native.close_range(first, last, flags));
+		return SYS_RET(sys.close_range(first, last, flags));
 	if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) < 0)
 		return -errno;
 
@@ -199,7 +199,7 @@ static void set_nonblock(struct ops_sock *s, bool on)
 	else if (s->stack == OPS_STACK_BOTH)
 		s->both_nonblock = on;
 	else if (s->sd >= 0 && s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY)
-		(void)ENGINE(sdp_set_nonblock(s->sd, on));
+		(void)sdp_set_nonblock(s->sd, on);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -215,13 +215,13 @@ int ops_fcntl(int fd, int cmd, long arg)
 		return OPS_PASS;
 	switch (cmd) {
 	case F_GETFL:
-		r = NATIVE_RET(native.fcntl(fd, F_GETFL));
+		r = SYS_RET(sys.fcntl(fd, F_GETFL));
 		if (r >= 0 && s->stack == OPS_STACK_BOTH)
 			r = (r & ~O_NONBLOCK) | (s->both_nonblock ? O_NONBLOCK : 0);
 		break;
 	case F_SETFL:
 		/* A "both" listener's kernel socket stays non-blocking. */
-		r = NATIVE_RET(native.fcntl(fd, F_SETFL,
+		r = SYS_RET(sys.fcntl(fd, F_SETFL,
 					    s->stack == OPS_STACK_BOTH ? arg | O_NONBLOCK : arg));
 		if (r == 0)
 			set_nonblock(s, arg & O_NONBLOCK);
@@ -253,19 +253,19 @@ int ops_ioctl(int fd, unsigned long req, void *arg)
 	}
 	switch (req) {
 	case FIONBIO:
-		r = NATIVE_RET(native.ioctl(fd, FIONBIO, arg));
+		r = SYS_RET(sys.ioctl(fd, FIONBIO, arg));
 		if (r == 0 && arg) {
 			set_nonblock(s, *(int *)arg != 0);
 			if (s->stack == OPS_STACK_BOTH) {
 				int on = 1;
 
-				native.ioctl(fd, FIONBIO, &on);
+				sys.ioctl(fd, FIONBIO, &on);
 			}
 		}
 		break;
 	case FIONREAD:
 		if (sdp) {
-			r = ENGINE(sdp_nread(s->sd));
+			r = sdp_nread(s->sd);
 			if (r >= 0) {
 				*(int *)arg = r;
 				r = 0;
@@ -274,7 +274,7 @@ int ops_ioctl(int fd, unsigned long req, void *arg)
 		break;
 	case SIOCOUTQ:
 		if (sdp) {
-			r = ENGINE(sdp_nwrite(s->sd));
+			r = sdp_nwrite(s->sd);
 			if (r >= 0) {
 				*(int *)arg = r;
 				r = 0;
@@ -343,11 +343,11 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		}
 	}
 	if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
-		r = ENGINE(sdp_getsockopt(s->sd, level, name, val, len));
+		r = sdp_getsockopt(s->sd, level, name, val, len);
 		if (r == -ENOPROTOOPT) {
 			/* Options SDP has no use for live on the kernel socket,
 			 * so they read back as set (IP_TOS, SO_PRIORITY...). */
-			r = NATIVE_RET(native.getsockopt(fd, level, name, val, len));
+			r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
 			if (r == 0 && level == IPPROTO_TCP && name == TCP_INFO && val &&
 			    *len >= 1 && s->state == OPS_ST_ESTABLISHED)
 				((struct tcp_info *)val)->tcpi_state = TCP_ESTABLISHED;
@@ -374,22 +374,22 @@ int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 	}
 	pthread_mutex_lock(&s->lock);
 	if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
-		r = ENGINE(sdp_setsockopt(s->sd, level, name, val, len));
+		r = sdp_setsockopt(s->sd, level, name, val, len);
 		/* The kernel socket keeps a copy: options SDP does not know
 		 * then behave as on Linux (set, read back), and the others
 		 * are harmless on an unconnected socket. */
-		int nr = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
+		int nr = SYS_RET(sys.setsockopt(fd, level, name, val, len));
 
 		if (r == -ENOPROTOOPT)
 			r = nr;
 		if (s->conn == OPS_CONN_SDP)
 			record_opt(s, level, name, val, len);	/* for a fallback's sake */
 	} else {
-		r = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
+		r = SYS_RET(sys.setsockopt(fd, level, name, val, len));
 		if (r == 0 && s->stack == OPS_STACK_UNDECIDED)
 			record_opt(s, level, name, val, len);
 		if (r == 0 && s->stack == OPS_STACK_BOTH && s->sd >= 0)
-			(void)ENGINE(sdp_setsockopt(s->sd, level, name, val, len));
+			(void)sdp_setsockopt(s->sd, level, name, val, len);
 	}
 	pthread_mutex_unlock(&s->lock);
 	ops_sock_put(s);
@@ -411,7 +411,7 @@ int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 		r = ops_relayed_name(s, false, addr, len);
 	else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_LISTEN &&
 	    s->state != OPS_ST_NEW)
-		r = ENGINE(sdp_getsockname(s->sd, addr, len));
+		r = sdp_getsockname(s->sd, addr, len);
 	ops_sock_put(s);
 	return r;
 }
@@ -428,7 +428,7 @@ int ops_getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 	if (s->relayed)
 		r = ops_relayed_name(s, true, addr, len);
 	else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_NEW)
-		r = ENGINE(sdp_getpeername(s->sd, addr, len));
+		r = sdp_getpeername(s->sd, addr, len);
 	ops_sock_put(s);
 	return r;
 }
@@ -447,13 +447,13 @@ int ops_shutdown(int fd, int how)
 	} else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && s->state != OPS_ST_NEW) {
 		/* Ends the stream: ordered with the data calls against a relay. */
 		if (ops_io_enter(s, OPS_IO_WR)) {
-			r = ENGINE(sdp_shutdown(s->sd, how));
+			r = sdp_shutdown(s->sd, how);
 			ops_io_leave(s, OPS_IO_WR);
 		}
 	} else if (s->stack == OPS_STACK_BOTH) {
-		r = NATIVE_RET(native.shutdown(fd, how));
+		r = SYS_RET(sys.shutdown(fd, how));
 		if (s->sd >= 0)
-			(void)ENGINE(sdp_shutdown(s->sd, how));
+			(void)sdp_shutdown(s->sd, how);
 	}
 	ops_sock_put(s);
 	return r;

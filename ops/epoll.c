@@ -31,6 +31,7 @@
 #include "ops.h"
 #include "sdp.h"
 #include "sock.h"
+#include "sys.h"
 
 #define LOGSYS "epoll"
 
@@ -121,7 +122,7 @@ static void ring(struct ops_ep *ep)
 {
 	uint64_t one = 1;
 
-	if (native.write(ep->doorbell, &one, sizeof(one)) < 0) {
+	if (sys.write(ep->doorbell, &one, sizeof(one)) < 0) {
 		/* saturated: it is ringing anyway */
 	}
 }
@@ -130,7 +131,7 @@ static void drain(struct ops_ep *ep)
 {
 	uint64_t v;
 
-	if (native.read(ep->doorbell, &v, sizeof(v)) < 0) {
+	if (sys.read(ep->doorbell, &v, sizeof(v)) < 0) {
 		/* was not ringing */
 	}
 }
@@ -168,7 +169,7 @@ static int native_part(struct ops_epi *epi, int op)
 			ev.events = 0;
 		ev.data.u64 = both_marker(epi);
 	}
-	return native.epoll_ctl(epi->ep->epfd, op, epi->fd, op == EPOLL_CTL_DEL ? NULL : &ev) < 0
+	return sys.epoll_ctl(epi->ep->epfd, op, epi->fd, op == EPOLL_CTL_DEL ? NULL : &ev) < 0
 		       ? -errno
 		       : 0;
 }
@@ -184,7 +185,7 @@ static int epi_attach(struct ops_epi *epi)
 			return r;
 	}
 	if (epi->mode != EPI_NATIVE) {
-		epi->watch = ENGINE(sdp_watch_add(epi->sock->sd, epi->ep->doorbell, &r));
+		epi->watch = sdp_watch_add(epi->sock->sd, epi->ep->doorbell, &r);
 		if (!epi->watch) {
 			if (epi->mode == EPI_BOTH)
 				(void)native_part(epi, EPOLL_CTL_DEL);
@@ -193,7 +194,7 @@ static int epi_attach(struct ops_epi *epi)
 		/* Linux reports an edge-triggered member that is ready when
 		 * it is added: every ready event is new to the first scan. */
 		epi->last_mask = 0;
-		epi->seen_edges = ENGINE(sdp_watch_edges(epi->watch));
+		epi->seen_edges = sdp_watch_edges(epi->watch);
 		ring(epi->ep);
 	}
 	return 0;
@@ -204,7 +205,7 @@ static void epi_detach(struct ops_epi *epi)
 	if (epi->mode != EPI_SDP)
 		(void)native_part(epi, EPOLL_CTL_DEL);
 	if (epi->watch) {
-		ENGINE_VOID(sdp_watch_del(epi->watch));
+		sdp_watch_del(epi->watch);
 		epi->watch = NULL;
 	}
 }
@@ -270,7 +271,7 @@ void ops_epoll_to_native(struct ops_sock *s)
 			.data = epi->data,
 		};
 
-		if (native.epoll_ctl(epi->ep->epfd, EPOLL_CTL_ADD, epi->fd, &ev) < 0 && errno != EEXIST)
+		if (sys.epoll_ctl(epi->ep->epfd, EPOLL_CTL_ADD, epi->fd, &ev) < 0 && errno != EEXIST)
 			sdp_err(LOGSYS, "fd %d: relayed, but lost from epoll set %d: %s", epi->fd,
 				epi->ep->epfd, strerror(errno));
 		epi_unlink(epi);
@@ -310,7 +311,7 @@ void ops_epoll_closing(int epfd)
 			/* The kernel drops its registrations with the epoll
 			 * fd; only the watches are ours to end. */
 			if (epi->watch)
-				ENGINE_VOID(sdp_watch_del(epi->watch));
+				sdp_watch_del(epi->watch);
 			epi_unlink(epi);
 			free(epi);
 		}
@@ -344,7 +345,7 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 		return NULL;
 	ep->epfd = epfd;
 	ep->ref = 1;
-	ep->doorbell = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	ep->doorbell = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (ep->doorbell < 0) {
 		*err = ep->doorbell;
 		free(ep);
@@ -353,7 +354,7 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = doorbell_marker(ep) };
 
 	/* Also checks that epfd is an epoll fd (EBADF, EINVAL). */
-	if (native.epoll_ctl(epfd, EPOLL_CTL_ADD, ep->doorbell, &ev) < 0) {
+	if (sys.epoll_ctl(epfd, EPOLL_CTL_ADD, ep->doorbell, &ev) < 0) {
 		*err = -errno;
 		fdspace_close(ep->doorbell);
 		free(ep);
@@ -476,8 +477,8 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 		return 0;	/* settled by the caller first */
 	/* sdp_events() drives the connection: arrivals it processes are
 	 * part of what it reports, so the edge count is read after it. */
-	int ev = ENGINE(sdp_events(s->sd));
-	unsigned edges = ENGINE(sdp_watch_edges(epi->watch));
+	int ev = sdp_events(s->sd);
+	unsigned edges = sdp_watch_edges(epi->watch);
 
 	if (ev < 0)
 		return 0;
@@ -654,7 +655,7 @@ int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int tim
 		int m = 0;
 
 		if (n < maxevents) {
-			m = native.epoll_wait(epfd, events + n, maxevents - n, 0);
+			m = sys.epoll_wait(epfd, events + n, maxevents - n, 0);
 			if (m < 0) {
 				ret = -errno;
 				break;
@@ -687,7 +688,7 @@ int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int tim
 
 			ms = d > INT32_MAX ? INT32_MAX : (int)d;
 		}
-		m = native.epoll_pwait(epfd, events, maxevents, ms, sigmask);
+		m = sys.epoll_pwait(epfd, events, maxevents, ms, sigmask);
 		if (m < 0) {
 			ret = -errno;
 			break;

@@ -147,7 +147,7 @@ void ops_sock_put(struct ops_sock *s)
 		int sd = s->sd;
 
 		s->sd = -1;
-		(void)ENGINE(sdp_close(sd));
+		(void)sdp_close(sd);
 	}
 	ops_stats_sock_free(s->row);
 	s->row = NULL;

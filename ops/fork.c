@@ -37,16 +37,16 @@ static void both_to_tcp(int fd, struct ops_sock *s, bool parent)
 {
 	if (s->stack != OPS_STACK_BOTH)
 		return;
-	int fl = native.fcntl(fd, F_GETFL);
+	int fl = sys.fcntl(fd, F_GETFL);
 
 	if (fl >= 0 && !s->both_nonblock)
-		native.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+		sys.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	ops_set_stack(s, OPS_STACK_TCP, OPS_FB_UNSUPPORTED);
 	if (parent && s->sd >= 0) {
 		int sd = s->sd;
 
 		s->sd = -1;
-		(void)ENGINE(sdp_close(sd));
+		(void)sdp_close(sd);
 		sdp_conn_log("fork", "fd %d: a listener shared with a forked child serves TCP only", fd);
 		ops_epoll_restack(s);
 	}

@@ -41,7 +41,7 @@ static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait, int dir)
 			ops_connect_advance(fd, s);
 		if (s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY)
 			break;
-		int fl = native.fcntl(fd, F_GETFL);
+		int fl = sys.fcntl(fd, F_GETFL);
 
 		if (dontwait || (fl >= 0 && (fl & O_NONBLOCK))) {
 			ops_sock_put(s);
@@ -49,7 +49,7 @@ static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait, int dir)
 		}
 		struct pollfd p = { .fd = s->sd, .events = POLLOUT };
 		struct timespec ts = { 0, 100 * 1000000L };	/* re-check the fallback deadline */
-		int r = ENGINE(sdp_ppoll(&p, 1, &ts, NULL));
+		int r = sdp_ppoll(&p, 1, &ts, NULL);
 
 		if (r == -EINTR) {
 			ops_sock_put(s);
@@ -90,7 +90,7 @@ ssize_t ops_sendv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (r)
 		return r;
-	ssize_t n = ENGINE(sdp_sendv(s->sd, iov, iovcnt, flags & ~HARMLESS_SEND_FLAGS));
+	ssize_t n = sdp_sendv(s->sd, iov, iovcnt, flags & ~HARMLESS_SEND_FLAGS);
 
 	if (n > 0)
 		ops_stats_sock_bytes(s->row, (uint64_t)n, 0);
@@ -105,7 +105,7 @@ ssize_t ops_recvv(int fd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (r)
 		return r;
-	ssize_t n = ENGINE(sdp_recvv(s->sd, iov, iovcnt, flags));
+	ssize_t n = sdp_recvv(s->sd, iov, iovcnt, flags);
 
 	if (n > 0 && !(flags & MSG_PEEK))
 		ops_stats_sock_bytes(s->row, 0, (uint64_t)n);
@@ -169,7 +169,7 @@ ssize_t ops_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 
 		if (want > COPY_CHUNK)
 			want = COPY_CHUNK;
-		ssize_t got = offset ? pread(in_fd, buf, want, *offset) : native.read(in_fd, buf, want);
+		ssize_t got = offset ? pread(in_fd, buf, want, *offset) : sys.read(in_fd, buf, want);
 
 		if (got < 0) {
 			if (!total)
@@ -181,7 +181,7 @@ ssize_t ops_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 		ssize_t sent = 0;
 
 		while (sent < got) {
-			ssize_t n = ENGINE(sdp_send(s->sd, buf + sent, (size_t)(got - sent), 0));
+			ssize_t n = sdp_send(s->sd, buf + sent, (size_t)(got - sent), 0);
 
 			if (n < 0) {
 				if (!total && !sent)
@@ -215,12 +215,12 @@ ssize_t ops_sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 /* socket -> pipe: peek what the pipe can take, write it, then consume it. */
 static ssize_t splice_from_sdp(struct ops_sock *s, int pipe_fd, size_t len, unsigned int flags)
 {
-	int cap = native.fcntl(pipe_fd, F_GETPIPE_SZ);
+	int cap = sys.fcntl(pipe_fd, F_GETPIPE_SZ);
 	int queued = 0;
 
 	if (cap < 0)
 		return -EINVAL;	/* not a pipe: Linux needs one end to be a pipe */
-	if (native.ioctl(pipe_fd, FIONREAD, &queued) < 0)
+	if (sys.ioctl(pipe_fd, FIONREAD, &queued) < 0)
 		queued = 0;
 	size_t room = cap > queued ? (size_t)(cap - queued) : 0;
 
@@ -232,16 +232,16 @@ static ssize_t splice_from_sdp(struct ops_sock *s, int pipe_fd, size_t len, unsi
 
 	if (!buf)
 		return -ENOMEM;
-	ssize_t n = ENGINE(sdp_recv(s->sd, buf, len,
-				    MSG_PEEK | ((flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0)));
+	ssize_t n = sdp_recv(s->sd, buf, len,
+				    MSG_PEEK | ((flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0));
 
 	if (n > 0) {
-		ssize_t w = native.write(pipe_fd, buf, (size_t)n);
+		ssize_t w = sys.write(pipe_fd, buf, (size_t)n);
 
 		if (w < 0) {
 			n = -errno;
 		} else {
-			n = ENGINE(sdp_recv(s->sd, buf, (size_t)w, MSG_DONTWAIT));
+			n = sdp_recv(s->sd, buf, (size_t)w, MSG_DONTWAIT);
 			if (n > 0)
 				ops_stats_sock_bytes(s->row, 0, (uint64_t)n);
 		}
@@ -253,7 +253,7 @@ static ssize_t splice_from_sdp(struct ops_sock *s, int pipe_fd, size_t len, unsi
 /* pipe -> socket: what is read from the pipe is sent in full. */
 static ssize_t splice_to_sdp(struct ops_sock *s, int pipe_fd, size_t len)
 {
-	if (native.fcntl(pipe_fd, F_GETPIPE_SZ) < 0)
+	if (sys.fcntl(pipe_fd, F_GETPIPE_SZ) < 0)
 		return -EINVAL;
 	if (len > COPY_CHUNK)
 		len = COPY_CHUNK;
@@ -261,17 +261,17 @@ static ssize_t splice_to_sdp(struct ops_sock *s, int pipe_fd, size_t len)
 
 	if (!buf)
 		return -ENOMEM;
-	ssize_t got = native.read(pipe_fd, buf, len), sent = 0;
+	ssize_t got = sys.read(pipe_fd, buf, len), sent = 0;
 
 	if (got < 0)
 		sent = -errno;
 	while (got > 0 && sent < got) {
 		struct pollfd p = { .fd = s->sd, .events = POLLOUT };
-		ssize_t n = ENGINE(sdp_send(s->sd, buf + sent, (size_t)(got - sent), MSG_DONTWAIT));
+		ssize_t n = sdp_send(s->sd, buf + sent, (size_t)(got - sent), MSG_DONTWAIT);
 
 		if (n == -EAGAIN) {
 			/* Data taken from the pipe must not be lost. */
-			(void)ENGINE(sdp_ppoll(&p, 1, NULL, NULL));
+			(void)sdp_ppoll(&p, 1, NULL, NULL);
 			continue;
 		}
 		if (n < 0) {

@@ -140,7 +140,7 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 		struct timespec ts = { 0, 0 };
 		struct timespec *tsp = zero ? &ts : ops_timeout_until(wake, &ts);
 
-		ret = ENGINE(sdp_ppoll(x.t, x.n, tsp, sigmask));
+		ret = sdp_ppoll(x.t, x.n, tsp, sigmask);
 		if (ret < 0)
 			break;
 		for (nfds_t i = 0; i < nfds; i++)
@@ -166,7 +166,7 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			struct pollfd q = { .fd = fds[i].fd, .events = POLLIN };
 
 			ops_epoll_settle(fds[i].fd);
-			if (native.poll(&q, 1, 0) <= 0 || !(q.revents & POLLIN))
+			if (sys.poll(&q, 1, 0) <= 0 || !(q.revents & POLLIN))
 				fds[i].revents &= (short)~(POLLIN | POLLRDNORM);
 		}
 		ret = 0;

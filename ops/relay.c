@@ -76,6 +76,7 @@
 #include "ops.h"
 #include "sdp.h"
 #include "sock.h"
+#include "sys.h"
 
 #define LOGSYS "fork"
 
@@ -125,7 +126,7 @@ static void relay_kick(void)
 	int fd = __atomic_load_n(&relay_wake, __ATOMIC_ACQUIRE);
 	uint64_t one = 1;
 
-	if (fd >= 0 && native.write(fd, &one, sizeof(one)) < 0) {
+	if (fd >= 0 && sys.write(fd, &one, sizeof(one)) < 0) {
 		/* saturated: it is awake anyway */
 	}
 }
@@ -180,7 +181,7 @@ static void pump_down(struct relay *r)
 				d->off = d->len;
 				continue;
 			}
-			ssize_t n = native.send(r->b, d->buf + d->off, d->len - d->off,
+			ssize_t n = sys.send(r->b, d->buf + d->off, d->len - d->off,
 						MSG_DONTWAIT | MSG_NOSIGNAL);
 
 			if (n < 0) {
@@ -195,7 +196,7 @@ static void pump_down(struct relay *r)
 		d->off = d->len = 0;
 		if (d->eof) {
 			if (!d->shut) {
-				native.shutdown(r->b, SHUT_WR);
+				sys.shutdown(r->b, SHUT_WR);
 				d->shut = true;
 			}
 			return;
@@ -204,7 +205,7 @@ static void pump_down(struct relay *r)
 			return;	/* left in the engine: its close resets */
 		if (!dir_buf(r, d))
 			return;
-		ssize_t n = ENGINE(sdp_recv(r->sd, d->buf, RELAY_BUF, MSG_DONTWAIT));
+		ssize_t n = sdp_recv(r->sd, d->buf, RELAY_BUF, MSG_DONTWAIT);
 
 		if (n == -EAGAIN || n == -EINTR)
 			return;
@@ -228,8 +229,8 @@ static void pump_up(struct relay *r)
 
 	while (u->gate && !r->err) {
 		if (u->off < u->len) {
-			ssize_t n = ENGINE(sdp_send(r->sd, u->buf + u->off, u->len - u->off,
-						    MSG_DONTWAIT | MSG_NOSIGNAL));
+			ssize_t n = sdp_send(r->sd, u->buf + u->off, u->len - u->off,
+						    MSG_DONTWAIT | MSG_NOSIGNAL);
 
 			if (n == -EAGAIN || n == -EINTR)
 				return;
@@ -244,14 +245,14 @@ static void pump_up(struct relay *r)
 		u->off = u->len = 0;
 		if (u->eof) {
 			if (!u->shut) {
-				(void)ENGINE(sdp_shutdown(r->sd, SHUT_WR));
+				(void)sdp_shutdown(r->sd, SHUT_WR);
 				u->shut = true;
 			}
 			return;
 		}
 		if (!dir_buf(r, u))
 			return;
-		ssize_t n = native.recv(r->b, u->buf, RELAY_BUF, MSG_DONTWAIT);
+		ssize_t n = sys.recv(r->b, u->buf, RELAY_BUF, MSG_DONTWAIT);
 
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
@@ -292,11 +293,11 @@ static void relay_end(struct relay *r)
 		if (abort) {
 			struct linger lg = { 1, 0 };
 
-			(void)ENGINE(sdp_setsockopt(r->sd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)));
+			(void)sdp_setsockopt(r->sd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		}
-		(void)ENGINE(sdp_set_nonblock(r->sd, 1));
+		(void)sdp_set_nonblock(r->sd, 1);
 	}
-	native.close(r->b);
+	sys.close(r->b);
 	if (r->err)
 		sdp_conn_log(LOGSYS, "fd %d: relayed SDP connection ended: %s", r->fd,
 			     strerror(r->err));
@@ -374,7 +375,6 @@ static void relay_pump(struct relay *r)
 static void *relay_main(void *arg)
 {
 	(void)arg;
-	sdp_internal_enter();	/* our libc calls are libc's, for good */
 	for (;;) {
 		/* Take the new relays, and end the finished ones: both under
 		 * the lock, so that a fork's child sees every B it must close. */
@@ -445,7 +445,7 @@ static void *relay_main(void *arg)
 			r->pn = relay_fds(r, p + np);
 			np += r->pn;
 		}
-		int ready = ENGINE(sdp_ppoll(p, np, NULL, NULL));
+		int ready = sdp_ppoll(p, np, NULL, NULL);
 
 		if (ready < 0 && ready != -EINTR) {
 			/* Out of memory, say: no busy loop meanwhile. */
@@ -455,7 +455,7 @@ static void *relay_main(void *arg)
 		}
 		if (ready <= 0)
 			continue;
-		if (p[0].revents && native.read(wake, &v, sizeof(v)) < 0) {
+		if (p[0].revents && sys.read(wake, &v, sizeof(v)) < 0) {
 			/* drained already */
 		}
 		for (struct relay *r = relays; r; r = r->next) {
@@ -508,7 +508,7 @@ static int relay_start_locked(void)
 
 	if (relay_running)
 		return 0;
-	int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int wake = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
 	if (wake < 0)
 		return -errno;
@@ -520,7 +520,7 @@ static int relay_start_locked(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r) {
 		__atomic_store_n(&relay_wake, -1, __ATOMIC_RELEASE);
-		native.close(wake);
+		sys.close(wake);
 		return r;
 	}
 	pthread_setname_np(t, "sdp-relay");
@@ -544,11 +544,11 @@ static int relay_high_fd(int fd)
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur / 2 < floor)
 		floor = rl.rlim_cur / 2;
-	int hfd = floor > (rlim_t)fd ? native.fcntl(fd, F_DUPFD_CLOEXEC, (int)floor) : -1;
+	int hfd = floor > (rlim_t)fd ? sys.fcntl(fd, F_DUPFD_CLOEXEC, (int)floor) : -1;
 
 	if (hfd < 0)
 		return fd;	/* where it is, then */
-	native.close(fd);
+	sys.close(fd);
 	return hfd;
 }
 
@@ -580,28 +580,28 @@ static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size
 		if (ops_fd_names(fds[i].fd, s))
 			ph = fds[i].fd;
 	if (!r || ph < 0 || !(ri = ops_relayed_new(s, ph)) ||
-	    native.socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+	    sys.socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		goto fail;
 	sv[1] = relay_high_fd(sv[1]);
 
 	struct sockaddr_un un;
 	socklen_t ul = ops_relayed_addr(ri, s->domain, &un);
 
-	if (native.bind(sv[1], (void *)&un, ul) < 0)
+	if (sys.bind(sv[1], (void *)&un, ul) < 0)
 		sdp_warn(LOGSYS, "fd %d: the relay's name: %s; after exec the socket will not be "
 			 "known as TCP", ph, strerror(errno));
-	if (native.fcntl(sv[1], F_SETFL, O_NONBLOCK) < 0)
+	if (sys.fcntl(sv[1], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
 	for (size_t i = 0; i < sizeof(carried_opts) / sizeof(carried_opts[0]); i++) {
 		char v[32];
 		socklen_t l = sizeof(v);
 
-		if (native.getsockopt(ph, SOL_SOCKET, carried_opts[i], v, &l) == 0)
-			(void)native.setsockopt(sv[0], SOL_SOCKET, carried_opts[i], v, l);
+		if (sys.getsockopt(ph, SOL_SOCKET, carried_opts[i], v, &l) == 0)
+			(void)sys.setsockopt(sv[0], SOL_SOCKET, carried_opts[i], v, l);
 	}
-	int fl = native.fcntl(ph, F_GETFL);
+	int fl = sys.fcntl(ph, F_GETFL);
 
-	if (fl >= 0 && (fl & O_NONBLOCK) && native.fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
+	if (fl >= 0 && (fl & O_NONBLOCK) && sys.fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
 		goto fail;
 
 	/* From here on A takes the placeholder's place.  The epoll
@@ -615,11 +615,11 @@ static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size
 
 		if (!ops_fd_names(fd, s))
 			continue;	/* closed meanwhile (ops_close holds s->lock) */
-		int fdfl = native.fcntl(fd, F_GETFD);
+		int fdfl = sys.fcntl(fd, F_GETFD);
 		int rr;
 
 		do
-			rr = native.dup3(sv[0], fd, fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+			rr = sys.dup3(sv[0], fd, fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 		while (rr < 0 && (errno == EINTR || errno == EBUSY));
 		if (rr < 0)
 			sdp_err(LOGSYS, "fd %d: cannot take the relay's socket: %s", fd,
@@ -631,7 +631,7 @@ static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size
 		ops_epoll_restack(s);	/* as it was */
 		goto fail;
 	}
-	native.close(sv[0]);
+	sys.close(sv[0]);
 	r->s = s;
 	ops_sock_get(s);
 	r->sd = s->sd;
@@ -644,8 +644,8 @@ static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size
 	 * (the application's TCP_CORK is remembered above). */
 	int zero = 0, one = 1;
 
-	(void)ENGINE(sdp_setsockopt(s->sd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero)));
-	(void)ENGINE(sdp_setsockopt(s->sd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
+	(void)sdp_setsockopt(s->sd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
+	(void)sdp_setsockopt(s->sd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	ops_stats_sock_set_relayed(s->row);
 	ops_stats_count(OPS_C_RELAYS, 1);
 	sdp_conn_log(LOGSYS, "fd %d: SDP connection relayed for forked children", ph);
@@ -655,8 +655,8 @@ fail:
 	sdp_err(LOGSYS, "fd %d: SDP connection not relayed (%s): a forked child cannot use it",
 		ph >= 0 ? ph : fds[0].fd, strerror(errno ? errno : ENOMEM));
 	if (sv[0] >= 0) {
-		native.close(sv[0]);
-		native.close(sv[1]);
+		sys.close(sv[0]);
+		sys.close(sv[1]);
 	}
 	free(r);
 	free(ri);
@@ -797,7 +797,7 @@ static void relay_atfork_child(void)
 		while (r) {
 			struct relay *next = r->next;
 
-			native.close(r->b);
+			sys.close(r->b);
 			/* The connection's row is the parent's to show. */
 			ops_stats_sock_free(r->s->row);
 			r->s->row = NULL;
@@ -813,7 +813,7 @@ static void relay_atfork_child(void)
 	relay_pfds = NULL;
 	relay_pcap = 0;
 	if (relay_wake >= 0)
-		native.close(relay_wake);
+		sys.close(relay_wake);
 	relay_wake = -1;
 	relay_running = false;
 	relay_exiting = relay_parked = false;

@@ -127,8 +127,8 @@ struct ops_relayed *ops_relayed_new(struct ops_sock *s, int fd)
 		return NULL;
 	ri->local_len = sizeof(ri->local);
 	ri->peer_len = sizeof(ri->peer);
-	if (ENGINE(sdp_getsockname(s->sd, (void *)&ri->local, &ri->local_len)) < 0 ||
-	    ENGINE(sdp_getpeername(s->sd, (void *)&ri->peer, &ri->peer_len)) < 0) {
+	if (sdp_getsockname(s->sd, (void *)&ri->local, &ri->local_len) < 0 ||
+	    sdp_getpeername(s->sd, (void *)&ri->peer, &ri->peer_len) < 0) {
 		free(ri);
 		return NULL;
 	}
@@ -142,14 +142,14 @@ struct ops_relayed *ops_relayed_new(struct ops_sock *s, int fd)
 
 		if ((o->flags & RO_V6) && s->domain != AF_INET6)
 			continue;
-		if (ENGINE(sdp_getsockopt(s->sd, o->level, o->name, &v, &l)) == 0 ||
-		    (l = sizeof(v), native.getsockopt(fd, o->level, o->name, &v, &l) == 0))
+		if (sdp_getsockopt(s->sd, o->level, o->name, &v, &l) == 0 ||
+		    (l = sizeof(v), sys.getsockopt(fd, o->level, o->name, &v, &l) == 0))
 			ri->opt[i] = v;
 	}
 	char cc[CC_NAME_MAX];
 	socklen_t l = sizeof(cc);
 
-	if (native.getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &l) == 0 && l > 0) {
+	if (sys.getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &l) == 0 && l > 0) {
 		memset(ri->cc, 0, sizeof(ri->cc));
 		memcpy(ri->cc, cc, l < sizeof(ri->cc) ? l : sizeof(ri->cc));
 	}
@@ -209,7 +209,7 @@ int ops_relayed_getsockopt(int fd, struct ops_sock *s, int level, int name, void
 		}
 		default:
 			/* The rest are the socket's own, and A has them. */
-			return NATIVE_RET(native.getsockopt(fd, level, name, val, len));
+			return SYS_RET(sys.getsockopt(fd, level, name, val, len));
 		}
 	}
 	if (level == IPPROTO_TCP && name == TCP_INFO) {
@@ -249,7 +249,7 @@ int ops_relayed_setsockopt(int fd, struct ops_sock *s, int level, int name, cons
 	int idx, v = 0;
 
 	if (level == SOL_SOCKET) {
-		int r = NATIVE_RET(native.setsockopt(fd, level, name, val, len));
+		int r = SYS_RET(sys.setsockopt(fd, level, name, val, len));
 
 		if (r == 0 || (r != -EOPNOTSUPP && r != -ENOPROTOOPT))
 			return r;
@@ -427,7 +427,7 @@ bool ops_relay_adopt(int fd)
 	socklen_t ll, pl;
 	int domain;
 
-	if (native.getpeername(fd, (void *)&un, &ul) < 0 ||
+	if (sys.getpeername(fd, (void *)&un, &ul) < 0 ||
 	    !relay_name_parse(&un, ul, &domain, &l, &ll, &p, &pl))
 		return false;
 	struct ops_sock *s = ops_sock_new(domain);

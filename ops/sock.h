@@ -21,8 +21,7 @@
 #include <sys/socket.h>
 
 #include "conf.h"
-#include "internal.h"
-#include "native.h"
+#include "sys.h"
 #include "stats.h"
 
 /* Where an SDP connect with a TCP fallback stands. */
@@ -210,29 +209,5 @@ int ops_relayed_setsockopt(int fd, struct ops_sock *s, int level, int name, cons
 /* True in a child that shares the parent's memory (vfork, clone with
  * CLONE_VM): it must change nothing the parent sees. */
 bool ops_in_vfork_child(void);
-
-/* Call into the engine with the wrappers switched off for this thread. */
-#define ENGINE(call)                              \
-	({                                        \
-		sdp_internal_enter();             \
-		__typeof__(call) engine_ret_ = (call); \
-		sdp_internal_leave();             \
-		engine_ret_;                      \
-	})
-
-/* The same for an engine call that returns nothing. */
-#define ENGINE_VOID(call)            \
-	do {                         \
-		sdp_internal_enter(); \
-		call;                \
-		sdp_internal_leave(); \
-	} while (0)
-
-/* A libc call's result as 0/value or a negative errno. */
-#define NATIVE_RET(call)                               \
-	({                                             \
-		__typeof__(call) native_ret_ = (call); \
-		native_ret_ < 0 ? -(__typeof__(call))errno : native_ret_; \
-	})
 
 #endif

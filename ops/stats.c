@@ -32,6 +32,7 @@
 #include "sdp.h"
 #include "stats_read.h"
 #include "stats_shm.h"
+#include "sys.h"
 
 /* The opaque row handed to the switch is the row in the file. */
 struct ops_stats_sock {
@@ -153,7 +154,7 @@ static off_t stats_rows_end(uint32_t rows)
 static int stats_file_create(const char *path, uint32_t rows)
 {
 	for (int attempt = 0;; attempt++) {
-		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		int fd = sys.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 		int ret;
 
 		if (fd < 0) {
@@ -178,7 +179,7 @@ static int stats_file_create(const char *path, uint32_t rows)
 				return fd;
 			}
 		}
-		close(fd);
+		sys.close(fd);
 		unlink(path);
 		return ret;
 	}
@@ -227,7 +228,7 @@ static void stats_create_locked(void)
 	if (fd < 0)
 		goto off;
 	map = mmap(NULL, SDP_STATS_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
+	sys.close(fd);
 	if (map == MAP_FAILED)
 		goto remove_file;
 	stats_hdr = map;
@@ -435,7 +436,7 @@ static int stats_grow(uint32_t seen)
 	} else {
 		/* Reopened by name (no fd is kept), and checked to be the
 		 * file we mapped rather than whatever now has its name. */
-		int fd = open(stats_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+		int fd = sys.open(stats_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 		struct stat st;
 
 		if (fd < 0) {
@@ -452,7 +453,7 @@ static int stats_grow(uint32_t seen)
 				ret = -posix_fallocate(fd, stats_rows_end(seen),
 						       stats_rows_end(seen + STATS_CHUNK) -
 							       stats_rows_end(seen));
-			close(fd);
+			sys.close(fd);
 		}
 		if (!ret)
 			__atomic_store_n(&stats_backed, seen + STATS_CHUNK, __ATOMIC_RELEASE);
@@ -731,7 +732,7 @@ static int stats_child_file(pid_t pid)
 	ret = map == MAP_FAILED ? -errno : 0;
 	munmap(tmp, SDP_STATS_FILE_SIZE);
 close_fd:
-	close(fd);
+	sys.close(fd);
 	if (ret)
 		unlink(stats_path);
 	return ret;

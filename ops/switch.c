@@ -84,11 +84,7 @@ static void init_once_fn(void)
 
 void ops_init(void)
 {
-	if (!native.socket)
-		native_resolve();
-	sdp_internal_enter();	/* the policy loader's own calls go to libc */
 	pthread_once(&init_once, init_once_fn);
-	sdp_internal_leave();
 }
 
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
@@ -96,7 +92,7 @@ static int engine_status;
 
 static void engine_once_fn(void)
 {
-	int r = ENGINE(sdp_init());
+	int r = sdp_init();
 
 	engine_status = r < 0 ? r : r == 0 ? -ENODEV : 0;
 	if (engine_status)
@@ -180,18 +176,18 @@ static void publish_conn(int fd, struct ops_sock *s)
 	if (!s->row)
 		return;
 	if (s->sd >= 0) {
-		if (ENGINE(sdp_getsockname(s->sd, (void *)&l, &ll)) < 0)
+		if (sdp_getsockname(s->sd, (void *)&l, &ll) < 0)
 			ll = 0;
-		if (ENGINE(sdp_getpeername(s->sd, (void *)&p, &pl)) < 0)
+		if (sdp_getpeername(s->sd, (void *)&p, &pl) < 0)
 			pl = 0;
-		const char *t = ENGINE(sdp_transport_name(s->sd));
+		const char *t = sdp_transport_name(s->sd);
 
 		/* A listener has no transport until a connection comes. */
 		ops_stats_sock_set_transport(s->row, t, t ? "bcopy" : NULL);
 	} else {
-		if (native.getsockname(fd, (void *)&l, &ll) < 0)
+		if (sys.getsockname(fd, (void *)&l, &ll) < 0)
 			ll = 0;
-		if (native.getpeername(fd, (void *)&p, &pl) < 0)
+		if (sys.getpeername(fd, (void *)&p, &pl) < 0)
 			pl = 0;
 		ops_stats_sock_set_transport(s->row, NULL, NULL);
 	}
@@ -208,7 +204,7 @@ static bool app_nonblock(int fd, struct ops_sock *s)
 {
 	if (s->stack == OPS_STACK_BOTH)
 		return s->both_nonblock;
-	int fl = native.fcntl(fd, F_GETFL);
+	int fl = sys.fcntl(fd, F_GETFL);
 
 	return fl >= 0 && (fl & O_NONBLOCK);
 }
@@ -219,14 +215,14 @@ static void replay_opts(struct ops_sock *s)
 	for (int i = 0; i < s->nopts; i++) {
 		struct ops_opt *o = &s->opts[i];
 
-		(void)ENGINE(sdp_setsockopt(s->sd, o->level, o->name, o->val, o->len));
+		(void)sdp_setsockopt(s->sd, o->level, o->name, o->val, o->len);
 	}
 }
 
 /* An SDP socket of s's family, non-blocking (the switch waits itself). */
 static int new_engine_socket(struct ops_sock *s)
 {
-	int sd = ENGINE(sdp_socket(s->domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int sd = sdp_socket(s->domain, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (sd < 0)
 		return sd;
@@ -241,7 +237,7 @@ static void drop_engine_socket(struct ops_sock *s)
 		int sd = s->sd;
 
 		s->sd = -1;
-		(void)ENGINE(sdp_close(sd));
+		(void)sdp_close(sd);
 	}
 }
 
@@ -267,7 +263,7 @@ int ops_socket(int domain, int type, int protocol)
 			 (protocol == 0 || protocol == IPPROTO_TCP);
 
 	if (!direct && (!candidate || !policy_may_sdp))
-		return NATIVE_RET(native.socket(domain, type, protocol));
+		return SYS_RET(sys.socket(domain, type, protocol));
 	if (direct) {
 		if (base != SOCK_STREAM)
 			return -ESOCKTNOSUPPORT;
@@ -279,7 +275,7 @@ int ops_socket(int domain, int type, int protocol)
 		protocol = 0;
 	}
 
-	int fd = native.socket(domain, type, protocol);
+	int fd = sys.socket(domain, type, protocol);
 
 	if (fd < 0)
 		return -errno;
@@ -308,7 +304,7 @@ int ops_socket(int domain, int type, int protocol)
 put_sock:
 	ops_sock_put(s);
 close_fd:
-	native.close(fd);
+	sys.close(fd);
 	return r;
 }
 
@@ -348,25 +344,25 @@ static int direct_take_family(int fd, struct ops_sock *s, const struct sockaddr 
 	if (!s->direct || s->domain != AF_INET || s->state != OPS_ST_NEW || !addr ||
 	    len < sizeof(struct sockaddr_in6) || addr->sa_family != AF_INET6)
 		return 0;
-	int fl = native.fcntl(fd, F_GETFL), fdfl = native.fcntl(fd, F_GETFD);
-	int nfd = native.socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fl = sys.fcntl(fd, F_GETFL), fdfl = sys.fcntl(fd, F_GETFD);
+	int nfd = sys.socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (fl < 0 || fdfl < 0 || nfd < 0) {
 		int e = errno;
 
 		if (nfd >= 0)
-			native.close(nfd);
+			sys.close(nfd);
 		return -e;
 	}
 	for (int i = 0; i < s->nopts; i++)
-		(void)native.setsockopt(nfd, s->opts[i].level, s->opts[i].name, s->opts[i].val,
+		(void)sys.setsockopt(nfd, s->opts[i].level, s->opts[i].name, s->opts[i].val,
 					s->opts[i].len);
-	int r = native.dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0 ? -errno : 0;
+	int r = sys.dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0 ? -errno : 0;
 
-	native.close(nfd);
+	sys.close(nfd);
 	if (r < 0)
 		return r;
-	native.fcntl(fd, F_SETFL, fl);
+	sys.fcntl(fd, F_SETFL, fl);
 	drop_engine_socket(s);
 	s->domain = AF_INET6;
 	return new_engine_socket(s);
@@ -378,7 +374,7 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 	int r;
 
 	if (!s)
-		return NATIVE_RET(native.bind(fd, addr, len));
+		return SYS_RET(sys.bind(fd, addr, len));
 	pthread_mutex_lock(&s->lock);
 	r = direct_take_family(fd, s, addr, len);
 	pthread_mutex_unlock(&s->lock);
@@ -389,7 +385,7 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 	/* The kernel socket is bound in every case: it reserves the port
 	 * (a "both" listener needs it, port 0 picks it) and gives Linux's
 	 * errors for the address. */
-	r = NATIVE_RET(native.bind(fd, addr, len));
+	r = SYS_RET(sys.bind(fd, addr, len));
 	pthread_mutex_lock(&s->lock);
 	if (r == 0)
 		s->any_port = addr_port(addr, len) == 0;
@@ -397,8 +393,8 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 		struct sockaddr_storage l;
 		socklen_t ll = sizeof(l);
 
-		if (native.getsockname(fd, (void *)&l, &ll) == 0)
-			r = ENGINE(sdp_bind(s->sd, (void *)&l, ll));
+		if (sys.getsockname(fd, (void *)&l, &ll) == 0)
+			r = sdp_bind(s->sd, (void *)&l, ll);
 	}
 	pthread_mutex_unlock(&s->lock);
 	ops_sock_put(s);
@@ -412,7 +408,7 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 static int bound_addr(int fd, struct ops_sock *s, struct sockaddr_storage *l, socklen_t *ll)
 {
 	*ll = sizeof(*l);
-	if (native.getsockname(fd, (void *)l, ll) < 0)
+	if (sys.getsockname(fd, (void *)l, ll) < 0)
 		return -errno;
 	in_port_t port = l->ss_family == AF_INET6 ? ((struct sockaddr_in6 *)l)->sin6_port
 						  : ((struct sockaddr_in *)l)->sin_port;
@@ -423,12 +419,12 @@ static int bound_addr(int fd, struct ops_sock *s, struct sockaddr_storage *l, so
 
 	memset(&any, 0, sizeof(any));
 	any.ss_family = (sa_family_t)s->domain;
-	if (native.bind(fd, (void *)&any, s->domain == AF_INET6 ? sizeof(struct sockaddr_in6)
+	if (sys.bind(fd, (void *)&any, s->domain == AF_INET6 ? sizeof(struct sockaddr_in6)
 								 : sizeof(struct sockaddr_in)) < 0)
 		return -errno;
 	s->any_port = true;
 	*ll = sizeof(*l);
-	return native.getsockname(fd, (void *)l, ll) < 0 ? -errno : 0;
+	return sys.getsockname(fd, (void *)l, ll) < 0 ? -errno : 0;
 }
 
 static int sdp_listen_on(int fd, struct ops_sock *s, const struct sockaddr_storage *l,
@@ -449,12 +445,12 @@ static int sdp_listen_on(int fd, struct ops_sock *s, const struct sockaddr_stora
 		int v6only = 0;
 		socklen_t vl = sizeof(v6only);
 
-		if (native.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
-			(void)ENGINE(sdp_setsockopt(s->sd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl));
+		if (sys.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
+			(void)sdp_setsockopt(s->sd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl);
 	}
-	r = ENGINE(sdp_bind(s->sd, (const void *)l, ll));
+	r = sdp_bind(s->sd, (const void *)l, ll);
 	if (r == 0 || r == -EINVAL)	/* -EINVAL: bound already (direct) */
-		r = ENGINE(sdp_listen(s->sd, backlog));
+		r = sdp_listen(s->sd, backlog);
 	return r;
 }
 
@@ -475,47 +471,47 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 	int r = sdp_listen_on(fd, s, l, *ll, backlog);
 
 	while (r == -EADDRINUSE && s->any_port && nheld < REBIND_TRIES) {
-		int nfd = native.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int nfd = sys.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 		drop_engine_socket(s);
 		if (nfd < 0)
 			break;
 		held[nheld++] = nfd;
 		for (int i = 0; i < s->nopts; i++)
-			(void)native.setsockopt(nfd, s->opts[i].level, s->opts[i].name,
+			(void)sys.setsockopt(nfd, s->opts[i].level, s->opts[i].name,
 						s->opts[i].val, s->opts[i].len);
 		if (s->domain == AF_INET6) {
 			int v6only = 0;
 			socklen_t vl = sizeof(v6only);
 
-			if (native.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
-				(void)native.setsockopt(nfd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl);
+			if (sys.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
+				(void)sys.setsockopt(nfd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl);
 		}
 		if (l->ss_family == AF_INET6)
 			((struct sockaddr_in6 *)l)->sin6_port = 0;
 		else
 			((struct sockaddr_in *)l)->sin_port = 0;
 		*ll = sizeof(*l);
-		if (native.bind(nfd, (void *)l, l->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+		if (sys.bind(nfd, (void *)l, l->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 									  : sizeof(struct sockaddr_in)) < 0 ||
-		    native.getsockname(nfd, (void *)l, ll) < 0)
+		    sys.getsockname(nfd, (void *)l, ll) < 0)
 			break;
 		r = sdp_listen_on(nfd, s, l, *ll, backlog);
 		if (r == 0) {
 			/* This one: it takes fd's number, flags and all. */
-			int fl = native.fcntl(fd, F_GETFL), fdfl = native.fcntl(fd, F_GETFD);
+			int fl = sys.fcntl(fd, F_GETFL), fdfl = sys.fcntl(fd, F_GETFD);
 
-			if (native.dup3(nfd, fd, fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0) {
+			if (sys.dup3(nfd, fd, fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0) {
 				r = -errno;
 				drop_engine_socket(s);
 				break;
 			}
 			if (fl >= 0)
-				native.fcntl(fd, F_SETFL, fl);
+				sys.fcntl(fd, F_SETFL, fl);
 		}
 	}
 	while (nheld)
-		native.close(held[--nheld]);
+		sys.close(held[--nheld]);
 	return r;
 }
 
@@ -528,7 +524,7 @@ int ops_listen(int fd, int backlog)
 	int r;
 
 	if (!s)
-		return NATIVE_RET(native.listen(fd, backlog));
+		return SYS_RET(sys.listen(fd, backlog));
 	pthread_mutex_lock(&s->lock);
 	if (s->state != OPS_ST_NEW && s->state != OPS_ST_LISTEN) {
 		/* Connected or connecting: Linux says EINVAL. */
@@ -539,9 +535,9 @@ int ops_listen(int fd, int backlog)
 		/* listen() again only changes the backlog. */
 		r = 0;
 		if (s->stack != OPS_STACK_SDP)
-			r = NATIVE_RET(native.listen(fd, backlog));
+			r = SYS_RET(sys.listen(fd, backlog));
 		if (r == 0 && s->sd >= 0)
-			r = ENGINE(sdp_listen(s->sd, backlog));
+			r = sdp_listen(s->sd, backlog);
 		goto out;
 	}
 	r = bound_addr(fd, s, &l, &ll);
@@ -552,7 +548,7 @@ int ops_listen(int fd, int backlog)
 						   (void *)&l, ll);
 
 	if (use == CONF_USE_TCP) {
-		r = NATIVE_RET(native.listen(fd, backlog));
+		r = SYS_RET(sys.listen(fd, backlog));
 		if (r == 0) {
 			ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
 			ops_stats_count(OPS_C_LISTEN_TCP, 1);
@@ -571,7 +567,7 @@ int ops_listen(int fd, int backlog)
 			goto out;
 		}
 		/* The engine listener follows the application's O_NONBLOCK. */
-		(void)ENGINE(sdp_set_nonblock(s->sd, app_nonblock(fd, s)));
+		(void)sdp_set_nonblock(s->sd, app_nonblock(fd, s));
 		ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
 		ops_stats_count(OPS_C_LISTEN_SDP, 1);
 		sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP", fd,
@@ -589,7 +585,7 @@ int ops_listen(int fd, int backlog)
 			sdp_warn(LOGSYS, "fd %d: SDP listener on %s failed (%s): TCP only", fd,
 				 addr_str((void *)&l, buf, sizeof(buf)), strerror(-e));
 		}
-		r = NATIVE_RET(native.listen(fd, backlog));
+		r = SYS_RET(sys.listen(fd, backlog));
 		if (r < 0) {
 			drop_engine_socket(s);
 			goto out;
@@ -600,11 +596,11 @@ int ops_listen(int fd, int backlog)
 		} else {
 			/* Both queues are tried without blocking; the
 			 * application's O_NONBLOCK is emulated. */
-			int fl = native.fcntl(fd, F_GETFL);
+			int fl = sys.fcntl(fd, F_GETFL);
 
 			s->both_nonblock = fl >= 0 && (fl & O_NONBLOCK);
 			if (fl >= 0 && !(fl & O_NONBLOCK))
-				native.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+				sys.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 			ops_set_stack(s, OPS_STACK_BOTH, OPS_FB_NONE);
 			ops_stats_count(OPS_C_LISTEN_BOTH, 1);
 			sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP and TCP", fd,
@@ -644,19 +640,19 @@ static void track_native_accept(int nfd, int domain)
 /* Wrap an accepted SDP connection in a placeholder fd. */
 static int wrap_sdp_accept(int nsd, int domain, int flags)
 {
-	int nfd = native.socket(domain, SOCK_STREAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
+	int nfd = sys.socket(domain, SOCK_STREAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
 	int r;
 
 	if (nfd < 0) {
 		r = -errno;
-		(void)ENGINE(sdp_close(nsd));
+		(void)sdp_close(nsd);
 		return r;
 	}
 	struct ops_sock *n = ops_sock_new(domain);
 
 	if (!n) {
-		native.close(nfd);
-		(void)ENGINE(sdp_close(nsd));
+		sys.close(nfd);
+		(void)sdp_close(nsd);
 		return -ENOMEM;
 	}
 	n->sd = nsd;
@@ -667,18 +663,18 @@ static int wrap_sdp_accept(int nsd, int domain, int flags)
 	r = ops_fd_install(nfd, n);
 	ops_sock_put(n);	/* on failure this closes nsd */
 	if (r < 0) {
-		native.close(nfd);
+		sys.close(nfd);
 		return r;
 	}
 	ops_stats_count(OPS_C_ACCEPT_SDP, 1);
 	sdp_conn_log(LOGSYS, "fd %d: accepted an SDP connection (%s)", nfd,
-		     ENGINE(sdp_transport_name(nsd)) ?: "?");
+		     sdp_transport_name(nsd) ?: "?");
 	return nfd;
 }
 
 static int accept_sdp(int sd, int domain, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	int nsd = ENGINE(sdp_accept(sd, addr, len, (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC));
+	int nsd = sdp_accept(sd, addr, len, (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC);
 
 	if (nsd < 0)
 		return nsd;
@@ -687,7 +683,7 @@ static int accept_sdp(int sd, int domain, struct sockaddr *addr, socklen_t *len,
 
 static int accept_native(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	int nfd = native.accept4(fd, addr, len, flags);
+	int nfd = sys.accept4(fd, addr, len, flags);
 
 	return nfd < 0 ? -errno : nfd;
 }
@@ -697,7 +693,7 @@ static uint64_t rcvtimeo_deadline(int fd)
 	struct timeval tv;
 	socklen_t l = sizeof(tv);
 
-	if (native.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 ||
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 ||
 	    (!tv.tv_sec && !tv.tv_usec))
 		return 0;
 	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
@@ -731,7 +727,7 @@ static int accept_both(int fd, struct ops_sock *s, struct sockaddr *addr, sockle
 
 		if (deadline && ops_now_ns() >= deadline)
 			return -EAGAIN;
-		int r = ENGINE(sdp_ppoll(p, 2, ops_timeout_until(deadline, &ts), NULL));
+		int r = sdp_ppoll(p, 2, ops_timeout_until(deadline, &ts), NULL);
 
 		if (r < 0)
 			return r;
@@ -744,7 +740,7 @@ int ops_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	int r;
 
 	if (!s)
-		return NATIVE_RET(native.accept4(fd, addr, len, flags));
+		return SYS_RET(sys.accept4(fd, addr, len, flags));
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) {
 		r = -EINVAL;
 	} else if (s->inherited) {
@@ -804,7 +800,7 @@ static int fall_back(int fd, struct ops_sock *s, enum ops_fallback why)
 	ops_epoll_restack(s);
 	/* A blocking connect can take minutes: not under the lock. */
 	pthread_mutex_unlock(&s->lock);
-	int r = NATIVE_RET(native.connect(fd, (void *)&s->conn_addr, s->conn_addrlen));
+	int r = SYS_RET(sys.connect(fd, (void *)&s->conn_addr, s->conn_addrlen));
 
 	pthread_mutex_lock(&s->lock);
 
@@ -826,13 +822,13 @@ static void sdp_connected(int fd, struct ops_sock *s)
 
 	s->conn = OPS_CONN_DONE;
 	ops_set_state(s, OPS_ST_ESTABLISHED);
-	(void)ENGINE(sdp_set_nonblock(s->sd, app_nonblock(fd, s)));
+	(void)sdp_set_nonblock(s->sd, app_nonblock(fd, s));
 	ops_stats_count(OPS_C_CONNECT_SDP, 1);
 	ops_peercache_forget((void *)&s->conn_addr, s->conn_addrlen);
 	publish_conn(fd, s);
 	sdp_conn_log(LOGSYS, "fd %d: connected to %s over SDP (%s)", fd,
 		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)),
-		     ENGINE(sdp_transport_name(s->sd)) ?: "?");
+		     sdp_transport_name(s->sd) ?: "?");
 }
 
 /* fd's TCP connection was converted to the SDP connection sd (ops/convert.c):
@@ -843,7 +839,7 @@ void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd)
 	s->conn = OPS_CONN_DONE;
 	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
 	ops_set_state(s, OPS_ST_ESTABLISHED);
-	(void)ENGINE(sdp_set_nonblock(sd, app_nonblock(fd, s)));
+	(void)sdp_set_nonblock(sd, app_nonblock(fd, s));
 	ops_epoll_restack(s);
 	publish_conn(fd, s);
 }
@@ -859,7 +855,7 @@ static int advance_locked(int fd, struct ops_sock *s, int *native_r)
 	*native_r = 1;
 	if (s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY)
 		return 0;
-	int ev = ENGINE(sdp_events(s->sd));
+	int ev = sdp_events(s->sd);
 
 	if (ev < 0)
 		ev = POLLERR;
@@ -867,7 +863,7 @@ static int advance_locked(int fd, struct ops_sock *s, int *native_r)
 		int err = 0;
 		socklen_t l = sizeof(err);
 
-		if (ENGINE(sdp_getsockopt(s->sd, SOL_SOCKET, SO_ERROR, &err, &l)) < 0)
+		if (sdp_getsockopt(s->sd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
 			err = EIO;
 		if (!err && !(ev & POLLOUT))
 			err = ECONNRESET;
@@ -911,9 +907,9 @@ static uint64_t sndtimeo_deadline(int fd, struct ops_sock *s)
 	struct timeval tv;
 	socklen_t l = sizeof(tv);
 
-	if (s->sd >= 0 && ENGINE(sdp_getsockopt(s->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l)) == 0) {
+	if (s->sd >= 0 && sdp_getsockopt(s->sd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0) {
 		/* set on the engine socket by replay_opts */
-	} else if (native.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) < 0) {
+	} else if (sys.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) < 0) {
 		return 0;
 	}
 	if (!tv.tv_sec && !tv.tv_usec)
@@ -944,7 +940,7 @@ static int wait_connect(int fd, struct ops_sock *s)
 			 * it for a second connect(), which for a blocking
 			 * one must say EISCONN. */
 			if (s->stack == OPS_STACK_SDP)
-				(void)ENGINE(sdp_connect(s->sd, (void *)&s->conn_addr, s->conn_addrlen));
+				(void)sdp_connect(s->sd, (void *)&s->conn_addr, s->conn_addrlen);
 			return 0;
 		}
 		uint64_t deadline = ops_connect_deadline(s);
@@ -959,7 +955,7 @@ static int wait_connect(int fd, struct ops_sock *s)
 		struct timespec *tsp = ops_timeout_until(deadline, &ts);
 
 		pthread_mutex_unlock(&s->lock);
-		r = ENGINE(sdp_ppoll(&p, 1, tsp, NULL));
+		r = sdp_ppoll(&p, 1, tsp, NULL);
 		pthread_mutex_lock(&s->lock);
 		if (r == -EINTR)
 			return -EINTR;	/* the connect goes on, as in Linux */
@@ -978,11 +974,11 @@ static int name_source(int fd, struct ops_sock *s)
 	struct sockaddr_storage l;
 	socklen_t ll = sizeof(l);
 
-	if (native.getsockname(fd, (void *)&l, &ll) < 0)
+	if (sys.getsockname(fd, (void *)&l, &ll) < 0)
 		return -errno;
 	if (!addr_port((void *)&l, ll) && !addr_is_specific((void *)&l))
 		return 0;	/* not bound */
-	return ENGINE(sdp_bind_source(s->sd, (void *)&l, ll));
+	return sdp_bind_source(s->sd, (void *)&l, ll);
 }
 
 static bool ip_family(const struct sockaddr *addr, socklen_t len)
@@ -997,7 +993,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	int r;
 
 	if (!s)
-		return NATIVE_RET(native.connect(fd, addr, len));
+		return SYS_RET(sys.connect(fd, addr, len));
 	pthread_mutex_lock(&s->lock);
 	r = direct_take_family(fd, s, addr, len);
 	if (r < 0)
@@ -1018,7 +1014,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	}
 	if (s->stack == OPS_STACK_TCP || s->stack == OPS_STACK_BOTH) {
 		pthread_mutex_unlock(&s->lock);
-		r = NATIVE_RET(native.connect(fd, addr, len));
+		r = SYS_RET(sys.connect(fd, addr, len));
 		pthread_mutex_lock(&s->lock);
 		if ((r == 0 || r == -EISCONN) && s->state == OPS_ST_CONNECTING) {
 			ops_set_state(s, OPS_ST_ESTABLISHED);
@@ -1031,7 +1027,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			r = -s->conn_error;
 			s->conn_error = 0;
 		} else {
-			r = ENGINE(sdp_connect(s->sd, addr, len));
+			r = sdp_connect(s->sd, addr, len);
 		}
 		goto out;
 	}
@@ -1050,7 +1046,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	if (use == CONF_USE_TCP) {
 		ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
 		pthread_mutex_unlock(&s->lock);
-		r = NATIVE_RET(native.connect(fd, addr, len));
+		r = SYS_RET(sys.connect(fd, addr, len));
 		pthread_mutex_lock(&s->lock);
 		if (r == 0 || r == -EINPROGRESS) {
 			ops_set_state(s, r ? OPS_ST_CONNECTING : OPS_ST_ESTABLISHED);
@@ -1061,7 +1057,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		goto out;
 	}
 	if (!ip_family(addr, len) || len > sizeof(s->conn_addr)) {
-		r = ENGINE(sdp_connect(s->sd, addr, len));	/* the engine's EINVAL/EAFNOSUPPORT */
+		r = sdp_connect(s->sd, addr, len);	/* the engine's EINVAL/EAFNOSUPPORT */
 		goto out;
 	}
 	memcpy(&s->conn_addr, addr, len);
@@ -1097,7 +1093,7 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	ops_set_state(s, OPS_ST_CONNECTING);
 	/* The engine socket is non-blocking: an attempt that starts says
 	 * EINPROGRESS, even if the transport finished it at once. */
-	r = ENGINE(sdp_connect(s->sd, addr, len));
+	r = sdp_connect(s->sd, addr, len);
 	if (r != -EINPROGRESS) {
 		if (both) {
 			r = fall_back(fd, s, fallback_reason(-r));

@@ -31,11 +31,14 @@
 
 #include "fdspace.h"
 #include "internal.h"
-#include "native.h"
+#include "sys.h"
 #include "ops.h"
 #include "sdp.h"
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* The preload is here (common/sys.c): its value says which libsdp. */
+EXPORT const char libsdp_preload[] = PACKAGE_STRING;
 
 /* sys/socket.h passes addresses as transparent unions under _GNU_SOURCE. */
 #if defined(__USE_GNU) && !defined(__cplusplus)
@@ -57,8 +60,8 @@ int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 /* libc, directly: nothing of the switch's is involved. */
 static inline bool bypass(void)
 {
-	if (__builtin_expect(!native.close, 0))
-		native_resolve();
+	if (__builtin_expect(!sys.close, 0))
+		sys_resolve();
 	return sdp_internal != 0;
 }
 
@@ -93,7 +96,7 @@ static int own_pair(int r, int fds[2])
 	int a = fdspace_take(fds[0]);
 
 	if (a < 0) {
-		native.close(fds[1]);
+		sys.close(fds[1]);
 		return (int)ret(a);
 	}
 	int b = fdspace_take(fds[1]);
@@ -114,7 +117,7 @@ EXPORT int socket(int domain, int type, int protocol)
 	/* libsdp's own sockets (a transport's) never leak into an exec'd
 	 * program, even when the library that makes them forgets. */
 	if (bypass())
-		return own(native.socket(domain, type | SOCK_CLOEXEC, protocol));
+		return own(sys.socket(domain, type | SOCK_CLOEXEC, protocol));
 	ops_init();
 	return (int)ret(ops_socket(domain, type, protocol));
 }
@@ -123,46 +126,46 @@ EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 {
 	/* Never SDP: a pair is local by definition. */
 	if (bypass())
-		return own_pair(native.socketpair(domain, type | SOCK_CLOEXEC, protocol, sv), sv);
-	return native.socketpair(domain, type, protocol, sv);
+		return own_pair(sys.socketpair(domain, type | SOCK_CLOEXEC, protocol, sv), sv);
+	return sys.socketpair(domain, type, protocol, sv);
 }
 
 EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 {
 	if (fd_bypass(fd))
-		return native.bind(fd, SA(addr), len);
+		return sys.bind(fd, SA(addr), len);
 	return (int)ret(ops_bind(fd, SA(addr), len));
 }
 
 EXPORT int listen(int fd, int backlog)
 {
 	if (fd_bypass(fd))
-		return native.listen(fd, backlog);
+		return sys.listen(fd, backlog);
 	return (int)ret(ops_listen(fd, backlog));
 }
 
 EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
 	if (bypass())
-		return own(native.accept4(fd, SA(addr), len, SOCK_CLOEXEC));
+		return own(sys.accept4(fd, SA(addr), len, SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
-		return native.accept(fd, SA(addr), len);
+		return sys.accept(fd, SA(addr), len);
 	return (int)ret(ops_accept4(fd, SA(addr), len, 0));
 }
 
 EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 {
 	if (bypass())
-		return own(native.accept4(fd, SA(addr), len, flags | SOCK_CLOEXEC));
+		return own(sys.accept4(fd, SA(addr), len, flags | SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
-		return native.accept4(fd, SA(addr), len, flags);
+		return sys.accept4(fd, SA(addr), len, flags);
 	return (int)ret(ops_accept4(fd, SA(addr), len, flags));
 }
 
 EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 {
 	if (fd_bypass(fd))
-		return native.connect(fd, SA(addr), len);
+		return sys.connect(fd, SA(addr), len);
 	return (int)ret(ops_connect(fd, SA(addr), len));
 }
 
@@ -205,40 +208,40 @@ static bool option_refused(int r)
 EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
 	if (bypass())
-		return native.getsockname(fd, SA(addr), len);
+		return sys.getsockname(fd, SA(addr), len);
 	if (!ops_fd_is_ours(fd)) {
 		socklen_t asked = len ? *len : 0;
-		int r = native.getsockname(fd, SA(addr), len);
+		int r = sys.getsockname(fd, SA(addr), len);
 
 		if (!unix_name(r, SA(addr), len) || !relay_adopted(fd))
 			return r;
 		*len = asked;	/* asked again, of the relayed socket */
 	}
-	PASS_OR(ops_getsockname(fd, SA(addr), len), native.getsockname(fd, SA(addr), len));
+	PASS_OR(ops_getsockname(fd, SA(addr), len), sys.getsockname(fd, SA(addr), len));
 }
 
 EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
 	if (bypass())
-		return native.getpeername(fd, SA(addr), len);
+		return sys.getpeername(fd, SA(addr), len);
 	if (!ops_fd_is_ours(fd)) {
 		socklen_t asked = len ? *len : 0;
-		int r = native.getpeername(fd, SA(addr), len);
+		int r = sys.getpeername(fd, SA(addr), len);
 
 		if (!unix_name(r, SA(addr), len) || !relay_adopted(fd))
 			return r;
 		*len = asked;	/* asked again, of the relayed socket */
 	}
-	PASS_OR(ops_getpeername(fd, SA(addr), len), native.getpeername(fd, SA(addr), len));
+	PASS_OR(ops_getpeername(fd, SA(addr), len), sys.getpeername(fd, SA(addr), len));
 }
 
 EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	if (bypass())
-		return native.getsockopt(fd, level, name, val, len);
+		return sys.getsockopt(fd, level, name, val, len);
 	if (!ops_fd_is_ours(fd)) {
 		socklen_t asked = len ? *len : 0;
-		int r = native.getsockopt(fd, level, name, val, len);
+		int r = sys.getsockopt(fd, level, name, val, len);
 		/* A Unix socket's own answers to what programs ask a TCP one. */
 		bool unix_answer = r == 0 && level == SOL_SOCKET && val && len && *len >= sizeof(int) &&
 				   ((name == SO_DOMAIN && *(int *)val == AF_UNIX) ||
@@ -250,7 +253,7 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			*len = asked;
 	}
 	PASS_OR(ops_getsockopt(fd, level, name, val, len),
-		native.getsockopt(fd, level, name, val, len));
+		sys.getsockopt(fd, level, name, val, len));
 }
 
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
@@ -260,22 +263,22 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 	    (name == SDP_CONVERT_CONNECT || name == SDP_CONVERT_ACCEPT))
 		return (int)ret(ops_convert(fd, name, val, len));
 	if (bypass())
-		return native.setsockopt(fd, level, name, val, len);
+		return sys.setsockopt(fd, level, name, val, len);
 	if (!ops_fd_is_ours(fd)) {
-		int r = native.setsockopt(fd, level, name, val, len);
+		int r = sys.setsockopt(fd, level, name, val, len);
 
 		if (!option_refused(r) || !relay_adopted(fd))
 			return r;
 	}
 	PASS_OR(ops_setsockopt(fd, level, name, val, len),
-		native.setsockopt(fd, level, name, val, len));
+		sys.setsockopt(fd, level, name, val, len));
 }
 
 EXPORT int shutdown(int fd, int how)
 {
 	if (fd_bypass(fd))
-		return native.shutdown(fd, how);
-	PASS_OR(ops_shutdown(fd, how), native.shutdown(fd, how));
+		return sys.shutdown(fd, how);
+	PASS_OR(ops_shutdown(fd, how), sys.shutdown(fd, how));
 }
 
 /* --- fds ------------------------------------------------------------------------------ */
@@ -286,16 +289,16 @@ EXPORT int close(int fd)
 	 * application that closes numbers it never opened. */
 	fdspace_forget(fd);
 	if (bypass() || (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(fd)))
-		return native.close(fd);
+		return sys.close(fd);
 	return (int)ret(ops_close(fd));
 }
 
 EXPORT int dup(int fd)
 {
 	if (bypass())
-		return own(native.dup(fd));
+		return own(sys.dup(fd));
 	if (!ops_fd_is_ours(fd))
-		return native.dup(fd);
+		return sys.dup(fd);
 	return (int)ret(ops_dup(fd, -1, false));
 }
 
@@ -308,7 +311,7 @@ EXPORT int dup2(int oldfd, int newfd)
 		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
 			 !ops_fd_is_emulated_epoll(newfd)))
-		return native.dup2(oldfd, newfd);
+		return sys.dup2(oldfd, newfd);
 	return (int)ret(ops_dup3(oldfd, newfd, -1));
 }
 
@@ -318,7 +321,7 @@ EXPORT int dup3(int oldfd, int newfd, int flags)
 		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
 			 !ops_fd_is_emulated_epoll(newfd)))
-		return native.dup3(oldfd, newfd, flags);
+		return sys.dup3(oldfd, newfd, flags);
 	return (int)ret(ops_dup3(oldfd, newfd, flags));
 }
 
@@ -343,9 +346,9 @@ EXPORT int fcntl(int fd, int cmd, ...)
 	long arg = va_arg(ap, long);
 
 	va_end(ap);
-	if (!native.fcntl)
-		native_resolve();
-	return fcntl_common(native.fcntl, fd, cmd, arg);
+	if (!sys.fcntl)
+		sys_resolve();
+	return fcntl_common(sys.fcntl, fd, cmd, arg);
 }
 
 EXPORT int fcntl64(int fd, int cmd, ...)
@@ -356,9 +359,9 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 	long arg = va_arg(ap, long);
 
 	va_end(ap);
-	if (!native.fcntl64)
-		native_resolve();
-	return fcntl_common(native.fcntl64, fd, cmd, arg);
+	if (!sys.fcntl64)
+		sys_resolve();
+	return fcntl_common(sys.fcntl64, fd, cmd, arg);
 }
 
 EXPORT int ioctl(int fd, unsigned long req, ...)
@@ -370,8 +373,8 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 
 	va_end(ap);
 	if (fd_bypass(fd))
-		return native.ioctl(fd, req, arg);
-	PASS_OR(ops_ioctl(fd, req, arg), native.ioctl(fd, req, arg));
+		return sys.ioctl(fd, req, arg);
+	PASS_OR(ops_ioctl(fd, req, arg), sys.ioctl(fd, req, arg));
 }
 
 /* closefrom(3) in a daemon, close_range() before exec: the application's
@@ -379,7 +382,7 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
 	if (bypass())
-		return native.close_range(first, last, flags);
+		return sys.close_range(first, last, flags);
 	return (int)ret(ops_close_range(first, last, flags));
 }
 
@@ -388,7 +391,7 @@ EXPORT void closefrom(int lowfd)
 	if (!bypass() && ops_close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0) == 0)
 		return;
 	/* libc's, which ends the process if it cannot close everything. */
-	native.closefrom(lowfd);
+	sys.closefrom(lowfd);
 }
 
 /* Descriptors only libsdp's libraries keep: made for libsdp, they go to
@@ -396,36 +399,36 @@ EXPORT void closefrom(int lowfd)
 EXPORT int epoll_create(int size)
 {
 	if (bypass())
-		return own(native.epoll_create(size));
-	return native.epoll_create(size);
+		return own(sys.epoll_create(size));
+	return sys.epoll_create(size);
 }
 
 EXPORT int epoll_create1(int flags)
 {
 	if (bypass())
-		return own(native.epoll_create1(flags | EPOLL_CLOEXEC));
-	return native.epoll_create1(flags);
+		return own(sys.epoll_create1(flags | EPOLL_CLOEXEC));
+	return sys.epoll_create1(flags);
 }
 
 EXPORT int eventfd(unsigned int count, int flags)
 {
 	if (bypass())
-		return own(native.eventfd(count, flags | EFD_CLOEXEC));
-	return native.eventfd(count, flags);
+		return own(sys.eventfd(count, flags | EFD_CLOEXEC));
+	return sys.eventfd(count, flags);
 }
 
 EXPORT int pipe(int fds[2])
 {
 	if (bypass())
-		return own_pair(native.pipe2(fds, O_CLOEXEC), fds);
-	return native.pipe(fds);
+		return own_pair(sys.pipe2(fds, O_CLOEXEC), fds);
+	return sys.pipe(fds);
 }
 
 EXPORT int pipe2(int fds[2], int flags)
 {
 	if (bypass())
-		return own_pair(native.pipe2(fds, flags | O_CLOEXEC), fds);
-	return native.pipe2(fds, flags);
+		return own_pair(sys.pipe2(fds, flags | O_CLOEXEC), fds);
+	return sys.pipe2(fds, flags);
 }
 
 /*
@@ -451,11 +454,11 @@ static mode_t open_mode(int flags, va_list ap)
 		va_start(ap, flags);                                                 \
 		mode_t mode = open_mode(flags, ap);                                  \
 		va_end(ap);                                                          \
-		if (!native.name)                                                    \
-			native_resolve();                                            \
+		if (!sys.name)                                                    \
+			sys_resolve();                                            \
 		if (sdp_internal && own_path(path))                                  \
-			return own(native.name(__VA_ARGS__, flags | O_CLOEXEC, mode)); \
-		return native.name(__VA_ARGS__, flags, mode);                        \
+			return own(sys.name(__VA_ARGS__, flags | O_CLOEXEC, mode)); \
+		return sys.name(__VA_ARGS__, flags, mode);                        \
 	} while (0)
 
 EXPORT int open(const char *path, int flags, ...)
@@ -485,8 +488,8 @@ EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
 	if (fd_bypass(fd))
-		return native.read(fd, buf, len);
-	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, 0), native.read(fd, buf, len));
+		return sys.read(fd, buf, len);
+	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, 0), sys.read(fd, buf, len));
 }
 
 EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
@@ -499,53 +502,53 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
 	if (fd_bypass(fd))
-		return native.readv(fd, iov, iovcnt);
-	PASS_OR(ops_recvv(fd, iov, iovcnt, 0), native.readv(fd, iov, iovcnt));
+		return sys.readv(fd, iov, iovcnt);
+	PASS_OR(ops_recvv(fd, iov, iovcnt, 0), sys.readv(fd, iov, iovcnt));
 }
 
 EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
 	if (fd_bypass(fd))
-		return native.write(fd, buf, len);
-	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, 0), native.write(fd, buf, len));
+		return sys.write(fd, buf, len);
+	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, 0), sys.write(fd, buf, len));
 }
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
 	if (fd_bypass(fd))
-		return native.writev(fd, iov, iovcnt);
-	PASS_OR(ops_sendv(fd, iov, iovcnt, 0), native.writev(fd, iov, iovcnt));
+		return sys.writev(fd, iov, iovcnt);
+	PASS_OR(ops_sendv(fd, iov, iovcnt, 0), sys.writev(fd, iov, iovcnt));
 }
 
 EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
 	if (fd_bypass(fd))
-		return native.send(fd, buf, len, flags);
-	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, flags), native.send(fd, buf, len, flags));
+		return sys.send(fd, buf, len, flags);
+	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, flags), sys.send(fd, buf, len, flags));
 }
 
 EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, __CONST_SOCKADDR_ARG addr,
 		      socklen_t alen)
 {
 	if (fd_bypass(fd))
-		return native.sendto(fd, buf, len, flags, SA(addr), alen);
+		return sys.sendto(fd, buf, len, flags, SA(addr), alen);
 	/* A connected stream socket ignores the address, as Linux TCP does. */
 	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, flags),
-		native.sendto(fd, buf, len, flags, SA(addr), alen));
+		sys.sendto(fd, buf, len, flags, SA(addr), alen));
 }
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	if (fd_bypass(fd))
-		return native.sendmsg(fd, msg, flags);
-	PASS_OR(ops_sendmsg(fd, msg, flags), native.sendmsg(fd, msg, flags));
+		return sys.sendmsg(fd, msg, flags);
+	PASS_OR(ops_sendmsg(fd, msg, flags), sys.sendmsg(fd, msg, flags));
 }
 
 EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	if (fd_bypass(fd))
-		return native.recv(fd, buf, len, flags);
-	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, flags), native.recv(fd, buf, len, flags));
+		return sys.recv(fd, buf, len, flags);
+	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, flags), sys.recv(fd, buf, len, flags));
 }
 
 EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
@@ -559,11 +562,11 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKADDR_ARG
 			socklen_t *alen)
 {
 	if (fd_bypass(fd))
-		return native.recvfrom(fd, buf, len, flags, SA(addr), alen);
+		return sys.recvfrom(fd, buf, len, flags, SA(addr), alen);
 	long r = ops_recvv(fd, IOV1(buf, len), 1, flags);
 
 	if (r == OPS_PASS)
-		return native.recvfrom(fd, buf, len, flags, SA(addr), alen);
+		return sys.recvfrom(fd, buf, len, flags, SA(addr), alen);
 	if (r >= 0 && SA(addr) && alen)
 		*alen = 0;	/* TCP gives no source address */
 	return ret(r);
@@ -580,21 +583,21 @@ EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int 
 EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	if (fd_bypass(fd))
-		return native.recvmsg(fd, msg, flags);
-	PASS_OR(ops_recvmsg(fd, msg, flags), native.recvmsg(fd, msg, flags));
+		return sys.recvmsg(fd, msg, flags);
+	PASS_OR(ops_recvmsg(fd, msg, flags), sys.recvmsg(fd, msg, flags));
 }
 
 EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
 	if (fd_bypass(fd))
-		return native.sendmmsg(fd, vec, vlen, flags);
+		return sys.sendmmsg(fd, vec, vlen, flags);
 	unsigned int i;
 
 	for (i = 0; i < vlen; i++) {
 		long r = ops_sendmsg(fd, &vec[i].msg_hdr, flags);
 
 		if (r == OPS_PASS)
-			return native.sendmmsg(fd, vec, vlen, flags);
+			return sys.sendmmsg(fd, vec, vlen, flags);
 		if (r < 0) {
 			if (i)
 				break;
@@ -609,7 +612,7 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 		    struct timespec *timeout)
 {
 	if (fd_bypass(fd))
-		return native.recvmmsg(fd, vec, vlen, flags, timeout);
+		return sys.recvmmsg(fd, vec, vlen, flags, timeout);
 	unsigned int i;
 
 	for (i = 0; i < vlen; i++) {
@@ -618,7 +621,7 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 		long r = ops_recvmsg(fd, &vec[i].msg_hdr, f);
 
 		if (r == OPS_PASS)
-			return native.recvmmsg(fd, vec, vlen, flags, timeout);
+			return sys.recvmmsg(fd, vec, vlen, flags, timeout);
 		if (r <= 0) {
 			if (i)
 				break;
@@ -636,27 +639,27 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
 	if (bypass() || (!ops_fd_is_ours(out_fd) && !ops_fd_is_ours(in_fd)))
-		return native.sendfile(out_fd, in_fd, offset, count);
+		return sys.sendfile(out_fd, in_fd, offset, count);
 	PASS_OR(ops_sendfile(out_fd, in_fd, offset, count),
-		native.sendfile(out_fd, in_fd, offset, count));
+		sys.sendfile(out_fd, in_fd, offset, count));
 }
 
 EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
 {
 	if (bypass() || (!ops_fd_is_ours(out_fd) && !ops_fd_is_ours(in_fd)))
-		return native.sendfile64(out_fd, in_fd, offset, count);
+		return sys.sendfile64(out_fd, in_fd, offset, count);
 	_Static_assert(sizeof(off_t) == sizeof(off64_t), "64-bit off_t");
 	PASS_OR(ops_sendfile(out_fd, in_fd, (off_t *)offset, count),
-		native.sendfile64(out_fd, in_fd, offset, count));
+		sys.sendfile64(out_fd, in_fd, offset, count));
 }
 
 EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
 		      unsigned int flags)
 {
 	if (bypass() || (!ops_fd_is_ours(fd_in) && !ops_fd_is_ours(fd_out)))
-		return native.splice(fd_in, off_in, fd_out, off_out, len, flags);
+		return sys.splice(fd_in, off_in, fd_out, off_out, len, flags);
 	PASS_OR(ops_splice(fd_in, off_in, fd_out, off_out, len, flags),
-		native.splice(fd_in, off_in, fd_out, off_out, len, flags));
+		sys.splice(fd_in, off_in, fd_out, off_out, len, flags));
 }
 
 /* --- waiting ---------------------------------------------------------------------------- */
@@ -664,11 +667,11 @@ EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, si
 EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	if (bypass())
-		return native.poll(fds, nfds, timeout);
+		return sys.poll(fds, nfds, timeout);
 	struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000L };
 
 	PASS_OR(ops_ppoll(fds, nfds, timeout < 0 ? NULL : &ts, NULL),
-		native.poll(fds, nfds, timeout));
+		sys.poll(fds, nfds, timeout));
 }
 
 EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
@@ -682,8 +685,8 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout
 		 const sigset_t *sigmask)
 {
 	if (bypass())
-		return native.ppoll(fds, nfds, timeout, sigmask);
-	PASS_OR(ops_ppoll(fds, nfds, timeout, sigmask), native.ppoll(fds, nfds, timeout, sigmask));
+		return sys.ppoll(fds, nfds, timeout, sigmask);
+	PASS_OR(ops_ppoll(fds, nfds, timeout, sigmask), sys.ppoll(fds, nfds, timeout, sigmask));
 }
 
 EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
@@ -697,9 +700,9 @@ EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *t
 EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
 {
 	if (bypass())
-		return native.select(nfds, rd, wr, ex, tv);
+		return sys.select(nfds, rd, wr, ex, tv);
 	if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))
-		return native.select(nfds, rd, wr, ex, tv);	/* libc's EINVAL */
+		return sys.select(nfds, rd, wr, ex, tv);	/* libc's EINVAL */
 	struct timespec ts, *tsp = NULL;
 
 	if (tv) {
@@ -710,7 +713,7 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 	long r = ops_pselect(nfds, rd, wr, ex, tsp, NULL);
 
 	if (r == OPS_PASS)
-		return native.select(nfds, rd, wr, ex, tv);
+		return sys.select(nfds, rd, wr, ex, tv);
 	if (tv) {
 		tv->tv_sec = ts.tv_sec;
 		tv->tv_usec = ts.tv_nsec / 1000;
@@ -722,7 +725,7 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 		   const sigset_t *sigmask)
 {
 	if (bypass())
-		return native.pselect(nfds, rd, wr, ex, timeout, sigmask);
+		return sys.pselect(nfds, rd, wr, ex, timeout, sigmask);
 	struct timespec ts, *tsp = NULL;
 
 	if (timeout) {
@@ -730,29 +733,29 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 		tsp = &ts;
 	}
 	PASS_OR(ops_pselect(nfds, rd, wr, ex, tsp, sigmask),
-		native.pselect(nfds, rd, wr, ex, timeout, sigmask));
+		sys.pselect(nfds, rd, wr, ex, timeout, sigmask));
 }
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	if (bypass() || (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(epfd)))
-		return native.epoll_ctl(epfd, op, fd, ev);
-	PASS_OR(ops_epoll_ctl(epfd, op, fd, ev), native.epoll_ctl(epfd, op, fd, ev));
+		return sys.epoll_ctl(epfd, op, fd, ev);
+	PASS_OR(ops_epoll_ctl(epfd, op, fd, ev), sys.epoll_ctl(epfd, op, fd, ev));
 }
 
 EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	if (bypass() || !ops_fd_is_emulated_epoll(epfd))
-		return native.epoll_wait(epfd, events, maxevents, timeout);
+		return sys.epoll_wait(epfd, events, maxevents, timeout);
 	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, NULL),
-		native.epoll_wait(epfd, events, maxevents, timeout));
+		sys.epoll_wait(epfd, events, maxevents, timeout));
 }
 
 EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 		       const sigset_t *sigmask)
 {
 	if (bypass() || !ops_fd_is_emulated_epoll(epfd))
-		return native.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+		return sys.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, sigmask),
-		native.epoll_pwait(epfd, events, maxevents, timeout, sigmask));
+		sys.epoll_pwait(epfd, events, maxevents, timeout, sigmask));
 }

@@ -49,6 +49,7 @@
 #include "convert.h"
 #include "log.h"
 #include "sdp.h"
+#include "sys.h"
 
 #define LOGSYS "convert"
 
@@ -77,8 +78,8 @@ static int sock_addr(int fd, bool peer, struct sockaddr_storage *ss, socklen_t *
 {
 	*len = sizeof(*ss);
 	memset(ss, 0, sizeof(*ss));
-	if (peer ? getpeername(fd, (struct sockaddr *)ss, len)
-		 : getsockname(fd, (struct sockaddr *)ss, len))
+	if (peer ? sys.getpeername(fd, (struct sockaddr *)ss, len)
+		 : sys.getsockname(fd, (struct sockaddr *)ss, len))
 		return -errno;
 	unmap_v4(ss, len);
 	return 0;
@@ -123,7 +124,7 @@ static void keep_options(int fd, int sd)
 		} v;
 		socklen_t len = opts[i].len;
 
-		if (getsockopt(fd, opts[i].level, opts[i].name, &v, &len) == 0) {
+		if (sys.getsockopt(fd, opts[i].level, opts[i].name, &v, &len) == 0) {
 			int r = sdp_setsockopt(sd, opts[i].level, opts[i].name, &v, len);
 
 			if (r)
@@ -131,7 +132,7 @@ static void keep_options(int fd, int sd)
 					 opts[i].name, strerror(-r));
 		}
 	}
-	int fl = fcntl(fd, F_GETFL);
+	int fl = sys.fcntl(fd, F_GETFL);
 
 	if (fl >= 0 && (fl & O_NONBLOCK))
 		(void)sdp_set_nonblock(sd, 1);
@@ -221,8 +222,8 @@ static int conclude(int fd, int sd, int ret)
 		return ret;
 	}
 	keep_options(fd, sd);
-	(void)shutdown(fd, SHUT_RDWR);
-	close(fd);
+	(void)sys.shutdown(fd, SHUT_RDWR);
+	sys.close(fd);
 	sdp_conn_log(LOGSYS, "fd %d converted: sd %d, over %s", fd, sd, sdp_transport_name(sd));
 	return sd;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "convert.h"
+#include "sys.h"
 
 /* --- frames ----------------------------------------------------------------------- */
 
@@ -175,7 +176,7 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns)
 				return 0;
 			ms = (int)((deadline_ns - now + 999999) / 1000000);
 		}
-		int r = poll(&pf, 1, ms);
+		int r = sys.poll(&pf, 1, ms);
 
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -200,14 +201,14 @@ static int wait_more(int fd, size_t have, uint64_t deadline_ns)
 	int old, want = (int)have + 1;
 	socklen_t l = sizeof(old);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, &l))
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, &l))
 		return -errno;
-	if (old != want && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)))
+	if (old != want && sys.setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)))
 		return -errno;
 	int r = wait_fd(fd, POLLIN | POLLRDHUP, deadline_ns);
 
 	if (old != want)
-		(void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, sizeof(old));
+		(void)sys.setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &old, sizeof(old));
 	return r;
 }
 
@@ -216,7 +217,7 @@ int conv_send_bytes(int fd, const void *buf, size_t len, uint64_t deadline_ns)
 	size_t off = 0;
 
 	while (off < len) {
-		ssize_t n = send(fd, (const uint8_t *)buf + off, len - off,
+		ssize_t n = sys.send(fd, (const uint8_t *)buf + off, len - off,
 				 MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (n > 0) {
@@ -251,7 +252,7 @@ int conv_recv(int fd, struct conv_frame *f, uint64_t deadline_ns)
 	for (;;) {
 		/* All there is, up to the largest frame: what follows a frame
 		 * is only looked at, and a frame is whole or not at once. */
-		ssize_t n = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+		ssize_t n = sys.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -283,7 +284,7 @@ int conv_recv(int fd, struct conv_frame *f, uint64_t deadline_ns)
 	size_t got = 0;
 
 	while (got < want) {
-		ssize_t n = recv(fd, buf + got, want - got, MSG_DONTWAIT);
+		ssize_t n = sys.recv(fd, buf + got, want - got, MSG_DONTWAIT);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -301,14 +302,14 @@ int conv_check_socket(int fd)
 	struct sockaddr_storage peer;
 	socklen_t pl = sizeof(peer);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l))
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l))
 		return -errno;
 	l = sizeof(proto);
-	if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l))
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l))
 		return -errno;
 	if (type != SOCK_STREAM || proto != IPPROTO_TCP)
 		return -EOPNOTSUPP;
-	if (getpeername(fd, (struct sockaddr *)&peer, &pl))
+	if (sys.getpeername(fd, (struct sockaddr *)&peer, &pl))
 		return -errno;
 	if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6)
 		return -EOPNOTSUPP;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "sys.h"
 
 int sock_events_locked(struct sdp_sock *s)
 {
@@ -61,7 +62,7 @@ void sock_changed(struct sdp_sock *s, bool edge)
 			atomic_fetch_add(w->changes, 1);
 		if (w->edges && edge)
 			atomic_fetch_add(w->edges, 1);
-		if (write(w->fd, &one, sizeof(one)) < 0) {
+		if (sys.write(w->fd, &one, sizeof(one)) < 0) {
 			/* Counter saturated: the waiter wakes anyway. */
 		}
 	}
@@ -70,10 +71,10 @@ void sock_changed(struct sdp_sock *s, bool edge)
 	bool ready = sock_events_locked(s) & (s->interest | POLLHUP | POLLERR);
 
 	if (ready && (!s->fd_level || edge)) {
-		if (write(s->sd, &one, sizeof(one)) == sizeof(one))
+		if (sys.write(s->sd, &one, sizeof(one)) == sizeof(one))
 			s->fd_level = true;
 	} else if (!ready && s->fd_level) {
-		if (read(s->sd, &v, sizeof(v)) < 0) {
+		if (sys.read(s->sd, &v, sizeof(v)) < 0) {
 			/* Already drained. */
 		}
 		s->fd_level = false;
@@ -171,7 +172,7 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		if (ev) {
 			uint64_t one = 1;
 
-			if (write(wfd, &one, sizeof(one)) < 0) {
+			if (sys.write(wfd, &one, sizeof(one)) < 0) {
 				/* already signalled */
 			}
 		}
@@ -264,13 +265,13 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 			}
 			uint64_t v;
 
-			if (read(wfd, &v, sizeof(v)) < 0) {
+			if (sys.read(wfd, &v, sizeof(v)) < 0) {
 				/* nothing stale */
 			}
 			waiters_add(socks, w, fds, nfds, wfd);
 			kfds[n++] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 		}
-		r = ppoll(kfds, n, tsp, sigmask);
+		r = sys.ppoll(kfds, n, tsp, sigmask);
 		int err = errno;
 
 		if (wfd >= 0)

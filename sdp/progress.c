@@ -28,8 +28,8 @@
 
 #include "engine.h"
 #include "fdspace.h"
-#include "internal.h"
 #include "log.h"
+#include "sys.h"
 #include "tunables.h"
 
 #define LOGSYS "progress"
@@ -80,7 +80,7 @@ static void prog_kick(void)
 {
 	uint64_t one = 1;
 
-	if (prog_wakefd >= 0 && write(prog_wakefd, &one, sizeof(one)) < 0) {
+	if (prog_wakefd >= 0 && sys.write(prog_wakefd, &one, sizeof(one)) < 0) {
 		/* The counter is already non-zero: the thread will wake. */
 	}
 }
@@ -114,7 +114,7 @@ static void prog_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
 
 		for (struct sdp_waiter *w = owner->waiters; w; w = w->next)
 			if (w->ep_events && (need & ~w->ep_events) &&
-			    write(w->fd, &one, sizeof(one)) < 0) {
+			    sys.write(w->fd, &one, sizeof(one)) < 0) {
 				/* Counter saturated: it wakes anyway. */
 			}
 		return;
@@ -125,7 +125,7 @@ static void prog_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
 	struct epoll_event ev = { .events = want, .data.ptr = owner };
 
 	pthread_mutex_lock(&prog_lock);
-	if (prog_epfd >= 0 && epoll_ctl(prog_epfd, EPOLL_CTL_MOD, c->ep_fd, &ev) == 0)
+	if (prog_epfd >= 0 && sys.epoll_ctl(prog_epfd, EPOLL_CTL_MOD, c->ep_fd, &ev) == 0)
 		c->prog_events = want;
 	pthread_mutex_unlock(&prog_lock);
 }
@@ -277,14 +277,13 @@ static void *prog_main(void *arg)
 	int epfd = (int)(intptr_t)arg;
 
 	on_progress_thread = true;
-	sdp_internal_enter();	/* for life: see internal.h */
 
 	for (;;) {
 		pthread_mutex_lock(&prog_lock);
 		int timeout = prog_fast ? SDP_HOLD_TICK_MS : prog_watch ? SDP_TICK_MS : -1;
 		pthread_mutex_unlock(&prog_lock);
 
-		int n = epoll_wait(epfd, ev, 64, timeout);
+		int n = sys.epoll_wait(epfd, ev, 64, timeout);
 
 		if (n < 0 && errno != EINTR) {
 			sdp_err(LOGSYS, "epoll_wait failed: %s; progress thread stops", strerror(errno));
@@ -294,7 +293,7 @@ static void *prog_main(void *arg)
 			if (!ev[i].data.ptr) {
 				uint64_t v;
 
-				if (read(prog_wakefd, &v, sizeof(v)) < 0) {
+				if (sys.read(prog_wakefd, &v, sizeof(v)) < 0) {
 					/* Raced with another reader: nothing to do. */
 				}
 				continue;
@@ -318,11 +317,11 @@ static int prog_start_locked(void)
 
 	if (prog_running && prog_pid == getpid())
 		return 0;
-	int epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
+	int epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
 
 	if (epfd < 0)
 		return epfd;
-	int wakefd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	int wakefd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 
 	if (wakefd < 0) {
 		fdspace_close(epfd);
@@ -332,7 +331,7 @@ static int prog_start_locked(void)
 	prog_wakefd = wakefd;
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
-	epoll_ctl(prog_epfd, EPOLL_CTL_ADD, prog_wakefd, &ev);
+	sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, prog_wakefd, &ev);
 
 	/* The thread must never take the application's signals. */
 	sigfillset(&all);
@@ -359,7 +358,7 @@ int progress_add(struct sdp_sock *s, int fd)
 
 	pthread_mutex_lock(&prog_lock);
 	ret = prog_start_locked();
-	if (!ret && epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+	if (!ret && sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
 		ret = -errno;
 	if (!ret)
 		atomic_fetch_add(&s->ref, 1);	/* put in prog_release() */
@@ -375,7 +374,7 @@ int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c)
 
 	pthread_mutex_lock(&prog_lock);
 	ret = prog_start_locked();
-	if (!ret && epoll_ctl(prog_epfd, EPOLL_CTL_ADD, c->ep_fd, &ev) < 0)
+	if (!ret && sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, c->ep_fd, &ev) < 0)
 		ret = -errno;
 	if (!ret) {
 		c->prog_events = events;
@@ -389,7 +388,7 @@ void progress_del(struct sdp_sock *s, int fd)
 {
 	pthread_mutex_lock(&prog_lock);
 	if (prog_epfd >= 0)
-		epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
 	/* The thread may hold s from its current batch: drop the reference
 	 * only after that batch. */
 	prog_push(&prog_releases, s);
@@ -482,7 +481,7 @@ int sdp_thread_waker(void)
 	if (waker_fd >= 0 && waker_pid == getpid())
 		return waker_fd;
 	pthread_once(&waker_once, waker_key_init);
-	int fd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	int fd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 
 	if (fd < 0)
 		return fd;
@@ -546,7 +545,7 @@ static bool park_ep(struct sdp_sock *s, int fd)
 		s->parked_fd = fd;
 		pthread_mutex_lock(&prog_lock);
 		if (prog_epfd >= 0)
-			epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+			sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
 		pthread_mutex_unlock(&prog_lock);
 	}
 	return true;
@@ -561,7 +560,7 @@ static void unpark_ep(struct sdp_sock *s)
 	struct epoll_event ev = { .events = ep_epoll_events(s->conn), .data.ptr = s };
 
 	pthread_mutex_lock(&prog_lock);
-	if (prog_epfd >= 0 && epoll_ctl(prog_epfd, EPOLL_CTL_ADD, s->parked_fd, &ev) == 0)
+	if (prog_epfd >= 0 && sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, s->parked_fd, &ev) == 0)
 		s->conn->prog_events = ev.events;
 	pthread_mutex_unlock(&prog_lock);
 }
@@ -587,7 +586,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 		pthread_mutex_lock(&s->lock);
 		return 0;
 	}
-	if (read(wfd, &v, sizeof(v)) < 0) {
+	if (sys.read(wfd, &v, sizeof(v)) < 0) {
 		/* Nothing stale to drain. */
 	}
 	w.fd = wfd;
@@ -604,7 +603,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 		w.ep_events = pfd[1].events;
 
 	pthread_mutex_unlock(&s->lock);
-	r = poll(pfd, (nfds_t)nfds, wait_timeout_ms(deadline_ns));
+	r = sys.poll(pfd, (nfds_t)nfds, wait_timeout_ms(deadline_ns));
 	int err = errno;
 
 	pthread_mutex_lock(&s->lock);

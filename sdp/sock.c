@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "fdspace.h"
 #include "log.h"
+#include "sys.h"
 #include "tunables.h"
 
 #define LOGSYS "sock"
@@ -168,12 +169,12 @@ static bool default_v6only(void)
 
 	if (v < 0) {
 		char c = '0';
-		int fd = open("/proc/sys/net/ipv6/bindv6only", O_RDONLY | O_CLOEXEC);
+		int fd = sys.open("/proc/sys/net/ipv6/bindv6only", O_RDONLY | O_CLOEXEC);
 
 		if (fd >= 0) {
-			if (read(fd, &c, 1) != 1)
+			if (sys.read(fd, &c, 1) != 1)
 				c = '0';
-			close(fd);
+			sys.close(fd);
 		}
 		v = c == '1';
 		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
@@ -188,14 +189,14 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 	if (!s)
 		return NULL;
 	/* EFD_NONBLOCK: the engine drains it; the application only polls. */
-	s->sd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	s->sd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (s->sd < 0) {
 		errno = -s->sd;
 		free(s);
 		return NULL;
 	}
 	if (!cloexec)
-		(void)fcntl(s->sd, F_SETFD, 0);
+		(void)sys.fcntl(s->sd, F_SETFD, 0);
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->ref, 1);
 	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
@@ -537,7 +538,7 @@ int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags)
 	child->is_child = false;
 	child->nonblock = flags & SOCK_NONBLOCK;
 	if (!(flags & SOCK_CLOEXEC))
-		(void)fcntl(child->sd, F_SETFD, 0);
+		(void)sys.fcntl(child->sd, F_SETFD, 0);
 	copy_addr_out(&child->peer, child->domain, addr, len);
 	ret = sock_publish(child);
 	if (ret == 0)
@@ -1271,32 +1272,32 @@ static int bufsize_min_snd = 4608, bufsize_min_rcv = 2304;	/* x86-64 Linux's */
  * a kernel socket says what they are. */
 static void bufsize_probe(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0, v;
+	int fd = sys.socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0, v;
 	socklen_t len = sizeof(v);
 
 	if (fd < 0)
 		return;
-	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &zero, sizeof(zero)) == 0 &&
-	    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0 && v > 0)
+	if (sys.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &zero, sizeof(zero)) == 0 &&
+	    sys.getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &len) == 0 && v > 0)
 		bufsize_min_snd = v;
 	len = sizeof(v);
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &zero, sizeof(zero)) == 0 &&
-	    getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) == 0 && v > 0)
+	if (sys.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &zero, sizeof(zero)) == 0 &&
+	    sys.getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, &len) == 0 && v > 0)
 		bufsize_min_rcv = v;
-	close(fd);
+	sys.close(fd);
 }
 
 /* net.core.wmem_max or rmem_max now (Linux's default if unreadable). */
 static unsigned bufsize_cap(bool snd)
 {
-	int fd = open(snd ? "/proc/sys/net/core/wmem_max" : "/proc/sys/net/core/rmem_max",
+	int fd = sys.open(snd ? "/proc/sys/net/core/wmem_max" : "/proc/sys/net/core/rmem_max",
 		      O_RDONLY | O_CLOEXEC);
 	char buf[24];
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	ssize_t n = fd < 0 ? -1 : sys.read(fd, buf, sizeof(buf) - 1);
 	unsigned long v = 0;
 
 	if (fd >= 0)
-		close(fd);
+		sys.close(fd);
 	if (n > 0) {
 		buf[n] = '\0';
 		v = strtoul(buf, NULL, 10);
@@ -1309,12 +1310,12 @@ static unsigned bufsize_cap(bool snd)
  * cannot tell from inside another one; a kernel socket can. */
 static bool force_allowed(int name)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0;
+	int fd = sys.socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), zero = 0;
 
 	if (fd >= 0) {
-		bool ok = setsockopt(fd, SOL_SOCKET, name, &zero, sizeof(zero)) == 0;
+		bool ok = sys.setsockopt(fd, SOL_SOCKET, name, &zero, sizeof(zero)) == 0;
 
-		close(fd);
+		sys.close(fd);
 		return ok;
 	}
 	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };

@@ -102,6 +102,7 @@
 #include "fdspace.h"
 #include "log.h"
 #include "oti.h"
+#include "sys.h"
 #include "tcpf_wire.h"
 #include "tunables.h"
 
@@ -193,12 +194,12 @@ static uint64_t now_ns(void)
  * the application's descriptor numbers (common/fdspace.h). */
 static int tcp_socket(int family)
 {
-	int fd = fdspace_take(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int fd = fdspace_take(sys.socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	int one = 1;
 
 	if (fd < 0)
 		return fd;
-	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	(void)sys.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
 }
 
@@ -392,17 +393,17 @@ static void out_append(struct tcpf_ep *e, struct tcpf_out *o)
  * is left of a dead connection must not keep the fd readable. */
 static void quiet_fd(struct tcpf_ep *e, bool reset)
 {
-	int q = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
 	if (q < 0)
 		return;		/* the socket stays: spurious wake-ups only */
 	if (reset) {
 		struct linger lg = { 1, 0 };
 
-		(void)setsockopt(e->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		(void)sys.setsockopt(e->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	}
-	(void)dup3(q, e->fd, O_CLOEXEC);
-	close(q);
+	(void)sys.dup3(q, e->fd, O_CLOEXEC);
+	sys.close(q);
 }
 
 /* Everything outstanding completes with -ECANCELED, in posting order per
@@ -500,7 +501,7 @@ static void flush_out(struct tcpf_ep *e)
 							   o->len - (d - TCPF_HDR_LEN) };
 		}
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(e->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t w = sys.sendmsg(e->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (w < 0) {
 			if (errno == EINTR)
@@ -724,7 +725,7 @@ static void frame_end(struct tcpf_ep *e)
 static ssize_t rx(struct tcpf_ep *e, void *p, size_t len)
 {
 	for (;;) {
-		ssize_t n = recv(e->fd, p, len, MSG_DONTWAIT);
+		ssize_t n = sys.recv(e->fd, p, len, MSG_DONTWAIT);
 
 		if (n > 0)
 			return n;
@@ -826,7 +827,7 @@ static void ep_progress(struct tcpf_ep *e)
 			flush_out(e);
 	}
 	if (e->state == TS_UP && e->shut_wanted && !e->out_head) {
-		(void)shutdown(e->fd, SHUT_WR);
+		(void)sys.shutdown(e->fd, SHUT_WR);
 		go_down(e, DOWN_ORDERLY, 0);
 	}
 }
@@ -920,7 +921,7 @@ static void reject_fd(int fd, const void *pdata, size_t len)
 	if (len)
 		memcpy(buf + TCPF_HDR_LEN, pdata, len);
 	/* A fresh socket's buffer takes this whole, or the peer is gone. */
-	(void)send(fd, buf, TCPF_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)sys.send(fd, buf, TCPF_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	fdspace_close(fd);
 }
 
@@ -929,7 +930,7 @@ static void half_drop(struct tcpf_listener *l, struct tcpf_half **pp)
 	struct tcpf_half *h = *pp;
 
 	*pp = h->next;
-	(void)epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+	(void)sys.epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
 	fdspace_close(h->fd);
 	free(h);
 	l->nhalf--;
@@ -940,19 +941,19 @@ static int listen_once(const struct sockaddr *ss, unsigned flags, int backlog, i
 {
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof(bound);
-	int fd = fdspace_take(socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int fd = fdspace_take(sys.socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	int one = 1;
 
 	if (fd < 0)
 		return fd;
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	(void)sys.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (ss->sa_family == AF_INET6) {
 		int v6only = !!(flags & OTI_LISTEN_V6ONLY);
 
-		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+		(void)sys.setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
 	}
-	if (bind(fd, ss, sa_len(ss->sa_family)) < 0 || listen(fd, backlog) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&bound, &blen) < 0) {
+	if (sys.bind(fd, ss, sa_len(ss->sa_family)) < 0 || sys.listen(fd, backlog) < 0 ||
+	    sys.getsockname(fd, (struct sockaddr *)&bound, &blen) < 0) {
 		int e = errno;
 
 		fdspace_close(fd);
@@ -1009,8 +1010,8 @@ static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backl
 	l->lfd = fd;
 	l->port_off = off;
 	l->backlog = backlog;
-	l->epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
-	if (l->epfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	if (l->epfd < 0 || sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		ret = l->epfd < 0 ? l->epfd : -errno;
 		if (l->epfd >= 0)
 			fdspace_close(l->epfd);
@@ -1030,7 +1031,7 @@ static int tcpf_listener_name(struct oti_listener *ol, struct sockaddr *addr, so
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 
-	if (getsockname(l->lfd, (struct sockaddr *)&ss, &len) < 0)
+	if (sys.getsockname(l->lfd, (struct sockaddr *)&ss, &len) < 0)
 		return -errno;
 	set_port(&ss, tcp_to_app(get_port(&ss), l->port_off));
 	len = sa_len(ss.ss_family);
@@ -1057,7 +1058,7 @@ static void take_new(struct tcpf_listener *l)
 	for (;;) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
-		int fd = fdspace_take(accept4(l->lfd, (struct sockaddr *)&peer, &plen,
+		int fd = fdspace_take(sys.accept4(l->lfd, (struct sockaddr *)&peer, &plen,
 					      SOCK_NONBLOCK | SOCK_CLOEXEC));
 
 		if (fd < 0)
@@ -1065,14 +1066,14 @@ static void take_new(struct tcpf_listener *l)
 		struct tcpf_half *h = calloc(1, sizeof(*h));
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
-		if (!h || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		if (!h || sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			free(h);
 			fdspace_close(fd);
 			continue;
 		}
 		int one = 1;
 
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		(void)sys.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		h->fd = fd;
 		h->peer = peer;
 		h->since_ns = now_ns();
@@ -1098,7 +1099,7 @@ static void read_halves(struct tcpf_listener *l)
 
 	for (struct tcpf_half **pp = &l->half; *pp;) {
 		struct tcpf_half *h = *pp;
-		ssize_t n = recv(h->fd, h->buf + h->got, h->need - h->got, MSG_DONTWAIT);
+		ssize_t n = sys.recv(h->fd, h->buf + h->got, h->need - h->got, MSG_DONTWAIT);
 
 		if (n > 0)
 			h->got += (uint32_t)n;
@@ -1120,7 +1121,7 @@ static void read_halves(struct tcpf_listener *l)
 		}
 		if (h->got == h->need) {
 			*pp = h->next;
-			(void)epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+			(void)sys.epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
 			l->nhalf--;
 			h->next = NULL;
 			if (l->ready_tail)
@@ -1226,7 +1227,7 @@ static int tcpf_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	e->state = TS_PASSIVE;
 	e->tcp_up = true;
 	e->peer = req->h.peer;
-	if (getsockname(e->fd, (struct sockaddr *)&e->local, &len) == 0)
+	if (sys.getsockname(e->fd, (struct sockaddr *)&e->local, &len) == 0)
 		set_port(&e->local, tcp_to_app(get_port(&e->local), l->port_off));
 	free(req);
 	*out = (struct oti_ep *)e;
@@ -1282,14 +1283,14 @@ static int tcpf_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 		/* The source address only: TCP picks the port at connect. */
 		memcpy(&from, src, sa_len(src->sa_family));
 		set_port(&from, 0);
-		(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-		if (bind(fd, (struct sockaddr *)&from, sa_len(from.ss_family)) < 0) {
+		(void)sys.setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+		if (sys.bind(fd, (struct sockaddr *)&from, sa_len(from.ss_family)) < 0) {
 			ret = -errno;
 			fdspace_close(fd);
 			return ret;
 		}
 	}
-	if (connect(fd, (struct sockaddr *)&to, sa_len(to.ss_family)) < 0 && errno != EINPROGRESS) {
+	if (sys.connect(fd, (struct sockaddr *)&to, sa_len(to.ss_family)) < 0 && errno != EINPROGRESS) {
 		ret = -errno;
 		fdspace_close(fd);
 		return ret == -EAGAIN ? -EADDRNOTAVAIL : ret;	/* no ephemeral port left */
@@ -1338,7 +1339,7 @@ static int tcpf_ep_names(struct oti_ep *oep, struct sockaddr_storage *local,
 
 			/* Active: the local address TCP chose (the port is
 			 * not an application port: see PORT SCHEME). */
-			if (getsockname(e->fd, (struct sockaddr *)&e->local, &len) < 0)
+			if (sys.getsockname(e->fd, (struct sockaddr *)&e->local, &len) < 0)
 				return -errno;
 		}
 		*local = e->local;

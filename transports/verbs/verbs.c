@@ -50,8 +50,10 @@
 #include <unistd.h>
 
 #include "fdspace.h"
+#include "internal.h"
 #include "log.h"
 #include "oti.h"
+#include "sys.h"
 #include "verbs.h"
 
 /* Room for framed private data: rdma_conn_param's length is one byte. */
@@ -78,9 +80,9 @@ static int vb_own_fd(int *field)
 	*field = fd < 0 ? -1 : fd;
 	if (fd < 0)
 		return fd;
-	int fl = fcntl(fd, F_GETFL);
+	int fl = sys.fcntl(fd, F_GETFL);
 
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	if (fl < 0 || sys.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
 	return 0;
 }
@@ -125,6 +127,28 @@ static struct vb_dev *vb_dev_of(struct ibv_context *ctx)
 	pthread_mutex_unlock(&vb_lock);
 	return d;
 }
+
+/*
+ * A call into librdmacm or libibverbs.  Their own calls to libc (the
+ * device files they open, the sockets and descriptors they make) reach the
+ * preload's wrappers, which must pass them to libc and move what they make
+ * out of the application's descriptor numbers: the flag says so
+ * (internal.h).  The data path (post, poll, notify) makes none of those
+ * calls and is left bare.
+ */
+#define RDMA(call)                                      \
+	__extension__({                                 \
+		sdp_internal_enter();                   \
+		__typeof__(call) rdma_ret_ = (call);    \
+		sdp_internal_leave();                   \
+		rdma_ret_;                              \
+	})
+#define RDMA_VOID(call)               \
+	do {                          \
+		sdp_internal_enter(); \
+		call;                 \
+		sdp_internal_leave(); \
+	} while (0)
 
 /* --- objects ------------------------------------------------------------------- */
 
@@ -223,7 +247,7 @@ static struct vb_pd *vb_pd_new(struct ibv_context *ctx)
 
 	if (!p)
 		return NULL;
-	p->pd = ibv_alloc_pd(ctx);
+	p->pd = RDMA(ibv_alloc_pd(ctx));
 	if (!p->pd) {
 		free(p);
 		return NULL;
@@ -235,7 +259,7 @@ static struct vb_pd *vb_pd_new(struct ibv_context *ctx)
 static void vb_pd_put(struct vb_pd *p)
 {
 	if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
-		ibv_dealloc_pd(p->pd);
+		RDMA(ibv_dealloc_pd(p->pd));
 		free(p);
 	}
 }
@@ -260,10 +284,10 @@ static int neg_errno(int fallback)
 
 static struct rdma_event_channel *new_channel(void)
 {
-	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_event_channel *ch = RDMA(rdma_create_event_channel());
 
 	if (ch && vb_own_fd(&ch->fd) < 0) {
-		rdma_destroy_event_channel(ch);
+		RDMA_VOID(rdma_destroy_event_channel(ch));
 		return NULL;
 	}
 	return ch;
@@ -298,13 +322,13 @@ static bool have_device(enum ibv_transport_type type)
 {
 	int n = 0;
 	bool found = false;
-	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_device **list = RDMA(ibv_get_device_list(&n));
 
 	for (int i = 0; list && i < n; i++)
 		if (list[i]->transport_type == type)
 			found = true;
 	if (list)
-		ibv_free_device_list(list);
+		RDMA_VOID(ibv_free_device_list(list));
 	return found;
 }
 
@@ -382,7 +406,7 @@ static int serves_local(const struct vb_flavor *fl, const struct sockaddr *local
 
 	if (!ch)
 		return -ENODEV;
-	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0) {
+	if (RDMA(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) == 0) {
 		struct sockaddr_storage a;
 
 		memcpy(&a, local, local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
@@ -392,12 +416,12 @@ static int serves_local(const struct vb_flavor *fl, const struct sockaddr *local
 		else
 			((struct sockaddr_in *)&a)->sin_port = 0;
 		/* A wildcard binds without a device: every device may serve. */
-		if (rdma_bind_addr(id, (struct sockaddr *)&a) == 0 &&
+		if (RDMA(rdma_bind_addr(id, (struct sockaddr *)&a)) == 0 &&
 		    (!id->verbs || id->verbs->device->transport_type == fl->dev_type))
 			ret = 0;
-		rdma_destroy_id(id);
+		RDMA(rdma_destroy_id(id));
 	}
-	rdma_destroy_event_channel(ch);
+	RDMA_VOID(rdma_destroy_event_channel(ch));
 	return ret;
 }
 
@@ -406,16 +430,16 @@ static int route_source(const struct sockaddr *remote, struct sockaddr_storage *
 {
 	socklen_t len = remote->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 						      : sizeof(struct sockaddr_in);
-	int fd = socket(remote->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = sys.socket(remote->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int ret = -ENETUNREACH;
 
 	if (fd < 0)
 		return -errno;
 	socklen_t sl = sizeof(*src);
 
-	if (connect(fd, remote, len) == 0 && getsockname(fd, (struct sockaddr *)src, &sl) == 0)
+	if (sys.connect(fd, remote, len) == 0 && sys.getsockname(fd, (struct sockaddr *)src, &sl) == 0)
 		ret = 0;
-	close(fd);
+	sys.close(fd);
 	return ret;
 }
 
@@ -494,13 +518,13 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 		sa_set_port((struct sockaddr *)&a, cm);
 	}
 	errno = 0;
-	if (rdma_bind_addr(l->id, (struct sockaddr *)&a))
+	if (RDMA(rdma_bind_addr(l->id, (struct sockaddr *)&a)))
 		return neg_errno(EADDRNOTAVAIL);
 	if (p || !l->port_off || sa_port(rdma_get_local_addr(l->id)) != l->port_off)
 		return 0;
 	held = l->id;
 	errno = 0;
-	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
+	if (RDMA(rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP))) {
 		ret = neg_errno(ENOMEM);
 		l->id = held;
 		return ret;
@@ -508,12 +532,12 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 	if (l->id4 || l->afonly) {
 		int one = 1;
 
-		rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one));
+		RDMA(rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)));
 	}
 	errno = 0;
-	if (rdma_bind_addr(l->id, (struct sockaddr *)&a))
+	if (RDMA(rdma_bind_addr(l->id, (struct sockaddr *)&a)))
 		ret = neg_errno(EADDRNOTAVAIL);
-	rdma_destroy_id(held);
+	RDMA(rdma_destroy_id(held));
 	return ret;
 }
 
@@ -541,7 +565,7 @@ int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t
 	}
 again:
 	errno = 0;
-	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
+	if (RDMA(rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP))) {
 		ret = neg_errno(ENOMEM);
 		goto destroy_ch;
 	}
@@ -550,8 +574,8 @@ again:
 		int one = 1;
 
 		errno = 0;
-		if (rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
-				    sizeof(one))) {
+		if (RDMA(rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				    sizeof(one)))) {
 			ret = neg_errno(EINVAL);
 			goto destroy_id;
 		}
@@ -563,14 +587,14 @@ again:
 		int one = 1;
 
 		errno = 0;
-		if (rdma_create_id(l->ch, &l->id4, l, RDMA_PS_TCP)) {
+		if (RDMA(rdma_create_id(l->ch, &l->id4, l, RDMA_PS_TCP))) {
 			ret = neg_errno(ENOMEM);
 			goto destroy_id;
 		}
-		if (rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
-				    sizeof(one)) ||
-		    rdma_set_option(l->id4, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
-				    sizeof(one))) {
+		if (RDMA(rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				    sizeof(one))) ||
+		    RDMA(rdma_set_option(l->id4, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
+				    sizeof(one)))) {
 			ret = neg_errno(EINVAL);
 			goto destroy_id;
 		}
@@ -579,7 +603,7 @@ again:
 	if (ret)
 		goto destroy_id;
 	errno = 0;
-	if (rdma_listen(l->id, backlog > 0 ? backlog : 128)) {
+	if (RDMA(rdma_listen(l->id, backlog > 0 ? backlog : 128))) {
 		ret = neg_errno(EADDRINUSE);
 		goto destroy_id;
 	}
@@ -590,8 +614,8 @@ again:
 		};
 
 		errno = 0;
-		if (rdma_bind_addr(l->id4, (struct sockaddr *)&a4) ||
-		    rdma_listen(l->id4, backlog > 0 ? backlog : 128)) {
+		if (RDMA(rdma_bind_addr(l->id4, (struct sockaddr *)&a4)) ||
+		    RDMA(rdma_listen(l->id4, backlog > 0 ? backlog : 128))) {
 			ret = neg_errno(EADDRINUSE);
 			goto destroy_id;
 		}
@@ -601,8 +625,8 @@ again:
 
 destroy_id:
 	if (l->id4)
-		rdma_destroy_id(l->id4);
-	rdma_destroy_id(l->id);
+		RDMA(rdma_destroy_id(l->id4));
+	RDMA(rdma_destroy_id(l->id));
 	l->id4 = NULL;
 	l->id = NULL;
 	/* A port rdma_cm chose may be one the host's TCP stack holds, which
@@ -611,7 +635,7 @@ destroy_id:
 	if (ret == -EADDRINUSE && sa_port(addr) == 0 && ++tries < VB_LISTEN_PORT_TRIES)
 		goto again;
 destroy_ch:
-	rdma_destroy_event_channel(l->ch);
+	RDMA_VOID(rdma_destroy_event_channel(l->ch));
 free_l:
 	free(l);
 	return ret;
@@ -651,12 +675,12 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 	struct rdma_cm_event *ev;
 
 	for (;;) {
-		if (rdma_get_cm_event(l->ch, &ev))
+		if (RDMA(rdma_get_cm_event(l->ch, &ev)))
 			return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
 		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
 			/* Nothing else is expected here (children are
 			 * migrated before they could have events). */
-			rdma_ack_cm_event(ev);
+			RDMA(rdma_ack_cm_event(ev));
 			continue;
 		}
 		struct oti_connreq *r = NULL;
@@ -666,9 +690,9 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 		if (ev->id->verbs && ev->id->verbs->device->transport_type == l->fl->dev_type)
 			r = malloc(sizeof(*r));
 		if (!r) {
-			rdma_reject(ev->id, NULL, 0);
-			rdma_ack_cm_event(ev);
-			rdma_destroy_id(ev->id);
+			RDMA(rdma_reject(ev->id, NULL, 0));
+			RDMA(rdma_ack_cm_event(ev));
+			RDMA(rdma_destroy_id(ev->id));
 			continue;
 		}
 		r->id = ev->id;
@@ -679,7 +703,7 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 		memset(peer, 0, sizeof(*peer));
 		memcpy(peer, pa, pa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							    : sizeof(struct sockaddr_in));
-		rdma_ack_cm_event(ev);
+		RDMA(rdma_ack_cm_event(ev));
 		*req = r;
 		return 0;
 	}
@@ -695,9 +719,9 @@ int vb_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdat
 
 	if (n < 0)
 		n = frame_pdata(buf, l->fl->pdata_room, NULL, 0);
-	if (rdma_reject(req->id, buf, (uint8_t)n))
+	if (RDMA(rdma_reject(req->id, buf, (uint8_t)n)))
 		ret = -errno;
-	rdma_destroy_id(req->id);
+	RDMA(rdma_destroy_id(req->id));
 	free(req);
 	return ret;
 }
@@ -710,19 +734,19 @@ void vb_listener_close(struct oti_listener *ol)
 	if (!l)
 		return;
 	/* Pending requests are refused. */
-	while (rdma_get_cm_event(l->ch, &ev) == 0) {
+	while (RDMA(rdma_get_cm_event(l->ch, &ev)) == 0) {
 		struct rdma_cm_id *id = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
 
 		if (id)
-			rdma_reject(id, NULL, 0);
-		rdma_ack_cm_event(ev);
+			RDMA(rdma_reject(id, NULL, 0));
+		RDMA(rdma_ack_cm_event(ev));
 		if (id)
-			rdma_destroy_id(id);
+			RDMA(rdma_destroy_id(id));
 	}
 	if (l->id4)
-		rdma_destroy_id(l->id4);
-	rdma_destroy_id(l->id);
-	rdma_destroy_event_channel(l->ch);
+		RDMA(rdma_destroy_id(l->id4));
+	RDMA(rdma_destroy_id(l->id));
+	RDMA_VOID(rdma_destroy_event_channel(l->ch));
 	free(l);
 }
 
@@ -766,12 +790,12 @@ static struct vb_ep *ep_alloc(void)
 
 	if (!e)
 		return NULL;
-	e->epfd = fdspace_take(epoll_create1(EPOLL_CLOEXEC));
+	e->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
 	if (e->epfd < 0) {
 		free(e);
 		return NULL;
 	}
-	e->wakefd = fdspace_take(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	e->wakefd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (e->wakefd < 0) {
 		fdspace_close(e->epfd);
 		free(e);
@@ -786,8 +810,8 @@ static struct vb_ep *ep_alloc(void)
 	}
 	struct epoll_event ev = { .events = EPOLLIN };
 
-	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->ch->fd, &ev);
-	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->wakefd, &ev);
+	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->ch->fd, &ev);
+	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->wakefd, &ev);
 	return e;
 }
 
@@ -802,14 +826,14 @@ static int ep_make_qp(struct vb_ep *e)
 	e->pd = vb_pd_new(ctx);
 	if (!e->pd)
 		return -ENOMEM;
-	e->cc = ibv_create_comp_channel(ctx);
+	e->cc = RDMA(ibv_create_comp_channel(ctx));
 	if (!e->cc)
 		return -ENOMEM;
 	int r = vb_own_fd(&e->cc->fd);
 
 	if (r < 0)
 		return r;
-	e->cq = ibv_create_cq(ctx, VB_CQ_DEPTH, e, e->cc, 0);
+	e->cq = RDMA(ibv_create_cq(ctx, VB_CQ_DEPTH, e, e->cc, 0));
 	if (!e->cq)
 		return -ENOMEM;
 	if (ibv_req_notify_cq(e->cq, 0))
@@ -824,18 +848,18 @@ static int ep_make_qp(struct vb_ep *e)
 		.sq_sig_all = 1,
 	};
 
-	if (rdma_create_qp(e->id, e->pd->pd, &attr)) {
+	if (RDMA(rdma_create_qp(e->id, e->pd->pd, &attr))) {
 		/* Some devices cannot inline: try without. */
 		attr.cap.max_inline_data = 0;
-		if (rdma_create_qp(e->id, e->pd->pd, &attr))
+		if (RDMA(rdma_create_qp(e->id, e->pd->pd, &attr)))
 			return neg_errno(ENOMEM);
 	}
 	e->max_inline = attr.cap.max_inline_data;
 
 	struct epoll_event ev = { .events = EPOLLIN };
 
-	epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cc->fd, &ev);
-	epoll_ctl(e->epfd, EPOLL_CTL_ADD, ctx->async_fd, &ev);
+	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cc->fd, &ev);
+	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, ctx->async_fd, &ev);
 	ep_list_add(e);
 	return 0;
 }
@@ -844,19 +868,19 @@ static void ep_destroy(struct vb_ep *e)
 {
 	if (e->id && e->id->qp) {
 		ep_list_del(e);
-		rdma_destroy_qp(e->id);
+		RDMA_VOID(rdma_destroy_qp(e->id));
 	}
 	if (e->cq) {
-		ibv_ack_cq_events(e->cq, e->cq_events);
-		ibv_destroy_cq(e->cq);
+		RDMA_VOID(ibv_ack_cq_events(e->cq, e->cq_events));
+		RDMA(ibv_destroy_cq(e->cq));
 	}
 	if (e->cc)
-		ibv_destroy_comp_channel(e->cc);
+		RDMA(ibv_destroy_comp_channel(e->cc));
 	vb_pd_put(e->pd);
 	if (e->id)
-		rdma_destroy_id(e->id);
+		RDMA(rdma_destroy_id(e->id));
 	if (e->ch)
-		rdma_destroy_event_channel(e->ch);
+		RDMA_VOID(rdma_destroy_event_channel(e->ch));
 	fdspace_close(e->wakefd);
 	fdspace_close(e->epfd);
 	free(e);
@@ -870,8 +894,8 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	int ret;
 
 	if (!e) {
-		rdma_reject(req->id, NULL, 0);
-		rdma_destroy_id(req->id);
+		RDMA(rdma_reject(req->id, NULL, 0));
+		RDMA(rdma_destroy_id(req->id));
 		free(req);
 		return -ENOMEM;
 	}
@@ -881,16 +905,16 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	e->port_off = l->port_off;
 	free(req);
 	/* Its events from now on come to the ep's own channel. */
-	if (rdma_migrate_id(e->id, e->ch)) {
+	if (RDMA(rdma_migrate_id(e->id, e->ch))) {
 		ret = neg_errno(EIO);
-		rdma_reject(e->id, NULL, 0);
+		RDMA(rdma_reject(e->id, NULL, 0));
 		ep_destroy(e);
 		return ret;
 	}
 	e->id->context = e;
 	ret = ep_make_qp(e);
 	if (ret) {
-		rdma_reject(e->id, NULL, 0);
+		RDMA(rdma_reject(e->id, NULL, 0));
 		ep_destroy(e);
 		return ret;
 	}
@@ -921,7 +945,7 @@ int vb_accept(struct oti_ep *oep, const void *pdata, size_t len)
 		return n;
 	struct rdma_conn_param p = conn_param(buf, n);
 
-	if (rdma_accept(e->id, &p))
+	if (RDMA(rdma_accept(e->id, &p)))
 		return neg_errno(EIO);
 	e->state = VB_CONNECTING;
 	return 0;
@@ -943,7 +967,7 @@ static void bind_tcp_free_port(struct rdma_cm_id *id, int family, const struct s
 	for (int i = 0; i < VB_TCP_PORT_TRIES; i++) {
 		struct sockaddr_storage a;
 		socklen_t alen = sizeof(a);
-		int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int fd = sys.socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 		if (fd < 0)
 			return;
@@ -952,13 +976,13 @@ static void bind_tcp_free_port(struct rdma_cm_id *id, int family, const struct s
 			memcpy(&a, src, sa_len(src));
 		a.ss_family = (sa_family_t)family;
 		sa_set_port((struct sockaddr *)&a, 0);
-		if (bind(fd, (struct sockaddr *)&a, sa_len((struct sockaddr *)&a)) ||
-		    getsockname(fd, (struct sockaddr *)&a, &alen)) {
-			close(fd);
+		if (sys.bind(fd, (struct sockaddr *)&a, sa_len((struct sockaddr *)&a)) ||
+		    sys.getsockname(fd, (struct sockaddr *)&a, &alen)) {
+			sys.close(fd);
 			return;
 		}
-		close(fd);
-		if (rdma_bind_addr(id, (struct sockaddr *)&a) == 0)
+		sys.close(fd);
+		if (RDMA(rdma_bind_addr(id, (struct sockaddr *)&a)) == 0)
 			return;
 		if (errno != EADDRINUSE)
 			return;
@@ -984,7 +1008,7 @@ int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t
 	memset(&to, 0, sizeof(to));
 	memcpy(&to, dst, sa_len(dst));
 	sa_set_port((struct sockaddr *)&to, (uint16_t)(sa_port(dst) + e->port_off));
-	if (rdma_create_id(e->ch, &e->id, e, RDMA_PS_TCP)) {
+	if (RDMA(rdma_create_id(e->ch, &e->id, e, RDMA_PS_TCP))) {
 		ret = neg_errno(ENOMEM);
 		ep_destroy(e);
 		return ret;
@@ -995,8 +1019,8 @@ int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t
 			src = NULL;	/* bound: resolve from there */
 	}
 	e->state = VB_RESOLVING_ADDR;
-	if (rdma_resolve_addr(e->id, (struct sockaddr *)src, (struct sockaddr *)&to,
-			      VB_RESOLVE_MS)) {
+	if (RDMA(rdma_resolve_addr(e->id, (struct sockaddr *)src, (struct sockaddr *)&to,
+			      VB_RESOLVE_MS))) {
 		ret = neg_errno(EHOSTUNREACH);
 		ep_destroy(e);
 		return ret;
@@ -1017,7 +1041,7 @@ int vb_connect(struct oti_ep *oep, const void *pdata, size_t len)
 		return -EINVAL;
 	struct rdma_conn_param p = conn_param(buf, n);
 
-	if (rdma_connect(e->id, &p))
+	if (RDMA(rdma_connect(e->id, &p)))
 		return neg_errno(EIO);
 	e->state = VB_CONNECTING;
 	return 0;
@@ -1066,7 +1090,7 @@ static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		e->state = VB_RESOLVING_ROUTE;
-		if (rdma_resolve_route(e->id, VB_RESOLVE_MS))
+		if (RDMA(rdma_resolve_route(e->id, VB_RESOLVE_MS)))
 			push_event(e, OTI_EV_UNREACHABLE, neg_errno(EHOSTUNREACH), NULL, 0);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
@@ -1110,7 +1134,7 @@ static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 		if (!e->disconnect_called) {
 			/* Answer the peer's DREQ so its side completes. */
 			e->disconnect_called = true;
-			rdma_disconnect(e->id);
+			RDMA(rdma_disconnect(e->id));
 		}
 		e->state = VB_DOWN;
 		push_event(e, OTI_EV_DISCONNECTED, 0, NULL, 0);
@@ -1131,9 +1155,9 @@ static void drain_cm(struct vb_ep *e)
 	struct rdma_cm_event *ev;
 
 	while (e->npending < (int)(sizeof(e->pending) / sizeof(e->pending[0])) &&
-	       rdma_get_cm_event(e->ch, &ev) == 0) {
+	       RDMA(rdma_get_cm_event(e->ch, &ev)) == 0) {
 		handle_cm_event(e, ev);
-		rdma_ack_cm_event(ev);
+		RDMA(rdma_ack_cm_event(ev));
 	}
 }
 
@@ -1149,7 +1173,7 @@ static void drain_async(struct vb_ep *self)
 	if (!self->dev)
 		return;
 	pthread_mutex_lock(&vb_lock);
-	while (ibv_get_async_event(self->dev->ctx, &aev) == 0) {
+	while (RDMA(ibv_get_async_event(self->dev->ctx, &aev)) == 0) {
 		for (struct vb_ep *e = vb_eps; e; e = e->next_ep) {
 			bool hit = false;
 
@@ -1175,11 +1199,11 @@ static void drain_async(struct vb_ep *self)
 			/* Set before the wake-up: the owner reads wakefd
 			 * first, then the flag. */
 			if (hit && !atomic_exchange(&e->async_err, 1) &&
-			    write(e->wakefd, &one, sizeof(one)) < 0) {
+			    sys.write(e->wakefd, &one, sizeof(one)) < 0) {
 				/* The counter is non-zero already: it wakes. */
 			}
 		}
-		ibv_ack_async_event(&aev);
+		RDMA_VOID(ibv_ack_async_event(&aev));
 	}
 	pthread_mutex_unlock(&vb_lock);
 }
@@ -1189,7 +1213,7 @@ static void take_async(struct vb_ep *e)
 {
 	uint64_t n;
 
-	if (read(e->wakefd, &n, sizeof(n)) < 0) {
+	if (sys.read(e->wakefd, &n, sizeof(n)) < 0) {
 		/* Nothing to reset. */
 	}
 	if (atomic_exchange(&e->async_err, 0) && e->state != VB_DOWN) {
@@ -1223,10 +1247,10 @@ static void drain_cc(struct vb_ep *e)
 	struct ibv_cq *cq;
 	void *ctx;
 
-	while (e->cc && ibv_get_cq_event(e->cc, &cq, &ctx) == 0)
+	while (e->cc && RDMA(ibv_get_cq_event(e->cc, &cq, &ctx)) == 0)
 		e->cq_events++;
 	if (e->cq_events >= 64) {
-		ibv_ack_cq_events(e->cq, e->cq_events);
+		RDMA_VOID(ibv_ack_cq_events(e->cq, e->cq_events));
 		e->cq_events = 0;
 	}
 }
@@ -1362,7 +1386,7 @@ int vb_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
 	if (!m)
 		return -ENOMEM;
 	errno = 0;
-	m->mr = ibv_reg_mr(e->pd->pd, addr, len, flags);
+	m->mr = RDMA(ibv_reg_mr(e->pd->pd, addr, len, flags));
 	if (!m->mr) {
 		int ret = neg_errno(ENOMEM);
 
@@ -1384,7 +1408,7 @@ int vb_mr_dereg(struct oti_mr *omr)
 
 	if (!m)
 		return 0;
-	if (ibv_dereg_mr(m->mr))
+	if (RDMA(ibv_dereg_mr(m->mr)))
 		ret = -EIO;
 	vb_pd_put(m->pd);
 	free(m);
@@ -1491,7 +1515,7 @@ int vb_disconnect(struct oti_ep *oep)
 	if (e->state != VB_CONNECTED && e->state != VB_CONNECTING)
 		return -ENOTCONN;
 	e->disconnect_called = true;
-	return rdma_disconnect(e->id) ? neg_errno(EIO) : 0;
+	return RDMA(rdma_disconnect(e->id)) ? neg_errno(EIO) : 0;
 }
 
 void vb_ep_close(struct oti_ep *oep)
@@ -1502,7 +1526,7 @@ void vb_ep_close(struct oti_ep *oep)
 		return;
 	if (!e->disconnect_called && (e->state == VB_CONNECTED || e->state == VB_CONNECTING)) {
 		e->disconnect_called = true;
-		rdma_disconnect(e->id);
+		RDMA(rdma_disconnect(e->id));
 	}
 	ep_destroy(e);
 }

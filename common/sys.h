@@ -1,14 +1,37 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The native stack: libc's own socket calls, as found behind libsdp.so
- * (dlsym RTLD_NEXT).  The switch routes a socket either here or to the SDP
- * engine.  native_resolve() runs before anything else in the preload, is
- * idempotent and safe to call from any thread at any time (the pointers
- * are written atomically, all with the same values).
+ * The system-call layer: the libc entry points libsdp itself calls, found
+ * past every wrapper libsdp puts in front of them.
+ *
+ * In libsdp.so (the preload) socket(), close(), read(), poll()... are the
+ * preload's own wrappers, exported to the whole process: a plain call
+ * from libsdp's code would land in them.  So every socket, descriptor,
+ * poll and epoll call libsdp's own code makes goes through this table
+ * (sys.close(fd), ...), which holds libc's functions:
+ *   - in the preload, the next definition after libsdp.so (dlsym
+ *     RTLD_NEXT): libc's, or a sanitizer runtime's interceptor preloaded
+ *     after libsdp (TSan, see test/integration/lib.sh);
+ *   - in libsdp-engine.so, what the program's own calls get (RTLD_DEFAULT:
+ *     a sanitizer's interceptors, then libc), unless the preload is in the
+ *     process too, when it is the next definition after the engine
+ *     library (which the preload, loaded first, is not).
+ * The preload's wrappers pass the application's calls to libc through the
+ * same table.  make check runs a lint (test/lint_syscalls.sh) that fails
+ * if an object of the library calls one of these functions directly.
+ *
+ * The per-thread flag sdp_internal (internal.h) is left for the code of
+ * other libraries that libsdp calls (librdmacm, libibverbs), whose own
+ * calls reach the preload's wrappers: the transports raise it around them.
+ *
+ * The table is filled by a constructor, before any of libsdp's code runs;
+ * sys_resolve() may run again at any time, from any thread (the same
+ * values are stored, atomically).  A symbol libc lacks is left pointing
+ * at a function that fails with ENOSYS.
  */
-#ifndef SDP_OPS_NATIVE_H
-#define SDP_OPS_NATIVE_H
+#ifndef SDP_COMMON_SYS_H
+#define SDP_COMMON_SYS_H
 
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -20,7 +43,7 @@
 #include <sys/uio.h>
 
 /* X(name, return type, parameters) for every call the preload wraps. */
-#define NATIVE_CALLS(X)                                                                  \
+#define SYS_CALLS(X)                                                                  \
 	X(socket, int, (int, int, int))                                                  \
 	X(socketpair, int, (int, int, int, int *))                                       \
 	X(bind, int, (int, const struct sockaddr *, socklen_t))                          \
@@ -84,16 +107,22 @@
 	X(close_range, int, (unsigned int, unsigned int, int))                           \
 	X(closefrom, void, (int))
 
-struct native_calls {
-#define NATIVE_FIELD(name, ret, args) ret(*name) args;
-	NATIVE_CALLS(NATIVE_FIELD)
-#undef NATIVE_FIELD
+struct sys_calls {
+#define SYS_FIELD(name, ret, args) ret(*name) args;
+	SYS_CALLS(SYS_FIELD)
+#undef SYS_FIELD
 };
 
-extern struct native_calls native;
+extern struct sys_calls sys;
 
-/* Resolve every pointer; true when all were found.  A missing symbol is
- * left pointing at a function that fails with ENOSYS. */
-bool native_resolve(void);
+/* Resolve every pointer; true when all were found. */
+bool sys_resolve(void);
+
+/* A libc call's result as 0/value or a negative errno. */
+#define SYS_RET(call)                                  \
+	({                                             \
+		__typeof__(call) sys_ret_ = (call);    \
+		sys_ret_ < 0 ? -(__typeof__(call))errno : sys_ret_; \
+	})
 
 #endif
