@@ -26,6 +26,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "fdmap.h"
 #include "fdspace.h"
 #include "log.h"
 #include "ops.h"
@@ -74,38 +75,21 @@ struct ops_ep {
  * socket's epis list.  Order: an ops_sock lock, then reg_lock. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
-#define EP_CHUNK 1024
-#define EP_CHUNKS 1024
-static _Atomic(struct ops_ep *) *ep_chunks[EP_CHUNKS];
+static struct fdmap eps;
 
-static _Atomic(struct ops_ep *) *ep_slot(int fd, bool create)
+static fdmap_slot_t *ep_slot(int fd, bool create)
 {
-	if (fd < 0 || fd >= EP_CHUNK * EP_CHUNKS)
-		return NULL;
-	_Atomic(struct ops_ep *) *c = __atomic_load_n(&ep_chunks[fd / EP_CHUNK], __ATOMIC_ACQUIRE);
-
-	if (!c && create) {
-		c = calloc(EP_CHUNK, sizeof(*c));
-		if (!c)
-			return NULL;
-		__atomic_store_n(&ep_chunks[fd / EP_CHUNK], c, __ATOMIC_RELEASE);
-	}
-	return c ? &c[fd % EP_CHUNK] : NULL;
+	return fdmap_slot(&eps, fd, create);
 }
 
 bool ops_fd_is_emulated_epoll(int fd)
 {
-	_Atomic(struct ops_ep *) *slot = ep_slot(fd, false);
-
-	return slot && atomic_load_explicit(slot, memory_order_relaxed);
+	return fdmap_peek(&eps, fd) != NULL;
 }
 
 int ops_epoll_end(void)
 {
-	for (int c = EP_CHUNKS; c > 0; c--)
-		if (__atomic_load_n(&ep_chunks[c - 1], __ATOMIC_ACQUIRE))
-			return c * EP_CHUNK;
-	return 0;
+	return fdmap_end(&eps);
 }
 
 static uint64_t doorbell_marker(const struct ops_ep *ep)
@@ -297,7 +281,7 @@ void ops_epoll_forget(struct ops_sock *s)
 
 void ops_epoll_closing(int epfd)
 {
-	_Atomic(struct ops_ep *) *slot = ep_slot(epfd, false);
+	fdmap_slot_t *slot = ep_slot(epfd, false);
 
 	if (!slot)
 		return;
@@ -331,7 +315,7 @@ void ops_epoll_atfork_child(void)
 
 static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 {
-	_Atomic(struct ops_ep *) *slot = ep_slot(epfd, true);
+	fdmap_slot_t *slot = ep_slot(epfd, true);
 
 	*err = -ENOMEM;
 	if (!slot)
@@ -396,7 +380,7 @@ int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	}
 	pthread_mutex_lock(&s->lock);
 	pthread_mutex_lock(&reg_lock);
-	_Atomic(struct ops_ep *) *slot = ep_slot(epfd, false);
+	fdmap_slot_t *slot = ep_slot(epfd, false);
 	struct ops_ep *ep = slot ? atomic_load(slot) : NULL;
 	struct ops_epi *epi = find_epi(ep, s, fd);
 
@@ -529,7 +513,7 @@ static int scan_members(struct ops_ep *ep, struct epoll_event *out, int max, boo
 
 void ops_epoll_settle(int epfd)
 {
-	_Atomic(struct ops_ep *) *slot = ep_slot(epfd, false);
+	fdmap_slot_t *slot = ep_slot(epfd, false);
 	bool any = false;
 
 	if (!slot)
@@ -622,7 +606,7 @@ static uint64_t settle_connects(struct ops_ep *ep)
 int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 		    const sigset_t *sigmask)
 {
-	_Atomic(struct ops_ep *) *slot = ep_slot(epfd, false);
+	fdmap_slot_t *slot = ep_slot(epfd, false);
 	struct ops_ep *ep;
 
 	if (!slot)

@@ -17,34 +17,22 @@
 #include <unistd.h>
 
 #include "sdp.h"
+#include "fdmap.h"
 #include "ops.h"
 #include "sock.h"
 
-#define CHUNK 1024
-#define CHUNKS 1024		/* fds up to 1M */
-
-static _Atomic(struct ops_sock *) *chunks[CHUNKS];
+static struct fdmap fds;
 static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;	/* writers, free list */
 static struct ops_sock *free_socks;
 
-static _Atomic(struct ops_sock *) *slot_of(int fd, bool create)
+static fdmap_slot_t *slot_of(int fd, bool create)
 {
-	if (fd < 0 || fd >= CHUNK * CHUNKS)
-		return NULL;
-	_Atomic(struct ops_sock *) *c = __atomic_load_n(&chunks[fd / CHUNK], __ATOMIC_ACQUIRE);
-
-	if (!c && create) {
-		c = calloc(CHUNK, sizeof(*c));
-		if (!c)
-			return NULL;
-		__atomic_store_n(&chunks[fd / CHUNK], c, __ATOMIC_RELEASE);
-	}
-	return c ? &c[fd % CHUNK] : NULL;
+	return fdmap_slot(&fds, fd, create);
 }
 
 struct ops_sock *ops_fd_get(int fd)
 {
-	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+	fdmap_slot_t *slot = slot_of(fd, false);
 
 	if (!slot)
 		return NULL;
@@ -69,9 +57,7 @@ struct ops_sock *ops_fd_get(int fd)
 
 bool ops_fd_is_ours(int fd)
 {
-	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
-
-	return slot && atomic_load_explicit(slot, memory_order_relaxed);
+	return fdmap_peek(&fds, fd) != NULL;
 }
 
 int ops_fd_install(int fd, struct ops_sock *s)
@@ -80,7 +66,7 @@ int ops_fd_install(int fd, struct ops_sock *s)
 	int ret = 0;
 
 	pthread_mutex_lock(&fd_lock);
-	_Atomic(struct ops_sock *) *slot = slot_of(fd, true);
+	fdmap_slot_t *slot = slot_of(fd, true);
 
 	if (!slot) {
 		ret = fd < 0 ? -EBADF : -EMFILE;
@@ -98,7 +84,7 @@ int ops_fd_install(int fd, struct ops_sock *s)
 
 struct ops_sock *ops_fd_remove(int fd)
 {
-	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+	fdmap_slot_t *slot = slot_of(fd, false);
 
 	if (!slot)
 		return NULL;
@@ -162,33 +148,33 @@ void ops_sock_put(struct ops_sock *s)
 
 bool ops_fd_names(int fd, const struct ops_sock *s)
 {
-	_Atomic(struct ops_sock *) *slot = slot_of(fd, false);
+	fdmap_slot_t *slot = slot_of(fd, false);
 
 	return slot && atomic_load(slot) == s;
 }
 
+struct for_each {
+	void (*fn)(int fd, struct ops_sock *s, void *arg);
+	void *arg;
+};
+
+static void for_each_one(int fd, void *s, void *arg)
+{
+	struct for_each *f = arg;
+
+	f->fn(fd, s, f->arg);
+}
+
 void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s, void *arg), void *arg)
 {
-	for (int c = 0; c < CHUNKS; c++) {
-		_Atomic(struct ops_sock *) *chunk = __atomic_load_n(&chunks[c], __ATOMIC_ACQUIRE);
+	struct for_each f = { fn, arg };
 
-		if (!chunk)
-			continue;
-		for (int i = 0; i < CHUNK; i++) {
-			struct ops_sock *s = atomic_load(&chunk[i]);
-
-			if (s)
-				fn(c * CHUNK + i, s, arg);
-		}
-	}
+	fdmap_for_each(&fds, for_each_one, &f);
 }
 
 int ops_fd_end(void)
 {
-	for (int c = CHUNKS; c > 0; c--)
-		if (__atomic_load_n(&chunks[c - 1], __ATOMIC_ACQUIRE))
-			return c * CHUNK;
-	return 0;
+	return fdmap_end(&fds);
 }
 
 void ops_fd_atfork_child(void)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "fdmap.h"
 #include "fdspace.h"
 #include "log.h"
 #include "sys.h"
@@ -30,14 +31,12 @@
 struct sdp_stats sdp_global_stats;
 
 /* --- the sd table ----------------------------------------------------------
- * Dense, indexed by the readiness fd: two levels so that it grows without
- * moving entries.  table_lock protects it; taken before any socket lock.
+ * Indexed by the readiness fd (common/fdmap.h).  table_lock serializes
+ * lookups with removal, so that a reference is taken only on a socket
+ * still in the table; taken before any socket lock.
  */
-#define TAB_CHUNK 1024
-#define TAB_CHUNKS 1024		/* sds up to 1M */
-
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct sdp_sock **table[TAB_CHUNKS];
+static struct fdmap table;
 
 /* Bumped in every fork child.  A socket made in an earlier generation is
  * a copy of the parent's: its transport objects share kernel state (TCP
@@ -64,24 +63,17 @@ static bool sock_inherited(const struct sdp_sock *s)
 
 static int table_set(int sd, struct sdp_sock *s)
 {
-	if (sd < 0 || sd >= TAB_CHUNK * TAB_CHUNKS)
-		return -EMFILE;
-	struct sdp_sock ***chunk = &table[sd / TAB_CHUNK];
+	fdmap_slot_t *slot = fdmap_slot(&table, sd, s != NULL);
 
-	if (!*chunk) {
-		*chunk = calloc(TAB_CHUNK, sizeof(**chunk));
-		if (!*chunk)
-			return -ENOMEM;
-	}
-	(*chunk)[sd % TAB_CHUNK] = s;
+	if (!slot)
+		return s ? (sd < 0 || sd >= FDMAP_CHUNK * FDMAP_CHUNKS ? -EMFILE : -ENOMEM) : 0;
+	atomic_store(slot, s);
 	return 0;
 }
 
 static struct sdp_sock *table_get_locked(int sd)
 {
-	if (sd < 0 || sd >= TAB_CHUNK * TAB_CHUNKS || !table[sd / TAB_CHUNK])
-		return NULL;
-	return table[sd / TAB_CHUNK][sd % TAB_CHUNK];
+	return fdmap_peek(&table, sd);
 }
 
 struct sdp_sock *sock_get(int sd)
@@ -118,16 +110,16 @@ void sock_put(struct sdp_sock *s)
  * application left open, gracefully.  Only in the process that made them:
  * a forked child's copies belong to its parent.
  */
+static void close_one(int sd, void *s, void *arg)
+{
+	(void)s;
+	(void)arg;
+	sdp_close(sd);
+}
+
 void sock_close_all(void)
 {
-	for (int c = 0; c < TAB_CHUNKS; c++) {
-		if (!table[c])
-			continue;
-		for (int i = 0; i < TAB_CHUNK; i++) {
-			if (table[c][i])
-				sdp_close(c * TAB_CHUNK + i);
-		}
-	}
+	fdmap_for_each(&table, close_one, NULL);
 }
 
 struct sdp_sock *sock_lock_sd(int sd)

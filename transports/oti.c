@@ -183,15 +183,3 @@ const struct oti_ops *oti_find(const char *name)
 			return oti_builtin[i];
 	return NULL;
 }
-
-int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, uint64_t raddr, uint32_t rkey,
-		uint64_t ctx)
-{
-	return -EOPNOTSUPP;
-}
-
-short oti_wait_pollin(struct oti_ep *ep)
-{
-	(void)ep;
-	return POLLIN;
-}
