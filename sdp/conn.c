@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The SDP protocol on one connection: Hello/HelloAck in the transport's
- * private data, credit flow control, segmentation into the peer's buffers
- * (Bcopy), reassembly into the user's buffer, DisConn half-close and
- * abortive close.  Read Zcopy (SrcAvail, RDMA read, RdmaRdCompl, SendSM,
- * SrcAvailCancel) is in zcopy.c, Write Zcopy and Transaction mode
- * (SinkAvail, RDMA write, RdmaWrCompl, SinkAvailCancel, SinkCancelAck) in
- * write_zcopy.c, the modes and ModeChange in mode.c; this file hands them
- * their messages and completions.  Every function here runs with the
- * socket's lock held.
+ * The SDP protocol on one connection, from the top (doc/layers.md): the
+ * Hello/HelloAck handshake in the transport's private data, listeners
+ * and their children, transport events, completions, and the dispatch of
+ * every received message to the layer that owns it -- Bcopy data and
+ * DisConn here and in post.c (buffers, credits, posting), Read Zcopy
+ * (SrcAvail, RDMA read, RdmaRdCompl, SendSM, SrcAvailCancel) to zcopy.c,
+ * Write Zcopy and Transaction mode (SinkAvail, RDMA write, RdmaWrCompl,
+ * SinkAvailCancel, SinkCancelAck) to write_zcopy.c, ModeChange to mode.c.
+ * It also installs the upcalls (engine.h, struct sdp_upcalls) through
+ * which the layers below have a connection freed or driven.  Every
+ * function here runs with the socket's lock held.
  *
  * Both sides advertise max_adverts = 1: one SrcAvail and one SinkAvail at
  * a time per direction.
@@ -24,219 +26,6 @@
 #include "tunables.h"
 
 #define LOGSYS "conn"
-
-static void conn_post_failed(struct sdp_sock *s, int ret, bool data);
-static void conn_flush(struct sdp_sock *s);
-
-static uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
-{
-	return c->rx_mem + (size_t)slot * c->rx_size;
-}
-
-/* Where a queued segment's bytes are. */
-static uint8_t *seg_buf(struct sdp_conn *c, const struct sdp_rx_seg *seg)
-{
-	if (seg->slot == SDP_SLOT_STAGE)
-		return c->stage_mem;
-	return rx_buf(c, seg->slot);
-}
-
-static uint8_t *tx_buf(struct sdp_conn *c, uint32_t slot)
-{
-	return c->tx_mem + (size_t)slot * c->tx_size;
-}
-
-static uint32_t tx_payload_max(const struct sdp_conn *c)
-{
-	return c->tx_size - SDP_BSDH_LEN;
-}
-
-/* --- set-up ------------------------------------------------------------- */
-
-static struct sdp_conn *conn_new(void)
-{
-	struct sdp_conn *c = calloc(1, sizeof(*c));
-
-	if (c) {
-		c->ep_fd = -1;
-		mode_init(c);
-	}
-	return c;
-}
-
-static int conn_post_rx(struct sdp_conn *c, uint32_t slot)
-{
-	struct oti_sge sge = {
-		.addr = rx_buf(c, slot), .len = c->rx_size, .mr = c->rx_mr,
-	};
-
-	return c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
-}
-
-/* A consumed receive buffer goes back to the transport; the peer may
- * learn of it. */
-static int conn_post_again(struct sdp_sock *s, uint32_t slot)
-{
-	struct sdp_conn *c = s->conn;
-	int ret = conn_post_rx(c, slot);
-
-	if (ret) {
-		conn_post_failed(s, ret, false);
-		return ret;
-	}
-	sdp_credits_on_repost(&c->cr);
-	return 0;
-}
-
-/*
- * Once the transport connection is down there is nobody to receive from:
- * the buffer just retires.  Beyond SO_RCVBUF's count it waits, unposted,
- * until the option grows again.
- */
-static int conn_repost(struct sdp_sock *s, uint32_t slot)
-{
-	struct sdp_conn *c = s->conn;
-
-	if (c->transport_down || c->post_failed)
-		return 0;
-	if (c->cr.posted >= c->rx_max) {
-		c->rx_idle[c->nidle++] = slot;
-		return 0;
-	}
-	return conn_post_again(s, slot);
-}
-
-/*
- * SO_RCVBUF and SO_SNDBUF in buffers (sock.c, "SO_SNDBUF and SO_RCVBUF").
- * A set SO_RCVBUF of `budget` bytes is what the peer may send before we
- * read: the credits of all but the two buffers the peer keeps in reserve
- * for control messages (credits.h), so ceil(budget / payload) + 2 buffers,
- * never fewer than four (two data messages in flight) nor more than the
- * recv_bufs tunable may be set to.  Before the handshake the buffer size
- * is ours to choose: a small budget gets smaller buffers, four for data,
- * down to SDP_RX_SIZE_MIN (every control message, and a SinkAvail
- * carrying a Transaction request, fit with room to spare).  A set
- * SO_SNDBUF sizes the send ring to hold it.
- */
-#define SDP_BUFS_MIN 4
-#define SDP_BUFS_MAX 1024	/* recv_bufs' and send_bufs' maxima */
-#define SDP_RX_RESERVE 2
-#define SDP_RX_SMALL_DATA_BUFS 4
-#define SDP_RX_SIZE_MIN 1040	/* buf_size's minimum */
-
-static uint32_t bufs_for(uint64_t budget, uint32_t size, uint32_t extra)
-{
-	uint64_t n = (budget + size - SDP_BSDH_LEN - 1) / (size - SDP_BSDH_LEN) + extra;
-
-	return n < SDP_BUFS_MIN ? SDP_BUFS_MIN : n > SDP_BUFS_MAX ? SDP_BUFS_MAX : (uint32_t)n;
-}
-
-static uint32_t rx_size_for(uint64_t budget)
-{
-	uint64_t size = budget / SDP_RX_SMALL_DATA_BUFS + SDP_BSDH_LEN;
-	uint64_t cap = (uint64_t)tun_int(TUN_buf_size);
-
-	return size < SDP_RX_SIZE_MIN ? SDP_RX_SIZE_MIN : size > cap ? (uint32_t)cap : (uint32_t)size;
-}
-
-/* Buffers to keep posted for s's SO_RCVBUF, at most the ring. */
-static uint32_t rx_max_for(const struct sdp_sock *s, const struct sdp_conn *c)
-{
-	if (!s->rcvbuf_set)
-		return c->nrx;
-	uint32_t n = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
-
-	return n < c->nrx ? n : c->nrx;
-}
-
-void conn_rcvbuf_changed(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-
-	if (!c || !c->rx_idle)
-		return;
-	/* What is posted stays posted: the peer may already be using it. */
-	c->rx_max = rx_max_for(s, c);
-	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed)
-		return;
-	while (c->nidle && c->cr.posted < c->rx_max) {
-		if (conn_post_again(s, c->rx_idle[--c->nidle]))
-			return;
-	}
-	conn_flush(s);
-}
-
-/* Receive ring and control slots, for s's SO_RCVBUF; must precede the
- * Hello or HelloAck, whose bufs field promises these buffers. */
-static int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
-{
-	struct oti_caps caps;
-	int ret;
-
-	c->t->query_caps(&caps);
-	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
-	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
-	if (s->rcvbuf_set) {
-		c->rx_size = rx_size_for((uint64_t)s->rcvbuf);
-		c->nrx = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
-	}
-	if (caps.max_recv_wr && c->nrx > caps.max_recv_wr)
-		c->nrx = caps.max_recv_wr;
-	c->rx_max = c->nrx;
-	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
-	c->rxq_cap = c->nrx + 2;
-	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
-	c->rx_idle = calloc(c->nrx, sizeof(*c->rx_idle));
-	if (!c->rx_mem || !c->rxq || !c->rx_idle)
-		return -ENOMEM;
-	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
-			   OTI_ACCESS_LOCAL_WRITE, &c->rx_mr);
-	if (ret)
-		return ret;
-	ret = c->t->mr_reg(c->ep, c->ctrl_mem, sizeof(c->ctrl_mem), 0, &c->ctrl_mr);
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < c->nrx; i++) {
-		ret = conn_post_rx(c, i);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-/* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF
- * (plus one buffer: the first may be partly sent already). */
-static int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s)
-{
-	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
-	int ret;
-
-	c->tx_size = peer_rcvsz < cap ? peer_rcvsz : cap;
-	c->ntx = (uint32_t)tun_int(TUN_send_bufs);
-	if (s->sndbuf_set)
-		c->ntx = bufs_for((uint64_t)s->sndbuf, c->tx_size, 1);
-	c->tx_mem = aligned_alloc(4096, ((size_t)c->ntx * c->tx_size + 4095) & ~(size_t)4095);
-	c->tx_len = calloc(c->ntx, sizeof(*c->tx_len));
-	if (!c->tx_mem || !c->tx_len)
-		return -ENOMEM;
-	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
-	return ret;
-}
-
-/*
- * The transport will report nothing more on this ep: take its fd out of
- * the progress thread's set (an fd that is never armed again would keep
- * it awake).  Children are in the set on their listener's behalf.
- */
-static void conn_leave_progress(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-
-	if (c->in_progress_set) {
-		progress_del(s->parent ? s->parent : s, c->ep_fd);
-		c->in_progress_set = false;
-	}
-}
 
 void conn_free(struct sdp_sock *s)
 {
@@ -273,573 +62,93 @@ static void addr_to_in6(const struct sockaddr_storage *ss, struct in6_addr *out)
 		*out = ((const struct sockaddr_in6 *)ss)->sin6_addr;
 }
 
-/* --- teardown ------------------------------------------------------------- */
-
-void conn_kill_ep(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-
-	if (!c || !c->ep)
-		return;
-	conn_leave_progress(s);
-	c->t->ep_close(c->ep);
-	c->ep = NULL;
-	c->ep_fd = -1;
-	c->transport_down = true;
-	c->disconnected = true;
-	sock_changed(s, false);
-}
-
-static void conn_transport_down(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-
-	if (!c || c->transport_down)
-		return;
-	c->transport_down = true;
-	if (c->ep)
-		c->t->disconnect(c->ep);
-}
-
-/* The connection ended abnormally: err (positive) is what the
- * application will see once. */
-static void conn_set_reset(struct sdp_sock *s, int err)
-{
-	if (s->state == SDP_S_CLOSED && s->reset)
-		return;
-	if (s->state == SDP_S_ESTABLISHED)
-		SDP_STAT_INC(resets, 1);
-	s->reset = true;
-	sdp_dbg(LOGSYS, "sd %d: connection reset (%s)%s", s->sd, strerror(err),
-		s->app_closed ? ", after close" : "");
-	if (!s->app_closed)
-		s->so_error = err;
-	s->state = SDP_S_CLOSED;
-	/* Data not yet sent is lost, as with a TCP reset. */
-	if (s->conn) {
-		s->conn->tx_filled = s->conn->tx_posted;
-		s->conn->ctrl_pending = 0;
-	}
-	sock_changed(s, true);
-}
-
-void conn_abort(struct sdp_sock *s, int err)
-{
-	conn_set_reset(s, err);
-	conn_transport_down(s);
-}
-
 /*
- * A transport post failed.  Our data lost is a reset.  A credit update or
- * a receive that cannot be posted usually means the peer's transport went
- * away, maybe in its orderly close whose DisConn is still in our completion
- * queue: stop posting and let the DISCONNECTED event, which comes after
- * those completions, tell an orderly close from a reset (with a deadline
- * in case it never comes).  The application never sees the transport's
- * own errno.
+ * A message that may carry stream bytes (Data with payload, SrcAvail,
+ * SinkAvail) in receive buffer slot: queue its bytes for the application
+ * and hand the offer or advert to its owner.  1 if the buffer now holds
+ * queued bytes (it is reposted once they are read), 0 if not, -1 if the
+ * message ended the connection.
  */
-static void conn_post_failed(struct sdp_sock *s, int ret, bool data)
+static int conn_stream_msg(struct sdp_sock *s, const struct sdp_bsdh *h, uint8_t *buf,
+			   uint32_t slot, uint32_t data_len)
 {
 	struct sdp_conn *c = s->conn;
+	uint32_t data_off = SDP_BSDH_LEN + (uint32_t)sdp_ext_len(h->mid);
+	bool keep = false;
 
-	sdp_dbg(LOGSYS, "sd %d: transport post failed: %d", s->sd, ret);
-	if (data) {
+	/* Stream bytes, inline or offered; a bare SinkAvail is about our
+	 * half and may come after the peer's DisConn. */
+	bool stream = data_len || h->mid == SDP_MID_SRC_AVAIL;
+
+	if (stream && c->disconn_rcvd) {
+		conn_protocol_error(s, "data after DisConn");
+		return -1;
+	}
+	if (stream && s->app_closed) {
+		/* Nobody will read it: a closed TCP socket answers with a
+		 * reset. */
 		conn_abort(s, ECONNRESET);
-		return;
+		return -1;
 	}
-	if (c->post_failed)
-		return;
-	c->post_failed = true;
-	c->ctrl_pending = 0;
-	c->deadline_ns = sdp_now_ns() + 1000000000ull;
-	progress_watch(s);
-}
-
-void conn_protocol_error(struct sdp_sock *s, const char *why)
-{
-	SDP_STAT_INC(protocol_errors, 1);
-	sdp_warn(LOGSYS, "sd %d: protocol error from peer: %s; aborting the connection",
-		 s->sd, why);
-	conn_abort(s, ECONNRESET);
-}
-
-bool conn_finished(const struct sdp_sock *s)
-{
-	return !s->conn || s->conn->transport_down || s->state != SDP_S_ESTABLISHED;
-}
-
-/* --- sending -------------------------------------------------------------- */
-
-static void conn_fill_bsdh(struct sdp_conn *c, void *buf, uint8_t mid, uint8_t flags,
-			   uint32_t len)
-{
-	struct sdp_bsdh h = {
-		.mid = mid,
-		.flags = flags,
-		.bufs = (uint16_t)(c->cr.posted > 0xffff ? 0xffff : c->cr.posted),
-		.len = len,
-		.mseq_ack = c->cr.last_rx_mseq,
-	};
-
-	h.mseq = sdp_credits_on_send(&c->cr);
-	sdp_bsdh_encode(buf, &h);
-}
-
-static int conn_post_ctrl_flags(struct sdp_sock *s, uint8_t mid, uint8_t flags, const void *ext,
-				size_t extlen)
-{
-	struct sdp_conn *c = s->conn;
-	uint32_t slot = c->ctrl_posted % SDP_CTRL_SLOTS;
-	uint8_t *buf = c->ctrl_mem + slot * SDP_CTRL_SLOT_SIZE;
-	struct oti_sge sge = { .addr = buf, .len = (uint32_t)(SDP_BSDH_LEN + extlen), .mr = c->ctrl_mr };
-	int ret;
-
-	if (!conn_fits(c, extlen)) {
-		/* Our bug: the peer's buffer would be overrun. */
-		sdp_err(LOGSYS, "sd %d: a %s of %u bytes does not fit the peer's %u-byte buffers",
-			s->sd, sdp_mid_name(mid), sge.len, c->tx_size);
-		conn_abort(s, ECONNRESET);
-		return -EMSGSIZE;
+	/* A message the rules forbid delivers nothing. */
+	if (h->mid == SDP_MID_SRC_AVAIL && zc_src_avail_check(s, buf + SDP_BSDH_LEN, data_len))
+		return -1;
+	if (h->mid == SDP_MID_SINK_AVAIL && wz_sink_avail_check(s, data_len))
+		return -1;
+	/* Stream bytes by any message: counted for the non_discards rule,
+	 * and our SinkAvail is dead (write_zcopy.c). */
+	if (data_len)
+		wz_stream_msg_rcvd(s);
+	if (h->flags & SDP_FLAG_OOB_PRES) {
+		/* Urgent data is not offered yet: without SO_OOBINLINE
+		 * Linux takes the urgent byte out of the stream, and so do
+		 * we. */
+		if (!s->oobinline)
+			data_len--;
 	}
-	if (ext)
-		memcpy(buf + SDP_BSDH_LEN, ext, extlen);
-	conn_fill_bsdh(c, buf, mid, flags, sge.len);
-	ret = c->t->post_send(c->ep, &sge, SDP_CTX_CTRL | slot, OTI_SEND_INLINE);
-	if (ret) {
-		/* A SrcAvail and an RdmaWrCompl carry stream bytes: losing
-		 * one is a reset. */
-		conn_post_failed(s, ret, mid == SDP_MID_SRC_AVAIL || mid == SDP_MID_RDMA_WR_COMPL);
-		return ret;
-	}
-	c->ctrl_posted++;
-	SDP_STAT_INC(msgs_sent, 1);
-	return 0;
-}
-
-int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
-{
-	return conn_post_ctrl_flags(s, mid, 0, ext, extlen);
-}
-
-uint32_t conn_piggyback_max(const struct sdp_conn *c)
-{
-	return conn_fits(c, SDP_SINKAH_LEN) ? c->tx_size - SDP_BSDH_LEN - SDP_SINKAH_LEN : 0;
-}
-
-int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a)
-{
-	struct sdp_conn *c = s->conn;
-	uint8_t ext[SDP_SINKAH_LEN];
-
-	sdp_sinkah_encode(ext, a);
-	if (c->trans_held) {
-		uint32_t slot = (c->tx_filled - 1) % c->ntx;
-
-		c->trans_held = false;
-		if (c->tx_posted + 1 == c->tx_filled && c->tx_len[slot] <= conn_piggyback_max(c) &&
-		    sdp_can_send_data(&c->cr)) {
-			/* The held request becomes the SinkAvail's payload, in
-			 * place: BSDH, SinkAH, request. */
-			uint8_t *buf = tx_buf(c, slot);
-			struct oti_sge sge = {
-				.addr = buf,
-				.len = SDP_BSDH_LEN + SDP_SINKAH_LEN + c->tx_len[slot],
-				.mr = c->tx_mr,
-			};
-			int ret;
-
-			memmove(buf + SDP_BSDH_LEN + SDP_SINKAH_LEN, buf + SDP_BSDH_LEN,
-				c->tx_len[slot]);
-			memcpy(buf + SDP_BSDH_LEN, ext, sizeof(ext));
-			conn_fill_bsdh(c, buf, SDP_MID_SINK_AVAIL, 0, sge.len);
-			ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot, 0);
-			if (ret) {
-				conn_post_failed(s, ret, true);
-				return ret;
-			}
-			c->tx_posted++;
-			c->nond_sent++;
-			c->psnk.active = false;	/* stream bytes: see write_zcopy.c */
-			SDP_STAT_INC(msgs_sent, 1);
-			SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
-			SDP_STAT_INC(trans_piggybacks, 1);
-			return 0;
-		}
-		/* It does not fit: it goes first, on its own. */
-		mode_note_trans_miss(s);
-		conn_flush(s);
-		if (c->post_failed || !ctrl_slot_free(c) || !sdp_can_send_ctrl(&c->cr))
-			return -ENOBUFS;
-	}
-	return conn_post_ctrl(s, SDP_MID_SINK_AVAIL, ext, sizeof(ext));
-}
-
-bool ctrl_slot_free(const struct sdp_conn *c)
-{
-	return c->ctrl_posted - c->ctrl_done < SDP_CTRL_SLOTS;
-}
-
-/* Bytes a send may add under a set SO_SNDBUF: what is in the send
- * buffers, unsent or not yet completed, stays within it. */
-static size_t conn_sndbuf_room(const struct sdp_sock *s)
-{
-	uint64_t queued = s->conn->tx_queued_bytes;
-
-	if (!s->sndbuf_set)
-		return SIZE_MAX;
-	return queued < (uint64_t)s->sndbuf ? (size_t)((uint64_t)s->sndbuf - queued) : 0;
-}
-
-/* Too little SO_SNDBUF room for POLLOUT: as sk_stream_is_writeable(),
- * there must be room for half of what is queued, so that a poller wakes
- * to a useful amount of it. */
-static bool conn_sndbuf_low(const struct sdp_sock *s)
-{
-	if (!s->sndbuf_set)
-		return false;
-	size_t room = conn_sndbuf_room(s);
-
-	return !room || room < s->conn->tx_queued_bytes / 2;
-}
-
-/*
- * Hold a partly filled last buffer back while the application said more
- * is coming (MSG_MORE / TCP_CORK), or, as Linux's autocorking does, while
- * an earlier send is still in flight: its completion flushes the tail, so
- * a stream of small writes becomes few full messages (each costs a peer
- * buffer and a credit) and a lone request still leaves at once.
- */
-static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
-{
-	uint32_t slot = (c->tx_filled - 1) % c->ntx;
-
-	/* A Transaction request waits for our recv()'s SinkAvail. */
-	if (c->trans_held)
-		return true;
-	if (c->tx_len[slot] >= tx_payload_max(c))
-		return false;
-	/* SO_SNDBUF is full: no more is coming until this goes, so it goes
-	 * (tcp_sendmsg() pushes a corked tail before it waits for room). */
-	if (conn_sndbuf_low(s))
-		return false;
-	return s->cork || c->tx_posted != c->tx_done;
-}
-
-/*
- * Post whatever may go now: data buffers while credits last, then control
- * messages (DisConn only once all data is out), then a credit update if
- * the peer is running short of buffers it knows about.
- */
-static void conn_flush(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-	bool sent = false;
-
-	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed ||
-	    c->await_first_rx)
-		return;
-
-	/* Nothing of the stream may overtake our SrcAvail's bytes: data
-	 * waits until the sink is done with it. */
-	while (c->tx_posted != c->tx_filled && !c->tx_sa.active) {
-		if (c->tx_posted + 1 == c->tx_filled && conn_hold_tail(s, c))
-			break;
-		if (!sdp_can_send_data(&c->cr)) {
-			SDP_STAT_INC(credit_stalls, 1);
-			break;
-		}
-		uint32_t slot = c->tx_posted % c->ntx;
-		uint8_t *buf = tx_buf(c, slot);
-		struct oti_sge sge = {
-			.addr = buf, .len = SDP_BSDH_LEN + c->tx_len[slot], .mr = c->tx_mr,
+	if (data_len) {
+		*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){
+			.slot = slot, .off = data_off, .len = data_len,
 		};
-		struct oti_caps caps;
-
-		conn_fill_bsdh(c, buf, SDP_MID_DATA, 0, sge.len);
-		c->t->query_caps(&caps);
-		int ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot,
-					  sge.len <= caps.max_inline ? OTI_SEND_INLINE : 0);
-		if (ret) {
-			conn_post_failed(s, ret, true);
-			return;
-		}
-		c->tx_posted++;
-		c->nond_sent++;
-		/* Stream bytes by Data: the peer's advert is dropped unused
-		 * (write_zcopy.c). */
-		c->psnk.active = false;
-		SDP_STAT_INC(msgs_sent, 1);
-		SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
-		sent = true;
+		c->rxq_count++;
+		c->rx_bytes += data_len;
+		keep = true;
 	}
-
-	/* What we read of the peer's SrcAvail is reported before a SendSM
-	 * that ends it. */
-	if ((c->ctrl_pending & SDP_CTRL_RDMA_RD_COMPL) && ctrl_slot_free(c) &&
-	    sdp_can_send_ctrl(&c->cr)) {
-		uint8_t ext[SDP_U32H_LEN];
-
-		sdp_u32h_encode(ext, c->rdcompl_bytes);
-		if (conn_post_ctrl_flags(s, SDP_MID_RDMA_RD_COMPL, c->req_pipe ? SDP_FLAG_REQ_PIPE : 0,
-					 ext, sizeof(ext)))
-			return;
-		c->req_pipe = false;
-		c->rdcompl_bytes = 0;
-		c->ctrl_pending &= ~SDP_CTRL_RDMA_RD_COMPL;
-		sent = true;
-	}
-	if ((c->ctrl_pending & SDP_CTRL_SEND_SM) && ctrl_slot_free(c) &&
-	    sdp_can_send_ctrl(&c->cr)) {
-		if (conn_post_ctrl(s, SDP_MID_SEND_SM, NULL, 0))
-			return;
-		c->ctrl_pending &= ~SDP_CTRL_SEND_SM;
-		sent = true;
-	}
-	if ((c->ctrl_pending & SDP_CTRL_SRC_AVAIL_CANCEL) && ctrl_slot_free(c) &&
-	    sdp_can_send_ctrl(&c->cr)) {
-		if (conn_post_ctrl(s, SDP_MID_SRC_AVAIL_CANCEL, NULL, 0))
-			return;
-		c->ctrl_pending &= ~SDP_CTRL_SRC_AVAIL_CANCEL;
-		c->tx_sa.cancel_sent = true;
-		SDP_STAT_INC(zcopy_cancels, 1);
-		sent = true;
-	}
-	while (c->psnk_cancels && ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
-		if (conn_post_ctrl(s, SDP_MID_SINK_CANCEL_ACK, NULL, 0))
-			return;
-		c->psnk_cancels--;
-		sent = true;
-	}
-	if ((c->ctrl_pending & SDP_CTRL_SINK_AVAIL_CANCEL) && ctrl_slot_free(c) &&
-	    sdp_can_send_ctrl(&c->cr)) {
-		if (conn_post_ctrl(s, SDP_MID_SINK_AVAIL_CANCEL, NULL, 0))
-			return;
-		c->ctrl_pending &= ~SDP_CTRL_SINK_AVAIL_CANCEL;
-		c->snk.cancel_sent = true;
-		c->snk_acks_due++;
-		SDP_STAT_INC(zcopy_sink_cancels, 1);
-		sent = true;
-	}
-	if ((c->ctrl_pending & SDP_CTRL_MODE_CHANGE) && mode_change_may_go(c) &&
-	    ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
-		uint8_t ext[SDP_MCH_LEN];
-		uint32_t mseq = c->cr.next_mseq;
-
-		sdp_mch_encode(ext, 0, (enum sdp_mode)c->mch_next);
-		if (conn_post_ctrl(s, SDP_MID_MODE_CHANGE, ext, sizeof(ext)))
-			return;
-		c->ctrl_pending &= ~SDP_CTRL_MODE_CHANGE;
-		mode_change_sent(s, mseq);
-		SDP_STAT_INC(mode_changes_sent, 1);
-		sent = true;
-	}
-	if ((c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK) && ctrl_slot_free(c) &&
-	    sdp_can_send_ctrl(&c->cr)) {
-		uint8_t ext[SDP_U32H_LEN];
-
-		/* Our buffers have one fixed size: the answer is always it. */
-		sdp_u32h_encode(ext, c->rx_size);
-		if (conn_post_ctrl(s, SDP_MID_CH_RCV_BUF_ACK, ext, sizeof(ext)))
-			return;
-		c->ctrl_pending &= ~SDP_CTRL_CH_RCV_BUF_ACK;
-		sent = true;
-	}
-	if ((c->ctrl_pending & SDP_CTRL_DISCONN) && c->tx_posted == c->tx_filled &&
-	    !c->tx_sa.active && ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
-		if (conn_post_ctrl(s, SDP_MID_DISCONN, NULL, 0))
-			return;
-		c->ctrl_pending &= ~SDP_CTRL_DISCONN;
-		c->disconn_sent = true;
-		c->psnk.active = false;	/* the sink knows: no bytes after DisConn */
-		c->disconn_last = c->disconn_rcvd;
-		sent = true;
-		sdp_dbg(LOGSYS, "sd %d: DisConn sent", s->sd);
-	}
-
-	/* Credit updates go on after our DisConn while the peer may still
-	 * send; after its DisConn it sends no data, so they stop. */
-	/* While our SrcAvail is out, the last credits are kept for its
-	 * SrcAvailCancel. */
-	if (!sent && !c->disconn_rcvd && sdp_update_needed(&c->cr) && ctrl_slot_free(c) &&
-	    !(c->tx_sa.active && !c->tx_sa.cancel_sent && sdp_tx_credits(&c->cr) <= 2)) {
-		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
-			SDP_STAT_INC(credit_updates_sent, 1);
-			sent = true;
-		}
-	}
-	if (sent)
-		progress_posted(s);
+	/* The advertised rest queues behind the inline bytes. */
+	if (h->mid == SDP_MID_SRC_AVAIL)
+		zc_src_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
+	else if (h->mid == SDP_MID_SINK_AVAIL)
+		wz_sink_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
+	if (s->state == SDP_S_ESTABLISHED && (data_len || h->mid == SDP_MID_SRC_AVAIL))
+		sock_changed(s, true);
+	return keep;
 }
 
-void conn_push(struct sdp_sock *s)
-{
-	int saved_cork = s->cork;
-
-	if (s->conn && s->conn->trans_held) {
-		/* The request goes alone: the program is not waiting for
-		 * the reply in recv() (write_zcopy.c). */
-		s->conn->trans_held = false;
-		mode_note_trans_miss(s);
-	}
-	s->cork = 0;
-	conn_flush(s);
-	s->cork = saved_cork;
-}
-
-void conn_end_hold(struct sdp_sock *s)
-{
-	if (s->conn && s->conn->trans_held)
-		conn_push(s);
-}
-
-bool conn_writable(const struct sdp_sock *s)
-{
-	const struct sdp_conn *c = s->conn;
-
-	if (!c || !c->tx_len || conn_sndbuf_low(s))
-		return false;
-	if (c->tx_filled - c->tx_done < c->ntx)
-		return true;
-	/* All buffers in use: room only in a last one still filling. */
-	return c->tx_filled != c->tx_posted &&
-	       c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c);
-}
-
-/*
- * Copy as much of iov (after skipping `skip` bytes) as the send buffers
- * take, then flush.  Returns bytes taken (possibly 0) or a negative errno.
- */
-ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
-		  size_t skip, size_t limit)
+/* The peer's ModeChange (mode.c has the rules): -1 if it ended the
+ * connection. */
+static int conn_mode_change_msg(struct sdp_sock *s, const uint8_t *ext)
 {
 	struct sdp_conn *c = s->conn;
-	size_t taken = 0;
-	size_t off = skip;
-	int i = iov_seek(iov, iovcnt, &off);
-	size_t sndbuf_room = conn_sndbuf_room(s);
+	int send_half;
+	enum sdp_mode mode;
 
-	if (limit > sndbuf_room)
-		limit = sndbuf_room;
-	while (i < iovcnt && taken < limit) {
-		uint32_t slot;
-
-		if (c->tx_filled != c->tx_posted &&
-		    c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c)) {
-			slot = (c->tx_filled - 1) % c->ntx;
-		} else if (c->tx_filled - c->tx_done < c->ntx) {
-			slot = c->tx_filled % c->ntx;
-			c->tx_len[slot] = 0;
-			c->tx_filled++;
-		} else {
-			break;
-		}
-		uint32_t room = tx_payload_max(c) - c->tx_len[slot];
-		size_t n = iov[i].iov_len - off;
-
-		if (n > room)
-			n = room;
-		if (n > limit - taken)
-			n = limit - taken;
-		memcpy(tx_buf(c, slot) + SDP_BSDH_LEN + c->tx_len[slot],
-		       (const uint8_t *)iov[i].iov_base + off, n);
-		c->tx_len[slot] += (uint32_t)n;
-		c->tx_queued_bytes += n;
-		taken += n;
-		off += n;
-		if (off == iov[i].iov_len) {
-			off = 0;
-			i++;
-		}
+	if (sdp_mch_decode(ext, &send_half, &mode)) {
+		conn_protocol_error(s, "bad ModeChange");
+		return -1;
 	}
-	bool more = flags & MSG_MORE;
-	int saved_cork = s->cork;
+	bool left_pipelined = !send_half && c->rx_mode == SDP_MODE_PIPELINED;
+	const char *why = mode_change_rcvd(s, send_half, mode);
 
-	if (more)
-		s->cork = 1;
-	conn_flush(s);
-	s->cork = saved_cork;
-	return (ssize_t)taken;
-}
-
-void conn_shutdown_write(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-
-	if (!c || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN))
-		return;
-	c->ctrl_pending |= SDP_CTRL_DISCONN;
-	/* A corked tail must go out before the DisConn. */
-	conn_push(s);
-}
-
-/* --- receiving ------------------------------------------------------------ */
-
-/*
- * Copy queued data into iov (after `skip` bytes already filled).  Consumed
- * buffers are posted again, and the peer is told when that matters.
- */
-ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
-		  size_t skip)
-{
-	struct sdp_conn *c = s->conn;
-	bool peek = flags & MSG_PEEK;
-	size_t copied = 0;
-	uint32_t q = 0;		/* segments looked at (peek) */
-	uint32_t qoff = 0;	/* bytes already taken from segment q (peek) */
-	size_t off = skip;
-	int i = iov_seek(iov, iovcnt, &off);
-	bool reposted = false;
-	while (i < iovcnt && q < c->rxq_count) {
-		struct sdp_rx_seg *seg = rxq_at(c, q);
-
-		/* A SrcAvail's bytes are still with the peer: zc_recv(). */
-		if (seg->slot == SDP_SLOT_SA)
-			break;
-		uint32_t avail = seg->len - (peek ? qoff : 0);
-		size_t n = iov[i].iov_len - off;
-
-		if (n > avail)
-			n = avail;
-		memcpy((uint8_t *)iov[i].iov_base + off,
-		       seg_buf(c, seg) + seg->off + (peek ? qoff : 0), n);
-		copied += n;
-		off += n;
-		if (off == iov[i].iov_len) {
-			off = 0;
-			i++;
-		}
-		if (peek) {
-			qoff += (uint32_t)n;
-			if (qoff == seg->len) {
-				q++;
-				qoff = 0;
-			}
-			continue;
-		}
-		seg->off += (uint32_t)n;
-		seg->len -= (uint32_t)n;
-		c->rx_bytes -= n;
-		if (seg->len == 0) {
-			uint32_t slot = seg->slot;
-
-			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
-			c->rxq_count--;
-			if (slot == SDP_SLOT_STAGE)
-				continue;	/* the staging buffer is free again */
-			if (conn_repost(s, slot))
-				break;
-			reposted = true;
-		}
+	if (why) {
+		conn_protocol_error(s, why);
+		return -1;
 	}
-	if (!peek && copied) {
-		SDP_STAT_INC(bytes_received, copied);
-		/* Drained: the readiness fd must stop reporting data. */
-		if (!c->rx_bytes)
-			sock_changed(s, false);
-	}
-	if (reposted)
-		conn_flush(s);
-	return (ssize_t)copied;
+	if (left_pipelined)
+		wz_advert_dead(s);	/* the source dropped it */
+	/* A recv() already waiting may advertise its buffer now. */
+	if (!send_half && mode == SDP_MODE_PIPELINED)
+		sock_changed(s, false);
+	return 0;
 }
 
 /* One in-band message arrived in receive buffer slot. */
@@ -882,51 +191,10 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 	case SDP_MID_SINK_AVAIL:
 		if (data_len == 0 && h.mid == SDP_MID_DATA)
 			break;
-		/* Stream bytes, inline or offered; a bare SinkAvail is about
-		 * our half and may come after the peer's DisConn. */
-		bool stream = data_len || h.mid == SDP_MID_SRC_AVAIL;
-
-		if (stream && c->disconn_rcvd) {
-			conn_protocol_error(s, "data after DisConn");
+		ret = conn_stream_msg(s, &h, buf, slot, data_len);
+		if (ret < 0)
 			return;
-		}
-		if (stream && s->app_closed) {
-			/* Nobody will read it: a closed TCP socket answers
-			 * with a reset. */
-			conn_abort(s, ECONNRESET);
-			return;
-		}
-		/* A message the rules forbid delivers nothing. */
-		if (h.mid == SDP_MID_SRC_AVAIL && zc_src_avail_check(s, buf + SDP_BSDH_LEN, data_len))
-			return;
-		if (h.mid == SDP_MID_SINK_AVAIL && wz_sink_avail_check(s, data_len))
-			return;
-		/* Stream bytes by any message: counted for the non_discards
-		 * rule, and our SinkAvail is dead (write_zcopy.c). */
-		if (data_len)
-			wz_stream_msg_rcvd(s);
-		if (h.flags & SDP_FLAG_OOB_PRES) {
-			/* Urgent data is not offered yet: without
-			 * SO_OOBINLINE Linux takes the urgent byte out of the
-			 * stream, and so do we. */
-			if (!s->oobinline)
-				data_len--;
-		}
-		if (data_len) {
-			*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){
-				.slot = slot, .off = data_off, .len = data_len,
-			};
-			c->rxq_count++;
-			c->rx_bytes += data_len;
-			keep = true;
-		}
-		/* The advertised rest queues behind the inline bytes. */
-		if (h.mid == SDP_MID_SRC_AVAIL)
-			zc_src_avail_rcvd(s, &h, buf + SDP_BSDH_LEN, data_len);
-		else if (h.mid == SDP_MID_SINK_AVAIL)
-			wz_sink_avail_rcvd(s, &h, buf + SDP_BSDH_LEN, data_len);
-		if (s->state == SDP_S_ESTABLISHED && (data_len || h.mid == SDP_MID_SRC_AVAIL))
-			sock_changed(s, true);
+		keep = ret;
 		break;
 	case SDP_MID_DISCONN:
 		if (c->disconn_rcvd) {
@@ -947,17 +215,10 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		if (conn_fits(c, SDP_U32H_LEN))
 			c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
 		break;
-	case SDP_MID_MODE_CHANGE: {
-		int send_half;
-		enum sdp_mode mode;
-
-		if (sdp_mch_decode(buf + SDP_BSDH_LEN, &send_half, &mode)) {
-			conn_protocol_error(s, "bad ModeChange");
+	case SDP_MID_MODE_CHANGE:
+		if (conn_mode_change_msg(s, buf + SDP_BSDH_LEN))
 			return;
-		}
-		mode_change_rcvd(s, send_half, mode);
 		break;
-	}
 	case SDP_MID_SRC_AVAIL_CANCEL:
 		zc_cancel_rcvd(s);
 		break;
@@ -1601,4 +862,90 @@ void listener_free(struct sdp_sock *s)
 	for (int i = 0; i < s->nlsn; i++)
 		s->lsn[i].t->listener_close(s->lsn[i].l);
 	s->nlsn = 0;
+}
+
+/* --- the layers below call up through these (struct sdp_upcalls) --------- */
+
+/*
+ * The progress thread's turn on s (struct sdp_upcalls.service): its fd
+ * fired, or a tick came.  Returns true to keep s on the watch list.
+ */
+static bool conn_service(struct sdp_sock *s, bool tick)
+{
+	bool keep = false;
+
+	for (int i = 0; i < 8; i++) {
+		if (s->nlsn)
+			listener_progress(s);
+		else if (s->conn)
+			conn_progress(s);
+		/* Re-arm: sleeping is safe only when nothing is pending. */
+		int again = 0;
+
+		for (int k = 0; k < s->nlsn; k++)
+			if (s->lsn[k].t->listener_arm(s->lsn[k].l) == -EAGAIN)
+				again = 1;
+		if (!s->nlsn && s->conn && s->conn->ep && !s->conn->disconnected &&
+		    s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
+			again = 1;
+		for (int k = 0; s->nlsn && k < s->acceptq_len + s->pending_children; k++) {
+			struct sdp_sock *c = s->acceptq[k];
+
+			pthread_mutex_lock(&c->lock);
+			if (c->conn && c->conn->ep && !c->conn->disconnected &&
+			    c->conn->t->ep_arm(c->conn->ep) == -EAGAIN)
+				again = 1;
+			if (c->conn && !again)
+				progress_sync_events(s, c->conn);
+			pthread_mutex_unlock(&c->lock);
+		}
+		if (!again)
+			break;
+	}
+	if (!s->nlsn && s->conn)
+		progress_sync_events(s, s->conn);
+	if (tick) {
+		if (s->app_closed && s->conn) {
+			bool expired = s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns;
+
+			if (!conn_finished(s) && expired) {
+				sdp_conn_log(LOGSYS, "closed connection: peer did not finish the close in time, resetting");
+				conn_abort(s, ETIMEDOUT);
+			}
+			if (conn_finished(s))
+				conn_free(s);
+			else
+				keep = true;
+		} else if (s->nlsn) {
+			keep = s->pending_children > 0;
+		} else if (s->conn) {
+			if (s->conn->trans_held && sdp_now_ns() >= s->conn->trans_hold_until)
+				conn_push(s);	/* nobody came for it */
+			if (s->conn && s->conn->first_nudges)
+				conn_nudge(s);
+			keep = (s->conn && (s->conn->trans_held || s->conn->first_nudges)) ||
+			       s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
+			       (s->conn->post_failed && !s->conn->transport_down &&
+				s->state == SDP_S_ESTABLISHED);
+		}
+	}
+	return keep;
+}
+
+/* Drive s once (struct sdp_upcalls.drive). */
+static void conn_drive(struct sdp_sock *s)
+{
+	if (s->state == SDP_S_LISTEN)
+		listener_progress(s);
+	else if (s->conn)
+		conn_progress(s);
+}
+
+__attribute__((constructor)) static void conn_install_upcalls(void)
+{
+	sdp_upcalls = (struct sdp_upcalls){
+		.conn_free = conn_free,
+		.drive = conn_drive,
+		.service = conn_service,
+	};
 }

@@ -1,14 +1,29 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Internals of the SDP engine, shared by sock.c (the socket API and the sd
- * table), conn.c (the protocol on one connection), progress.c (the progress
- * thread and waiting) and poll.c (readiness).
+ * Internals of the SDP engine, shared by its files.  They are layered
+ * (doc/layers.md; test/lint_layers.sh checks it), each calling only the
+ * ones before it in this list:
+ *
+ *   wire.c          the message codec
+ *   base.c          socket objects, the sd table, statistics, the clock
+ *   regcache.c      registrations of application buffers
+ *   progress.c      the progress thread, its registrations, blocking waits
+ *   mode.c          the modes of the two half-connections (policy, state)
+ *   post.c          one connection's buffers, credits, posting, readiness
+ *   zcopy.c         Read Zcopy
+ *   write_zcopy.c   Write Zcopy and Transaction mode
+ *   conn.c          handshake, listeners, receive dispatch, driving
+ *   sock.c, poll.c  the API (include/sdp.h); convert.c above them
+ *
+ * The few calls that must run up go through struct sdp_upcalls (base.c),
+ * which conn.c fills in.  The sections below follow the same order.
  *
  * Locking: one mutex per socket (struct sdp_sock.lock) protects everything
  * in the socket, its connection and its transport objects.  The sd table
- * has its own lock (sock.c), always taken before a socket lock, never
+ * has its own lock (base.c), always taken before a socket lock, never
  * after.  A listener's lock may be held while taking a child's lock (to
- * queue it for accept), never the reverse.
+ * queue it for accept), never the reverse.  The progress thread's lock
+ * (progress.c) comes after a socket lock, never before.
  */
 #ifndef SDP_ENGINE_H
 #define SDP_ENGINE_H
@@ -325,7 +340,7 @@ static inline int iov_seek(const struct iovec *iov, int iovcnt, size_t *off)
 /* Entry i (0 = head) of c's receive queue. */
 #define rxq_at(c, i) (&(c)->rxq[((c)->rxq_head + (i)) % (c)->rxq_cap])
 
-/* --- sock.c ----------------------------------------------------------------- */
+/* --- base.c: socket objects, the sd table, statistics, the clock ---------- */
 
 /* Lookup by sd, with a reference; NULL if not ours (nor for a socket
  * inherited across fork(): that one is the parent's).  Put with
@@ -339,25 +354,172 @@ void sock_unlock_put(struct sdp_sock *s);
 struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table);
 /* Enter a child into the sd table when it is accepted. */
 int sock_publish(struct sdp_sock *s);
+/* Take sd out of the table (sdp_close); the table's reference passes to
+ * the caller.  NULL if sd is not in it. */
+struct sdp_sock *sock_unpublish(int sd);
+/* fn(sd, socket, arg) for every socket in the table. */
+void sock_for_each(void (*fn)(int sd, void *s, void *arg), void *arg);
+/* Made in the parent before a fork(): this process's copy is not to be
+ * driven, only forgotten. */
+bool sock_inherited(const struct sdp_sock *s);
+/* SDP_ZCOPY_THRESH (tunable or option): 0 is off, at least a page. */
+int zcopy_thresh_clamp(long v);
 uint64_t sdp_now_ns(void);
-/* Close every published socket (process exit). */
-void sock_close_all(void);
 
 extern struct sdp_stats sdp_global_stats;
 #define SDP_STAT_INC(field, n) \
 	__atomic_add_fetch(&sdp_global_stats.field, (n), __ATOMIC_RELAXED)
 
-/* --- conn.c ----------------------------------------------------------------- */
+/*
+ * The upcalls.  Calls in sdp/ run downward only (doc/layers.md); three
+ * needs below the connection layer run the other way, and go through
+ * these pointers, which conn.c installs when the library loads:
+ *  - conn_free: the last reference to a socket with a connection is gone
+ *    (base.c's sock_put);
+ *  - drive: drive s once -- a listener's requests, or a connection's
+ *    transport events and completions -- as a wait for the peer must
+ *    (zcopy.c, write_zcopy.c, the exit linger in progress.c);
+ *  - service: the progress thread's turn on s, when its fd fired (tick
+ *    false) or on a tick; returns whether s stays on the watch list.
+ * Each is called with s's lock held, except conn_free (last reference:
+ * nobody else can reach s).
+ */
+struct sdp_upcalls {
+	void (*conn_free)(struct sdp_sock *s);
+	void (*drive)(struct sdp_sock *s);
+	bool (*service)(struct sdp_sock *s, bool tick);
+};
+extern struct sdp_upcalls sdp_upcalls;
+
+static inline void sock_drive(struct sdp_sock *s)
+{
+	sdp_upcalls.drive(s);
+}
+
+/* --- connection state, for every layer ------------------------------------ */
 
 /*
- * Drive one socket: transport events, completions, deferred sends.  Caller
- * holds s->lock.  Calls sock_changed() when anything visible changed.
+ * A message of the BSDH and extlen more bytes fits the peer's receive
+ * buffers.  A peer may advertise buffers as small as a BSDH and one byte
+ * (wire.c) and be honest: then what a longer message would serve is off
+ * for the connection -- SrcAvail (32 bytes and its inline ones: Read
+ * Zcopy as source), RdmaRdCompl (20: as sink, SendSM declines), SinkAvail
+ * (36: Write Zcopy as sink), ModeChange (20: our half stays Combined, so
+ * the peer sends no SinkAvail), ChRcvBufAck (20: unanswered, our size is
+ * in the Hello anyway).  Data and the 16-byte messages always fit.
  */
-void conn_progress(struct sdp_sock *s);
-/* Listener: take pending connection requests. */
-void listener_progress(struct sdp_sock *s);
-/* Active open after the caller validated everything. */
-int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len);
+static inline bool conn_fits(const struct sdp_conn *c, size_t extlen)
+{
+	return SDP_BSDH_LEN + extlen <= c->tx_size;
+}
+/* The transport can RDMA write (Write Zcopy is possible at all). */
+static inline bool wz_transport_writes(const struct sdp_conn *c)
+{
+	struct oti_caps caps;
+
+	c->t->query_caps(&caps);
+	return caps.flags & OTI_CAP_RDMA_WRITE;
+}
+/* Our SinkAvail is out and the source may still use it. */
+static inline bool wz_advert_live(const struct sdp_conn *c)
+{
+	return c->snk.active && !c->snk.dead && !c->snk.done;
+}
+
+/* --- progress.c ------------------------------------------------------------- */
+
+/* Add a listener fd that drives s to the progress thread; takes a
+ * reference on s, dropped by progress_del. */
+int progress_add(struct sdp_sock *s, int fd);
+/* The same for connection c's ep fd, driven through s (c's own socket,
+ * or its listener until it is accepted), with the events its transport
+ * waits for (ep_wait_events), kept up to date as the socket is driven. */
+int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c);
+void progress_del(struct sdp_sock *s, int fd);
+/* Keep an app-closed socket alive until its teardown finishes. */
+void progress_adopt_orphan(struct sdp_sock *s);
+/*
+ * Work was posted on s's endpoint from an application thread: make sure
+ * the transport keeps moving it (a software transport pushes queued output
+ * only when driven, once its fd is writable).  Caller holds s->lock.
+ */
+void progress_posted(struct sdp_sock *s);
+/* Tick s, fast, while it holds a Transaction request (conn.trans_held). */
+void progress_hold(struct sdp_sock *s);
+/* Tick s until its deadline-bound state (connecting, children handshaking)
+ * is over, so timeouts fire without any fd activity. */
+void progress_watch(struct sdp_sock *s);
+/*
+ * Bring the progress thread's registration of c's ep fd (made for owner:
+ * c's socket, or its listener) in line with what the transport waits for
+ * now: POLLOUT comes and goes with output the transport holds.  Caller
+ * holds c's socket lock.
+ */
+void progress_sync_events(struct sdp_sock *owner, struct sdp_conn *c);
+/* The progress thread runs in this process (it started here, not in a
+ * parent before fork()). */
+bool progress_started_here(void);
+/* Process exit, after every socket was closed: wait (exit_linger_ms at
+ * most) until closed connections have finished their teardown. */
+void progress_linger(void);
+
+/*
+ * Block the calling thread until something changes on s or the deadline
+ * (ns since CLOCK_MONOTONIC epoch, 0 = none) passes.  Called and returns
+ * with s->lock held.  Returns 0 (re-check), -EAGAIN (deadline), -EINTR.
+ */
+int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns);
+/* The calling thread's wakeup eventfd (created on first use). */
+int sdp_thread_waker(void);
+
+/* --- mode.c: the modes of the two half-connections ---------------------------- */
+
+void mode_init(struct sdp_conn *c);
+/* Queue a ModeChange of our send half to m (sent by conn_flush()). */
+void mode_want(struct sdp_sock *s, enum sdp_mode m);
+/* A ModeChange may be posted now. */
+bool mode_change_may_go(const struct sdp_conn *c);
+/* Our ModeChange (with this mseq) was posted: it is in force. */
+void mode_change_sent(struct sdp_sock *s, uint32_t mseq);
+/* The peer's ModeChange: NULL if legal (then in force), else what is
+ * wrong with it (a protocol error the caller reports). */
+const char *mode_change_rcvd(struct sdp_sock *s, int send_half, enum sdp_mode m);
+/* The sink set REQ_PIPE on an RdmaRdCompl. */
+void mode_req_pipe_rcvd(struct sdp_sock *s);
+/* Policy input: a send of ours went out (big: by zero copy, or large). */
+void mode_note_send(struct sdp_sock *s, bool big);
+/* A SinkAvail arrived stale. */
+void mode_note_stale(struct sdp_sock *s);
+/* One of our recv()s advertised its buffer. */
+void mode_note_advert(struct sdp_sock *s);
+/* A held Transaction request had to go out alone. */
+void mode_note_trans_miss(struct sdp_sock *s);
+
+/* --- post.c: one connection's buffers, posting, readiness ------------------- */
+
+/* A connection's memory, before its transport endpoint exists. */
+struct sdp_conn *conn_new(void);
+/* Receive ring and control slots, for s's SO_RCVBUF; must precede the
+ * Hello or HelloAck, whose bufs field promises these buffers. */
+int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s);
+/* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF. */
+int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s);
+/* Receive buffer slot's memory. */
+uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot);
+/* A consumed receive buffer goes back (or waits, beyond SO_RCVBUF). */
+int conn_repost(struct sdp_sock *s, uint32_t slot);
+/* The transport reports nothing more on c's ep: out of the progress set. */
+void conn_leave_progress(struct sdp_sock *s);
+/* Disconnect the transport (once). */
+void conn_transport_down(struct sdp_sock *s);
+/* The connection ended abnormally: err (positive) is what the
+ * application will see once. */
+void conn_set_reset(struct sdp_sock *s, int err);
+/* A transport post failed (data: ours was lost, a reset). */
+void conn_post_failed(struct sdp_sock *s, int ret, bool data);
+/* Post whatever may go now: data, control messages, a credit update. */
+void conn_flush(struct sdp_sock *s);
+
 /* Copy user data (at most limit bytes after skip) into send buffers and
  * post what credits allow. */
 ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
@@ -374,29 +536,11 @@ void conn_shutdown_write(struct sdp_sock *s);
 void conn_abort(struct sdp_sock *s, int err);
 /* Whether the connection is done and may be freed (orphans). */
 bool conn_finished(const struct sdp_sock *s);
-void conn_nudge(struct sdp_sock *s);
-void conn_free(struct sdp_sock *s);
-/* Reject pending requests and close the transport listener. */
-void listener_free(struct sdp_sock *s);
 /* Protocol error on the connection: abort and count it. */
 void conn_protocol_error(struct sdp_sock *s, const char *why);
 
 /* Post every queued data buffer that credits allow, a held tail too. */
 void conn_push(struct sdp_sock *s);
-/*
- * A message of the BSDH and extlen more bytes fits the peer's receive
- * buffers.  A peer may advertise buffers as small as a BSDH and one byte
- * (wire.c) and be honest: then what a longer message would serve is off
- * for the connection -- SrcAvail (32 bytes and its inline ones: Read
- * Zcopy as source), RdmaRdCompl (20: as sink, SendSM declines), SinkAvail
- * (36: Write Zcopy as sink), ModeChange (20: our half stays Combined, so
- * the peer sends no SinkAvail), ChRcvBufAck (20: unanswered, our size is
- * in the Hello anyway).  Data and the 16-byte messages always fit.
- */
-static inline bool conn_fits(const struct sdp_conn *c, size_t extlen)
-{
-	return SDP_BSDH_LEN + extlen <= c->tx_size;
-}
 /* A payload-free message (or SrcAvail with its inline bytes in ext) from a
  * control slot; the caller checked credits, ctrl_slot_free() and
  * conn_fits(). */
@@ -409,8 +553,18 @@ void conn_kill_ep(struct sdp_sock *s);
 /* A held Transaction request goes now (the program polls instead of
  * waiting in recv()). */
 void conn_end_hold(struct sdp_sock *s);
-/* Drive s once: a listener's requests or a connection's events. */
-void sock_drive(struct sdp_sock *s);
+
+/* Post our SinkAvail; a held Transaction request goes with it. */
+int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a);
+/* The largest Transaction request that rides on a SinkAvail. */
+uint32_t conn_piggyback_max(const struct sdp_conn *c);
+
+/* Current poll mask; caller holds s->lock. */
+int sock_events_locked(struct sdp_sock *s);
+/* Something changed: wake waiters and update the readiness fd.  edge:
+ * new data or connection arrived (signal even if already readable). */
+void sock_changed(struct sdp_sock *s, bool edge);
+
 
 /* --- zcopy.c: Read Zcopy ------------------------------------------------------ */
 
@@ -471,32 +625,8 @@ void zc_wait(struct sdp_sock *s, uint64_t deadline, bool *intr);
 uint64_t zc_op_max(const struct sdp_conn *c);
 int zc_regcache_setup(struct sdp_conn *c);
 
-/* --- mode.c: the modes of the two half-connections ---------------------------- */
-
-void mode_init(struct sdp_conn *c);
-/* Queue a ModeChange of our send half to m (sent by conn_flush()). */
-void mode_want(struct sdp_sock *s, enum sdp_mode m);
-/* A ModeChange may be posted now. */
-bool mode_change_may_go(const struct sdp_conn *c);
-/* Our ModeChange (with this mseq) was posted: it is in force. */
-void mode_change_sent(struct sdp_sock *s, uint32_t mseq);
-void mode_change_rcvd(struct sdp_sock *s, int send_half, enum sdp_mode m);
-/* The sink set REQ_PIPE on an RdmaRdCompl. */
-void mode_req_pipe_rcvd(struct sdp_sock *s);
-/* Policy input: a send of ours went out (big: by zero copy, or large). */
-void mode_note_send(struct sdp_sock *s, bool big);
-/* A SinkAvail arrived stale. */
-void mode_note_stale(struct sdp_sock *s);
-/* One of our recv()s advertised its buffer. */
-void mode_note_advert(struct sdp_sock *s);
-/* A held Transaction request had to go out alone. */
-void mode_note_trans_miss(struct sdp_sock *s);
-
 /* --- write_zcopy.c: Write Zcopy and Transaction mode --------------------------- */
 
-bool wz_transport_writes(const struct sdp_conn *c);
-/* Our SinkAvail is out and the source may still use it. */
-bool wz_advert_live(const struct sdp_conn *c);
 /* A recv() of iov (after skip) with these flags may advertise now. */
 bool wz_may_advertise(const struct sdp_sock *s, const struct iovec *iov, int iovcnt,
 		      size_t skip, int flags);
@@ -530,52 +660,25 @@ ssize_t wz_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, size_t 
 void wz_write_done(struct sdp_sock *s, const struct oti_wc *wc);
 /* Free the Write Zcopy state; after ep_close(). */
 void wz_conn_free(struct sdp_conn *c);
-/* conn.c: post our SinkAvail; a held Transaction request goes with it. */
-int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a);
-/* The largest Transaction request that rides on a SinkAvail. */
-uint32_t conn_piggyback_max(const struct sdp_conn *c);
 /* Remove queue entry i (0 = head) of c's receive queue. */
 void rxq_remove(struct sdp_conn *c, uint32_t i);
 
-/* --- progress.c ------------------------------------------------------------- */
-
-/* Add a listener fd that drives s to the progress thread; takes a
- * reference on s, dropped by progress_del. */
-int progress_add(struct sdp_sock *s, int fd);
-/* The same for connection c's ep fd, driven through s (c's own socket,
- * or its listener until it is accepted), with the events its transport
- * waits for (ep_wait_events), kept up to date as the socket is driven. */
-int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c);
-void progress_del(struct sdp_sock *s, int fd);
-/* Keep an app-closed socket alive until its teardown finishes. */
-void progress_adopt_orphan(struct sdp_sock *s);
-/*
- * Work was posted on s's endpoint from an application thread: make sure
- * the transport keeps moving it (a software transport pushes queued output
- * only when driven, once its fd is writable).  Caller holds s->lock.
- */
-void progress_posted(struct sdp_sock *s);
-/* Tick s, fast, while it holds a Transaction request (conn.trans_held). */
-void progress_hold(struct sdp_sock *s);
-/* Tick s until its deadline-bound state (connecting, children handshaking)
- * is over, so timeouts fire without any fd activity. */
-void progress_watch(struct sdp_sock *s);
+/* --- conn.c: handshake, listeners, receive dispatch, driving --------------- */
 
 /*
- * Block the calling thread until something changes on s or the deadline
- * (ns since CLOCK_MONOTONIC epoch, 0 = none) passes.  Called and returns
- * with s->lock held.  Returns 0 (re-check), -EAGAIN (deadline), -EINTR.
+ * Drive one socket: transport events, completions, deferred sends.  Caller
+ * holds s->lock.  Calls sock_changed() when anything visible changed.
  */
-int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns);
-/* The calling thread's wakeup eventfd (created on first use). */
-int sdp_thread_waker(void);
-
-/* --- poll.c ----------------------------------------------------------------- */
-
-/* Current poll mask; caller holds s->lock. */
-int sock_events_locked(struct sdp_sock *s);
-/* Something changed: wake waiters and update the readiness fd.  edge:
- * new data or connection arrived (signal even if already readable). */
-void sock_changed(struct sdp_sock *s, bool edge);
+void conn_progress(struct sdp_sock *s);
+/* Listener: take pending connection requests. */
+void listener_progress(struct sdp_sock *s);
+/* Active open after the caller validated everything. */
+int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len);
+/* iWARP: repeat our first message until the passive side shows it saw it. */
+void conn_nudge(struct sdp_sock *s);
+/* Free the connection (its endpoint, buffers, zero-copy state). */
+void conn_free(struct sdp_sock *s);
+/* Reject pending requests and close the transport listener. */
+void listener_free(struct sdp_sock *s);
 
 #endif /* SDP_ENGINE_H */

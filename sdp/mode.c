@@ -129,34 +129,26 @@ static bool legal_source_change(unsigned from, unsigned to)
 	}
 }
 
-void mode_change_rcvd(struct sdp_sock *s, int send_half, enum sdp_mode m)
+const char *mode_change_rcvd(struct sdp_sock *s, int send_half, enum sdp_mode m)
 {
 	struct sdp_conn *c = s->conn;
 
 	if (send_half) {
 		/* The sink's one move: our Buffered half back to Combined.
 		 * We never go Buffered, so it never applies. */
-		if (c->tx_mode != SDP_MODE_BUFFERED || m != SDP_MODE_COMBINED) {
-			conn_protocol_error(s, "ModeChange for our send half");
-			return;
-		}
+		if (c->tx_mode != SDP_MODE_BUFFERED || m != SDP_MODE_COMBINED)
+			return "ModeChange for our send half";
 		c->tx_mode = SDP_MODE_COMBINED;
-		return;
+		return NULL;
 	}
-	if (!legal_source_change(c->rx_mode, m)) {
-		conn_protocol_error(s, "illegal ModeChange");
-		return;
-	}
+	if (!legal_source_change(c->rx_mode, m))
+		return "illegal ModeChange";
 	sdp_dbg(LOGSYS, "sd %d: peer's send half %s -> %s", s->sd, mode_name(c->rx_mode),
 		mode_name(m));
-	if (c->rx_mode == SDP_MODE_PIPELINED)
-		wz_advert_dead(s);	/* the source dropped it */
 	c->rx_mode = (uint8_t)m;
 	c->req_pipe = false;
 	SDP_STAT_INC(mode_changes_received, 1);
-	/* A recv() already waiting may advertise its buffer now. */
-	if (m == SDP_MODE_PIPELINED)
-		sock_changed(s, false);
+	return NULL;
 }
 
 void mode_req_pipe_rcvd(struct sdp_sock *s)

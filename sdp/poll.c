@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Readiness: the poll mask of a socket computed the way tcp_poll() does,
- * the level of its readiness fd, and sdp_poll().
+ * The readiness API: sdp_events(), sdp_set_interest(), sdp_poll() and the
+ * watches the switch's epoll emulation uses.  The poll mask itself, and
+ * the level of a socket's readiness fd, are post.c's (sock_changed()).
  */
 #include <errno.h>
 #include <limits.h>
@@ -12,74 +13,6 @@
 
 #include "engine.h"
 #include "sys.h"
-
-int sock_events_locked(struct sdp_sock *s)
-{
-	struct sdp_conn *c = s->conn;
-	int ev = 0;
-
-	switch (s->state) {
-	case SDP_S_NEW:
-		/* A socket that is neither connected nor listening is
-		 * "closed" to tcp_poll(): writable and hung up. */
-		return POLLOUT | POLLWRNORM | POLLHUP;
-	case SDP_S_LISTEN:
-		return s->acceptq_len ? POLLIN | POLLRDNORM : 0;
-	case SDP_S_RESOLVING:
-	case SDP_S_CONNECTING:
-		return 0;
-	case SDP_S_CLOSED:
-		ev = POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP;
-		if (s->so_error)
-			ev |= POLLERR;
-		return ev;
-	case SDP_S_ESTABLISHED:
-		break;
-	}
-	bool rd_shut = s->shut_rd || c->disconn_rcvd;
-	bool wr_shut = s->shut_wr || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN);
-
-	if (c->rx_bytes || rd_shut)
-		ev |= POLLIN | POLLRDNORM;
-	if (rd_shut)
-		ev |= POLLRDHUP;
-	/* A shut sending side is "writable" so that send() reports EPIPE. */
-	if (wr_shut || conn_writable(s))
-		ev |= POLLOUT | POLLWRNORM;
-	if (rd_shut && wr_shut)
-		ev |= POLLHUP;
-	if (s->so_error)
-		ev |= POLLERR;
-	return ev;
-}
-
-void sock_changed(struct sdp_sock *s, bool edge)
-{
-	uint64_t one = 1, v;
-
-	for (struct sdp_waiter *w = s->waiters; w; w = w->next) {
-		if (w->changes)
-			atomic_fetch_add(w->changes, 1);
-		if (w->edges && edge)
-			atomic_fetch_add(w->edges, 1);
-		if (sys.write(w->fd, &one, sizeof(one)) < 0) {
-			/* Counter saturated: the waiter wakes anyway. */
-		}
-	}
-	if (s->sd < 0)
-		return;
-	bool ready = sock_events_locked(s) & (s->interest | POLLHUP | POLLERR);
-
-	if (ready && (!s->fd_level || edge)) {
-		if (sys.write(s->sd, &one, sizeof(one)) == sizeof(one))
-			s->fd_level = true;
-	} else if (!ready && s->fd_level) {
-		if (sys.read(s->sd, &v, sizeof(v)) < 0) {
-			/* Already drained. */
-		}
-		s->fd_level = false;
-	}
-}
 
 int sdp_events(int sd)
 {

@@ -93,13 +93,7 @@ static uint32_t ep_epoll_events(const struct sdp_conn *c)
 	return (want & POLLIN ? EPOLLIN : 0) | (want & POLLOUT ? EPOLLOUT : 0);
 }
 
-/*
- * Bring the progress thread's registration of c's ep fd (made for owner:
- * c's socket, or its listener) in line with what the transport waits for
- * now: POLLOUT comes and goes with output the transport holds.  Caller
- * holds c's socket lock.
- */
-static void prog_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
+void progress_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
 {
 	if (!c->in_progress_set)
 		return;
@@ -130,70 +124,16 @@ static void prog_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
 	pthread_mutex_unlock(&prog_lock);
 }
 
-/* Drive one socket after its fd fired or a tick; returns true to keep it
- * on the watch list. */
+/* The socket's turn after its fd fired or on a tick (the connection layer
+ * decides what that means: struct sdp_upcalls.service); returns true to
+ * keep it on the watch list. */
 static bool prog_drive(struct sdp_sock *s, bool tick)
 {
-	bool keep = false;
-
 	pthread_mutex_lock(&s->lock);
-	for (int i = 0; i < 8; i++) {
-		if (s->nlsn)
-			listener_progress(s);
-		else if (s->conn)
-			conn_progress(s);
-		/* Re-arm: sleeping is safe only when nothing is pending. */
-		int again = 0;
+	bool keep = sdp_upcalls.service(s, tick);
 
-		for (int k = 0; k < s->nlsn; k++)
-			if (s->lsn[k].t->listener_arm(s->lsn[k].l) == -EAGAIN)
-				again = 1;
-		if (!s->nlsn && s->conn && s->conn->ep && !s->conn->disconnected &&
-		    s->conn->t->ep_arm(s->conn->ep) == -EAGAIN)
-			again = 1;
-		for (int k = 0; s->nlsn && k < s->acceptq_len + s->pending_children; k++) {
-			struct sdp_sock *c = s->acceptq[k];
-
-			pthread_mutex_lock(&c->lock);
-			if (c->conn && c->conn->ep && !c->conn->disconnected &&
-			    c->conn->t->ep_arm(c->conn->ep) == -EAGAIN)
-				again = 1;
-			if (c->conn && !again)
-				prog_sync_events(s, c->conn);
-			pthread_mutex_unlock(&c->lock);
-		}
-		if (!again)
-			break;
-	}
-	if (!s->nlsn && s->conn)
-		prog_sync_events(s, s->conn);
-	if (tick) {
-		if (s->app_closed && s->conn) {
-			bool expired = s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns;
-
-			if (!conn_finished(s) && expired) {
-				sdp_conn_log(LOGSYS, "closed connection: peer did not finish the close in time, resetting");
-				conn_abort(s, ETIMEDOUT);
-			}
-			if (conn_finished(s))
-				conn_free(s);
-			else
-				keep = true;
-		} else if (s->nlsn) {
-			keep = s->pending_children > 0;
-		} else if (s->conn) {
-			if (s->conn->trans_held && sdp_now_ns() >= s->conn->trans_hold_until)
-				conn_push(s);	/* nobody came for it */
-			if (s->conn && s->conn->first_nudges)
-				conn_nudge(s);
-			if (s->conn && s->conn->trans_held)
-				prog_hold_seen = true;
-			keep = (s->conn && (s->conn->trans_held || s->conn->first_nudges)) ||
-			       s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING ||
-			       (s->conn->post_failed && !s->conn->transport_down &&
-				s->state == SDP_S_ESTABLISHED);
-		}
-	}
+	if (tick && s->conn && s->conn->trans_held)
+		prog_hold_seen = true;
 	pthread_mutex_unlock(&s->lock);
 	return keep;
 }
@@ -637,6 +577,11 @@ static bool orphan_flushed(struct sdp_sock *s)
 	       c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted;
 }
 
+bool progress_started_here(void)
+{
+	return prog_running && prog_pid == getpid();
+}
+
 /*
  * At exit the kernel would go on sending what a closed TCP socket still
  * held, and would go on taking the peer's acknowledgements; here the
@@ -648,11 +593,8 @@ static bool orphan_flushed(struct sdp_sock *s)
  * would make it answer with a reset, which destroys whatever the peer had
  * not yet read.
  */
-__attribute__((destructor)) static void prog_exit_flush(void)
+void progress_linger(void)
 {
-	if (!prog_running || prog_pid != getpid())
-		return;
-	sock_close_all();
 	uint64_t deadline = sdp_now_ns() + (uint64_t)tun_int(TUN_exit_linger_ms) * 1000000ull;
 
 	for (;;) {
@@ -674,7 +616,7 @@ __attribute__((destructor)) static void prog_exit_flush(void)
 			list = r->next;
 			pthread_mutex_lock(&r->s->lock);
 			if (r->s->conn && !r->s->conn->transport_down)
-				conn_progress(r->s);
+				sdp_upcalls.drive(r->s);
 			if (r->s->app_closed && !orphan_flushed(r->s))
 				pending = true;
 			pthread_mutex_unlock(&r->s->lock);

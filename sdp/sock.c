@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * The socket-like API of the engine (include/sdp.h): the sd table, socket
- * life cycle, options, and the blocking rules of Linux TCP.  Protocol work
- * is in conn.c; waiting and the progress thread in progress.c.
+ * The socket-like API of the engine (include/sdp.h): socket life cycle,
+ * options, and the blocking rules of Linux TCP.  The sd table is base.c's,
+ * protocol work conn.c's and post.c's, waiting progress.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include "engine.h"
-#include "fdmap.h"
 #include "fdspace.h"
 #include "log.h"
 #include "sys.h"
@@ -28,88 +27,6 @@
 
 #define LOGSYS "sock"
 
-struct sdp_stats sdp_global_stats;
-
-/* --- the sd table ----------------------------------------------------------
- * Indexed by the readiness fd (common/fdmap.h).  table_lock serializes
- * lookups with removal, so that a reference is taken only on a socket
- * still in the table; taken before any socket lock.
- */
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fdmap table;
-
-/* Bumped in every fork child.  A socket made in an earlier generation is
- * a copy of the parent's: its transport objects share kernel state (TCP
- * sockets, QPs) with the parent's, so the child must never drive, send
- * on or tear down the connection.  Such a socket is invisible to
- * sock_get(); sdp_close() merely forgets it. */
-static unsigned sock_fork_gen;
-
-static void sock_atfork_child(void)
-{
-	pthread_mutex_init(&table_lock, NULL);
-	sock_fork_gen++;
-}
-
-__attribute__((constructor)) static void sock_register_atfork(void)
-{
-	pthread_atfork(NULL, NULL, sock_atfork_child);
-}
-
-static bool sock_inherited(const struct sdp_sock *s)
-{
-	return s->fork_gen != __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
-}
-
-static int table_set(int sd, struct sdp_sock *s)
-{
-	fdmap_slot_t *slot = fdmap_slot(&table, sd, s != NULL);
-
-	if (!slot)
-		return s ? (sd < 0 || sd >= FDMAP_CHUNK * FDMAP_CHUNKS ? -EMFILE : -ENOMEM) : 0;
-	atomic_store(slot, s);
-	return 0;
-}
-
-static struct sdp_sock *table_get_locked(int sd)
-{
-	return fdmap_peek(&table, sd);
-}
-
-struct sdp_sock *sock_get(int sd)
-{
-	struct sdp_sock *s;
-
-	pthread_mutex_lock(&table_lock);
-	s = table_get_locked(sd);
-	if (s && sock_inherited(s))
-		s = NULL;
-	if (s)
-		atomic_fetch_add(&s->ref, 1);
-	pthread_mutex_unlock(&table_lock);
-	return s;
-}
-
-void sock_put(struct sdp_sock *s)
-{
-	if (atomic_fetch_sub(&s->ref, 1) != 1)
-		return;
-	/* Last reference: nobody can reach the socket any more. */
-	if (s->conn)
-		conn_free(s);
-	if (s->sd >= 0)
-		fdspace_close(s->sd);
-	pthread_mutex_destroy(&s->lock);
-	free(s->acceptq);
-	free(s);
-	SDP_STAT_INC(sockets_open, (uint64_t)-1);
-}
-
-/*
- * Process exit: what the kernel does for TCP, close every socket the
- * application left open, gracefully.  Only in the process that made them:
- * a forked child's copies belong to its parent.
- */
 static void close_one(int sd, void *s, void *arg)
 {
 	(void)s;
@@ -117,110 +34,18 @@ static void close_one(int sd, void *s, void *arg)
 	sdp_close(sd);
 }
 
-void sock_close_all(void)
+/*
+ * Process exit: what the kernel does for TCP, close every socket the
+ * application left open, gracefully, and let the connections finish
+ * their teardown (progress_linger).  Only in the process that made them:
+ * a forked child's copies belong to its parent.
+ */
+__attribute__((destructor)) static void sock_exit(void)
 {
-	fdmap_for_each(&table, close_one, NULL);
-}
-
-struct sdp_sock *sock_lock_sd(int sd)
-{
-	struct sdp_sock *s = sock_get(sd);
-
-	if (s)
-		pthread_mutex_lock(&s->lock);
-	return s;
-}
-
-void sock_unlock_put(struct sdp_sock *s)
-{
-	pthread_mutex_unlock(&s->lock);
-	sock_put(s);
-}
-
-uint64_t sdp_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* SDP_ZCOPY_THRESH: 0 is off, anything smaller than a page is a page. */
-static int zcopy_thresh_clamp(long v)
-{
-	if (v <= 0)
-		return 0;
-	return v < 4096 ? 4096 : v > INT_MAX ? INT_MAX : (int)v;
-}
-
-/* net.ipv6.bindv6only: what IPV6_V6ONLY is on a new IPv6 socket. */
-static bool default_v6only(void)
-{
-	static int cached = -1;
-	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-
-	if (v < 0) {
-		char c = '0';
-		int fd = sys.open("/proc/sys/net/ipv6/bindv6only", O_RDONLY | O_CLOEXEC);
-
-		if (fd >= 0) {
-			if (sys.read(fd, &c, 1) != 1)
-				c = '0';
-			sys.close(fd);
-		}
-		v = c == '1';
-		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-	}
-	return v;
-}
-
-struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table)
-{
-	struct sdp_sock *s = calloc(1, sizeof(*s));
-
-	if (!s)
-		return NULL;
-	/* EFD_NONBLOCK: the engine drains it; the application only polls. */
-	s->sd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	if (s->sd < 0) {
-		errno = -s->sd;
-		free(s);
-		return NULL;
-	}
-	if (!cloexec)
-		(void)sys.fcntl(s->sd, F_SETFD, 0);
-	pthread_mutex_init(&s->lock, NULL);
-	atomic_init(&s->ref, 1);
-	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
-	s->domain = domain;
-	s->nonblock = nonblock;
-	s->state = SDP_S_NEW;
-	s->local.ss_family = (sa_family_t)domain;
-	s->interest = POLLIN | POLLRDHUP;
-	long bufs = tun_int(TUN_buf_size) * tun_int(TUN_recv_bufs);
-	s->rcvbuf = bufs > INT_MAX ? INT_MAX : (int)bufs;
-	bufs = tun_int(TUN_buf_size) * tun_int(TUN_send_bufs);
-	s->sndbuf = bufs > INT_MAX ? INT_MAX : (int)bufs;
-	s->keepidle = 7200;
-	s->keepintvl = 75;
-	s->keepcnt = 9;
-	s->rcvlowat = 1;
-	s->v6only = domain == AF_INET6 && default_v6only();
-	s->zcopy_thresh = zcopy_thresh_clamp(tun_int(TUN_zcopy_thresh));
-	SDP_STAT_INC(sockets_open, 1);
-	if (in_table && sock_publish(s)) {
-		sock_put(s);
-		return NULL;
-	}
-	return s;
-}
-
-int sock_publish(struct sdp_sock *s)
-{
-	pthread_mutex_lock(&table_lock);
-	int ret = table_set(s->sd, s);
-	pthread_mutex_unlock(&table_lock);
-	return ret;
+	if (!progress_started_here())
+		return;
+	sock_for_each(close_one, NULL);
+	progress_linger();
 }
 
 /* --- helpers --------------------------------------------------------------- */
@@ -272,14 +97,6 @@ static int take_error(struct sdp_sock *s)
 
 	s->so_error = 0;
 	return err;
-}
-
-void sock_drive(struct sdp_sock *s)
-{
-	if (s->state == SDP_S_LISTEN)
-		listener_progress(s);
-	else if (s->conn)
-		conn_progress(s);
 }
 
 /* --- API ------------------------------------------------------------------- */
@@ -863,6 +680,77 @@ ssize_t sdp_send(int sd, const void *buf, size_t len, int flags)
 	return sdp_sendv(sd, &iov, 1, flags);
 }
 
+/* How far one look at the receive queue got (sdp_recvv). */
+enum recv_step {
+	RECV_AGAIN,	/* took some, or the queue changed: look again */
+	RECV_DONE,	/* enough for this call */
+	RECV_ERROR,	/* *ret is the call's result */
+	RECV_BUSY,	/* another thread's read of a SrcAvail is in flight */
+};
+
+/*
+ * Take what is queued into iov after *done bytes: Bcopy segments, and the
+ * peer's SrcAvail when it is next (zcopy.c reads it into iov or the
+ * staging buffer).  A peek must see past a SrcAvail's inline bytes.
+ */
+static enum recv_step recv_queued(struct sdp_sock *s, const struct iovec *iov, int iovcnt,
+				  int flags, size_t total, size_t want, size_t *done, ssize_t *ret)
+{
+	bool zc_busy = false;
+
+	if ((flags & MSG_PEEK) && zc_peek_wants_stage(s->conn, total)) {
+		bool other_reads;	/* then peek what there is */
+
+		*ret = zc_recv(s, iov, iovcnt, flags, 0, &other_reads);
+		if (*ret < 0)
+			return RECV_ERROR;
+		if (!s->conn)
+			return RECV_AGAIN;
+	}
+	*ret = conn_recv(s, iov, iovcnt, flags, *done);
+	if (*ret < 0)
+		return RECV_ERROR;
+	*done += (size_t)*ret;
+	if (*ret == 0 && zc_rx_at_head(s->conn)) {
+		*ret = zc_recv(s, iov, iovcnt, flags, *done, &zc_busy);
+		if (*ret < 0) {
+			*ret = *done ? (ssize_t)*done : *ret;
+			return RECV_ERROR;
+		}
+		*done += (size_t)*ret;
+	}
+	if (zc_busy)
+		return RECV_BUSY;
+	if ((flags & MSG_PEEK) && *done)
+		return RECV_DONE;
+	return *done >= want ? RECV_DONE : RECV_AGAIN;
+}
+
+/* A recv() of no bytes, as tcp_recvmsg(): 0 at once, unless a
+ * non-blocking call finds nothing at all to report. */
+static ssize_t recv_nothing(struct sdp_sock *s, bool dontwait, bool driven)
+{
+	if (!driven)
+		sock_drive(s);
+	if (dontwait && !(s->conn && s->conn->rx_bytes) && s->state == SDP_S_ESTABLISHED &&
+	    !s->shut_rd && !s->so_error && !(s->conn && s->conn->disconn_rcvd))
+		return -EAGAIN;
+	return 0;
+}
+
+/* A request still held was not followed by its reply's recv(): it goes
+ * alone; and the next advert is no reply. */
+static void recv_finish(struct sdp_sock *s)
+{
+	if (!s->conn)
+		return;
+	conn_end_hold(s);
+	if (s->conn && s->conn->trans_last_send) {
+		s->conn->trans_last_send = false;
+		s->conn->trans_streak = 0;
+	}
+}
+
 ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct sdp_sock *s;
@@ -901,54 +789,23 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			continue;
 		}
 		if (total == 0) {
-			if (!driven) {
-				sock_drive(s);
-				driven = true;
-			}
-			/* tcp_recvmsg(): 0 at once, unless a non-blocking
-			 * call finds nothing at all to report. */
-			if (dontwait && !(s->conn && s->conn->rx_bytes) && s->state == SDP_S_ESTABLISHED &&
-			    !s->shut_rd && !s->so_error && !(s->conn && s->conn->disconn_rcvd))
-				ret = -EAGAIN;
-			else
-				ret = 0;
+			ret = recv_nothing(s, dontwait, driven);
 			goto out;
 		}
 		bool zc_busy = false;
 
 		if (s->conn && s->conn->rx_bytes) {
-			/* A peek must see past a SrcAvail's inline bytes. */
-			if ((flags & MSG_PEEK) && zc_peek_wants_stage(s->conn, total)) {
-				bool other_reads;	/* then peek what there is */
+			enum recv_step st = recv_queued(s, iov, iovcnt, flags, total, want, &done,
+							&ret);
 
-				ret = zc_recv(s, iov, iovcnt, flags, 0, &other_reads);
-				if (ret < 0)
-					goto out;
-				if (!s->conn)
-					continue;
-			}
-			ret = conn_recv(s, iov, iovcnt, flags, done);
-			if (ret < 0)
+			if (st == RECV_ERROR)
 				goto out;
-			done += (size_t)ret;
-			if (ret == 0 && zc_rx_at_head(s->conn)) {
-				/* The peer's SrcAvail is next: read it, into
-				 * iov or the staging buffer (zcopy.c). */
-				ret = zc_recv(s, iov, iovcnt, flags, done, &zc_busy);
-				if (ret < 0) {
-					ret = done ? (ssize_t)done : ret;
-					goto out;
-				}
-				done += (size_t)ret;
-			}
-			if (!zc_busy) {
-				if ((flags & MSG_PEEK) && done)
-					break;
-				if (done >= want)
-					break;
+			if (st == RECV_DONE)
+				break;
+			if (st == RECV_AGAIN)
 				continue;
-			}
 			/* Another thread's read is in flight: wait below. */
+			zc_busy = true;
 		}
 		/* Nothing queued: maybe the transport has news. */
 		if (!driven) {
@@ -1004,15 +861,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	ret = (ssize_t)done;
 out:
-	if (s->conn) {
-		/* A request still held was not followed by its reply's
-		 * recv(): it goes alone; and the next advert is no reply. */
-		conn_end_hold(s);
-		if (s->conn && s->conn->trans_last_send) {
-			s->conn->trans_last_send = false;
-			s->conn->trans_streak = 0;
-		}
-	}
+	recv_finish(s);
 	sock_unlock_put(s);
 	return ret;
 }
@@ -1067,11 +916,7 @@ int sdp_close(int sd)
 {
 	struct sdp_sock *s;
 
-	pthread_mutex_lock(&table_lock);
-	s = table_get_locked(sd);
-	if (s)
-		table_set(sd, NULL);
-	pthread_mutex_unlock(&table_lock);
+	s = sock_unpublish(sd);
 	if (!s)
 		return -EBADF;
 	if (sock_inherited(s)) {

@@ -75,20 +75,7 @@
 #define WZ_MAX_CANCELS 4
 #define WZ_BOUNCE_SIZE 65536
 
-bool wz_transport_writes(const struct sdp_conn *c)
-{
-	struct oti_caps caps;
-
-	c->t->query_caps(&caps);
-	return caps.flags & OTI_CAP_RDMA_WRITE;
-}
-
 /* --- sink -------------------------------------------------------------------- */
-
-bool wz_advert_live(const struct sdp_conn *c)
-{
-	return c->snk.active && !c->snk.dead && !c->snk.done;
-}
 
 static bool wz_advert_over(const struct sdp_conn *c)
 {

@@ -188,15 +188,12 @@ static void zc_release_tx(struct sdp_sock *s, struct sdp_conn *c, bool orderly)
 		conn_push(s);
 }
 
-ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadline,
-		enum zc_outcome *outcome)
+/* Wait for our turn to offer; a deadline or signal here costs nothing
+ * yet.  1: offer now; 0: do not (*outcome says what instead); or a
+ * negative errno. */
+static int zc_wait_turn(struct sdp_sock *s, struct sdp_conn *c, uint64_t deadline,
+			enum zc_outcome *outcome)
 {
-	struct sdp_conn *c = s->conn;
-	bool intr = false;
-	int ret;
-
-	*outcome = ZC_BCOPY;
-	/* Wait for our turn; a deadline or signal here costs nothing yet. */
 	for (;;) {
 		if (zc_conn_dead(s) || s->conn != c)
 			return 0;
@@ -210,77 +207,98 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 			return 0;
 		}
 		if (zc_can_offer(c))
-			break;
+			return 1;
 		if (c->tx_posted != c->tx_filled)
 			conn_push(s);
 		if (zc_can_offer(c))
-			break;
+			return 1;
 		sock_drive(s);
 		if (s->conn != c || zc_can_offer(c))
 			continue;
-		ret = sdp_wait(s, deadline);
+		int ret = sdp_wait(s, deadline);
+
 		if (ret)
 			return ret;
 	}
+}
 
+/* Register buf[0, len) and post our SrcAvail for it, with the inline
+ * bytes the mode wants (*inline_len).  False: nothing was offered. */
+static bool zc_offer(struct sdp_sock *s, struct sdp_conn *c, const void *buf, size_t len,
+		     uint32_t *inline_len)
+{
 	/* Combined mode wants stream bytes inline, Pipelined none (the mode
 	 * may have changed while we waited). */
 	int imax = zc_inline_max(c);
 	struct oti_mr *mr;
+	int ret;
 
 	if (imax < 0)
-		return 0;	/* no SrcAvail fits the peer's buffers in this mode */
+		return false;	/* no SrcAvail fits the peer's buffers in this mode */
 	ret = c->t->mr_reg(c->ep, (void *)buf, len, OTI_ACCESS_REMOTE_READ, &mr);
 	if (ret) {
 		/* RLIMIT_MEMLOCK, or memory a device cannot map: copy it. */
 		sdp_dbg(LOGSYS, "sd %d: cannot register %zu bytes for SrcAvail (%d): Bcopy",
 			s->sd, len, ret);
-		return 0;
+		return false;
 	}
 	uint8_t ext[SDP_SRCAH_LEN + SDP_SA_INLINE];
-	uint32_t inline_len = len < (size_t)imax ? (uint32_t)len : (uint32_t)imax;
 	struct sdp_srcah sa = {
 		.len = (uint32_t)len,
 		.rkey = mr->rkey,
 		.vaddr = mr->raddr_base + (uint64_t)((const uint8_t *)buf - (const uint8_t *)mr->addr),
 	};
 
+	*inline_len = len < (size_t)imax ? (uint32_t)len : (uint32_t)imax;
 	sdp_srcah_encode(ext, &sa);
-	memcpy(ext + SDP_SRCAH_LEN, buf, inline_len);
+	memcpy(ext + SDP_SRCAH_LEN, buf, *inline_len);
 	c->tx_sa = (struct sdp_tx_sa){
 		.active = true,
 		.mseq = c->cr.next_mseq,
 		.len = (uint32_t)len,
-		.inline_len = inline_len,
+		.inline_len = *inline_len,
 		.mr = mr,
 	};
-	if (conn_post_ctrl(s, SDP_MID_SRC_AVAIL, ext, SDP_SRCAH_LEN + inline_len)) {
+	if (conn_post_ctrl(s, SDP_MID_SRC_AVAIL, ext, SDP_SRCAH_LEN + *inline_len)) {
 		zc_release_tx(s, c, false);
-		return 0;
+		return false;
 	}
-	if (inline_len)
+	if (*inline_len)
 		c->nond_sent++;
 	SDP_STAT_INC(zcopy_offers, 1);
-	SDP_STAT_INC(bytes_sent, inline_len);
+	SDP_STAT_INC(bytes_sent, *inline_len);
 	progress_posted(s);
+	return true;
+}
 
-	uint32_t want = (uint32_t)len - inline_len;
-	uint32_t seen = 0;
-
+/*
+ * Wait until the sink has read the want bytes our SrcAvail offers beyond
+ * its inline ones, or ended it; cancel it for the caller's deadline, a
+ * signal, a crossing SrcAvail or a sink that reads nothing for
+ * zcopy_stall_ms (see the header: a peer that sends before it reads).
+ * *orderly is false when the connection broke, *user_cancel true when the
+ * caller's deadline or a signal cancelled it.  -ECONNRESET if the
+ * connection was freed meanwhile.
+ */
+static int zc_await_sink(struct sdp_sock *s, struct sdp_conn *c, uint32_t want,
+			 uint64_t deadline, bool *orderly, bool *user_cancel)
+{
+	*orderly = true;
+	*user_cancel = false;
 	sock_drive(s);
-	/* An offer nobody reads from for zcopy_stall_ms is taken back (see
-	 * the header: a peer that sends before it reads). */
+
 	uint64_t stall_ns = (uint64_t)tun_int(TUN_zcopy_stall_ms) * 1000000ull;
 	uint64_t stall_at = sdp_now_ns() + stall_ns;
 	uint64_t cancel_by = 0;
-	bool user_cancel = false, orderly = true;
+	uint32_t seen = 0;
+	bool intr = false;
 
 	while (c->tx_sa.read < want && !c->tx_sa.ended) {
 		if (s->conn != c)
 			return -ECONNRESET;	/* freed under us: cannot happen while we hold a ref */
 		if (zc_conn_dead(s)) {
-			orderly = false;
-			break;
+			*orderly = false;
+			return 0;
 		}
 		uint64_t now = sdp_now_ns();
 
@@ -292,8 +310,8 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 			bool timed_out = deadline && now >= deadline;
 
 			if (intr || timed_out)
-				user_cancel = true;
-			if (user_cancel || c->tx_sa.want_cancel || now >= stall_at) {
+				*user_cancel = true;
+			if (*user_cancel || c->tx_sa.want_cancel || now >= stall_at) {
 				sdp_dbg(LOGSYS, "sd %d: cancelling SrcAvail (%s), %u of %u read",
 					s->sd, intr ? "signal" : timed_out ? "send timeout" :
 					c->tx_sa.want_cancel ? "crossing SrcAvail" : "no reads",
@@ -306,8 +324,8 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		if (cancel_by && now >= cancel_by) {
 			sdp_warn(LOGSYS, "sd %d: peer did not answer SrcAvailCancel; resetting", s->sd);
 			conn_abort(s, ECONNRESET);
-			orderly = false;
-			break;
+			*orderly = false;
+			return 0;
 		}
 		/* Before the cancel: the caller's deadline and the stall
 		 * check; after it: only the cancel's own limit.  Signals
@@ -315,6 +333,28 @@ ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadli
 		zc_wait(s, cancel_by ? cancel_by : earliest(deadline, stall_at),
 			cancel_by ? NULL : &intr);
 	}
+	return 0;
+}
+
+ssize_t zc_send(struct sdp_sock *s, const void *buf, size_t len, uint64_t deadline,
+		enum zc_outcome *outcome)
+{
+	struct sdp_conn *c = s->conn;
+	uint32_t inline_len;
+	bool user_cancel, orderly;
+	int ret;
+
+	*outcome = ZC_BCOPY;
+	ret = zc_wait_turn(s, c, deadline, outcome);
+	if (ret <= 0)
+		return ret;
+	if (!zc_offer(s, c, buf, len, &inline_len))
+		return 0;
+	uint32_t want = (uint32_t)len - inline_len;
+
+	ret = zc_await_sink(s, c, want, deadline, &orderly, &user_cancel);
+	if (ret)
+		return ret;
 
 	uint32_t taken = inline_len + c->tx_sa.read;
 	bool pulled = c->tx_sa.pulled;

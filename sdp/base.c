@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The engine's floor (doc/layers.md): socket objects and the sd table,
+ * their references, the statistics, the clock, and the upcalls the layers
+ * above install.  Everything else in sdp/ may call this; it calls nothing
+ * above it but through struct sdp_upcalls.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "fdmap.h"
+#include "fdspace.h"
+#include "sys.h"
+#include "tunables.h"
+
+struct sdp_upcalls sdp_upcalls;
+
+struct sdp_stats sdp_global_stats;
+
+/* --- the sd table ----------------------------------------------------------
+ * Indexed by the readiness fd (common/fdmap.h).  table_lock serializes
+ * lookups with removal, so that a reference is taken only on a socket
+ * still in the table; taken before any socket lock.
+ */
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fdmap table;
+
+/* Bumped in every fork child.  A socket made in an earlier generation is
+ * a copy of the parent's: its transport objects share kernel state (TCP
+ * sockets, QPs) with the parent's, so the child must never drive, send
+ * on or tear down the connection.  Such a socket is invisible to
+ * sock_get(); sdp_close() merely forgets it. */
+static unsigned sock_fork_gen;
+
+static void sock_atfork_child(void)
+{
+	pthread_mutex_init(&table_lock, NULL);
+	sock_fork_gen++;
+}
+
+__attribute__((constructor)) static void sock_register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, sock_atfork_child);
+}
+
+bool sock_inherited(const struct sdp_sock *s)
+{
+	return s->fork_gen != __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
+}
+
+static int table_set(int sd, struct sdp_sock *s)
+{
+	fdmap_slot_t *slot = fdmap_slot(&table, sd, s != NULL);
+
+	if (!slot)
+		return s ? (sd < 0 || sd >= FDMAP_CHUNK * FDMAP_CHUNKS ? -EMFILE : -ENOMEM) : 0;
+	atomic_store(slot, s);
+	return 0;
+}
+
+static struct sdp_sock *table_get_locked(int sd)
+{
+	return fdmap_peek(&table, sd);
+}
+
+struct sdp_sock *sock_get(int sd)
+{
+	struct sdp_sock *s;
+
+	pthread_mutex_lock(&table_lock);
+	s = table_get_locked(sd);
+	if (s && sock_inherited(s))
+		s = NULL;
+	if (s)
+		atomic_fetch_add(&s->ref, 1);
+	pthread_mutex_unlock(&table_lock);
+	return s;
+}
+
+void sock_put(struct sdp_sock *s)
+{
+	if (atomic_fetch_sub(&s->ref, 1) != 1)
+		return;
+	/* Last reference: nobody can reach the socket any more. */
+	if (s->conn)
+		sdp_upcalls.conn_free(s);
+	if (s->sd >= 0)
+		fdspace_close(s->sd);
+	pthread_mutex_destroy(&s->lock);
+	free(s->acceptq);
+	free(s);
+	SDP_STAT_INC(sockets_open, (uint64_t)-1);
+}
+
+/*
+ * Process exit: what the kernel does for TCP, close every socket the
+ * application left open, gracefully.  Only in the process that made them:
+ * a forked child's copies belong to its parent.
+ */
+struct sdp_sock *sock_lock_sd(int sd)
+{
+	struct sdp_sock *s = sock_get(sd);
+
+	if (s)
+		pthread_mutex_lock(&s->lock);
+	return s;
+}
+
+void sock_unlock_put(struct sdp_sock *s)
+{
+	pthread_mutex_unlock(&s->lock);
+	sock_put(s);
+}
+
+uint64_t sdp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* SDP_ZCOPY_THRESH: 0 is off, anything smaller than a page is a page. */
+int zcopy_thresh_clamp(long v)
+{
+	if (v <= 0)
+		return 0;
+	return v < 4096 ? 4096 : v > INT_MAX ? INT_MAX : (int)v;
+}
+
+/* net.ipv6.bindv6only: what IPV6_V6ONLY is on a new IPv6 socket. */
+static bool default_v6only(void)
+{
+	static int cached = -1;
+	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+
+	if (v < 0) {
+		char c = '0';
+		int fd = sys.open("/proc/sys/net/ipv6/bindv6only", O_RDONLY | O_CLOEXEC);
+
+		if (fd >= 0) {
+			if (sys.read(fd, &c, 1) != 1)
+				c = '0';
+			sys.close(fd);
+		}
+		v = c == '1';
+		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_table)
+{
+	struct sdp_sock *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	/* EFD_NONBLOCK: the engine drains it; the application only polls. */
+	s->sd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (s->sd < 0) {
+		errno = -s->sd;
+		free(s);
+		return NULL;
+	}
+	if (!cloexec)
+		(void)sys.fcntl(s->sd, F_SETFD, 0);
+	pthread_mutex_init(&s->lock, NULL);
+	atomic_init(&s->ref, 1);
+	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
+	s->domain = domain;
+	s->nonblock = nonblock;
+	s->state = SDP_S_NEW;
+	s->local.ss_family = (sa_family_t)domain;
+	s->interest = POLLIN | POLLRDHUP;
+	long bufs = tun_int(TUN_buf_size) * tun_int(TUN_recv_bufs);
+	s->rcvbuf = bufs > INT_MAX ? INT_MAX : (int)bufs;
+	bufs = tun_int(TUN_buf_size) * tun_int(TUN_send_bufs);
+	s->sndbuf = bufs > INT_MAX ? INT_MAX : (int)bufs;
+	s->keepidle = 7200;
+	s->keepintvl = 75;
+	s->keepcnt = 9;
+	s->rcvlowat = 1;
+	s->v6only = domain == AF_INET6 && default_v6only();
+	s->zcopy_thresh = zcopy_thresh_clamp(tun_int(TUN_zcopy_thresh));
+	SDP_STAT_INC(sockets_open, 1);
+	if (in_table && sock_publish(s)) {
+		sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+int sock_publish(struct sdp_sock *s)
+{
+	pthread_mutex_lock(&table_lock);
+	int ret = table_set(s->sd, s);
+	pthread_mutex_unlock(&table_lock);
+	return ret;
+}
+
+struct sdp_sock *sock_unpublish(int sd)
+{
+	struct sdp_sock *s;
+
+	pthread_mutex_lock(&table_lock);
+	s = table_get_locked(sd);
+	if (s)
+		table_set(sd, NULL);
+	pthread_mutex_unlock(&table_lock);
+	return s;
+}
+
+void sock_for_each(void (*fn)(int sd, void *s, void *arg), void *arg)
+{
+	fdmap_for_each(&table, fn, arg);
+}

@@ -1,0 +1,909 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * One connection's buffers and what is posted from them (doc/layers.md:
+ * below the zero-copy and mode logic, which post through it, and below
+ * the receive dispatch in conn.c):
+ *
+ *  - set-up of the receive ring, the send ring and the control slots,
+ *    sized for SO_RCVBUF and SO_SNDBUF;
+ *  - credit flow control and segmentation into the peer's buffers
+ *    (Bcopy): conn_send() copies the application's bytes into the send
+ *    ring, conn_flush() posts what credits allow, control messages
+ *    included, and a credit update when the peer runs short;
+ *  - conn_recv(): reassembly of received segments into the
+ *    application's buffer, reposting what it consumed;
+ *  - the end of a connection as the transport sees it: abort, a post
+ *    that failed, a protocol error;
+ *  - readiness: the poll mask computed the way tcp_poll() does, and
+ *    sock_changed(), which every layer above calls when something a
+ *    waiter may care about changed.
+ *
+ * Every function here runs with the socket's lock held.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "engine.h"
+#include "log.h"
+#include "sys.h"
+#include "tunables.h"
+
+#define LOGSYS "conn"
+
+uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
+{
+	return c->rx_mem + (size_t)slot * c->rx_size;
+}
+
+/* Where a queued segment's bytes are. */
+static uint8_t *seg_buf(struct sdp_conn *c, const struct sdp_rx_seg *seg)
+{
+	if (seg->slot == SDP_SLOT_STAGE)
+		return c->stage_mem;
+	return rx_buf(c, seg->slot);
+}
+
+static uint8_t *tx_buf(struct sdp_conn *c, uint32_t slot)
+{
+	return c->tx_mem + (size_t)slot * c->tx_size;
+}
+
+static uint32_t tx_payload_max(const struct sdp_conn *c)
+{
+	return c->tx_size - SDP_BSDH_LEN;
+}
+
+/* --- set-up ------------------------------------------------------------- */
+
+struct sdp_conn *conn_new(void)
+{
+	struct sdp_conn *c = calloc(1, sizeof(*c));
+
+	if (c) {
+		c->ep_fd = -1;
+		mode_init(c);
+	}
+	return c;
+}
+
+static int conn_post_rx(struct sdp_conn *c, uint32_t slot)
+{
+	struct oti_sge sge = {
+		.addr = rx_buf(c, slot), .len = c->rx_size, .mr = c->rx_mr,
+	};
+
+	return c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
+}
+
+/* A consumed receive buffer goes back to the transport; the peer may
+ * learn of it. */
+static int conn_post_again(struct sdp_sock *s, uint32_t slot)
+{
+	struct sdp_conn *c = s->conn;
+	int ret = conn_post_rx(c, slot);
+
+	if (ret) {
+		conn_post_failed(s, ret, false);
+		return ret;
+	}
+	sdp_credits_on_repost(&c->cr);
+	return 0;
+}
+
+/*
+ * Once the transport connection is down there is nobody to receive from:
+ * the buffer just retires.  Beyond SO_RCVBUF's count it waits, unposted,
+ * until the option grows again.
+ */
+int conn_repost(struct sdp_sock *s, uint32_t slot)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (c->transport_down || c->post_failed)
+		return 0;
+	if (c->cr.posted >= c->rx_max) {
+		c->rx_idle[c->nidle++] = slot;
+		return 0;
+	}
+	return conn_post_again(s, slot);
+}
+
+/*
+ * SO_RCVBUF and SO_SNDBUF in buffers (sock.c, "SO_SNDBUF and SO_RCVBUF").
+ * A set SO_RCVBUF of `budget` bytes is what the peer may send before we
+ * read: the credits of all but the two buffers the peer keeps in reserve
+ * for control messages (credits.h), so ceil(budget / payload) + 2 buffers,
+ * never fewer than four (two data messages in flight) nor more than the
+ * recv_bufs tunable may be set to.  Before the handshake the buffer size
+ * is ours to choose: a small budget gets smaller buffers, four for data,
+ * down to SDP_RX_SIZE_MIN (every control message, and a SinkAvail
+ * carrying a Transaction request, fit with room to spare).  A set
+ * SO_SNDBUF sizes the send ring to hold it.
+ */
+#define SDP_BUFS_MIN 4
+#define SDP_BUFS_MAX 1024	/* recv_bufs' and send_bufs' maxima */
+#define SDP_RX_RESERVE 2
+#define SDP_RX_SMALL_DATA_BUFS 4
+#define SDP_RX_SIZE_MIN 1040	/* buf_size's minimum */
+
+static uint32_t bufs_for(uint64_t budget, uint32_t size, uint32_t extra)
+{
+	uint64_t n = (budget + size - SDP_BSDH_LEN - 1) / (size - SDP_BSDH_LEN) + extra;
+
+	return n < SDP_BUFS_MIN ? SDP_BUFS_MIN : n > SDP_BUFS_MAX ? SDP_BUFS_MAX : (uint32_t)n;
+}
+
+static uint32_t rx_size_for(uint64_t budget)
+{
+	uint64_t size = budget / SDP_RX_SMALL_DATA_BUFS + SDP_BSDH_LEN;
+	uint64_t cap = (uint64_t)tun_int(TUN_buf_size);
+
+	return size < SDP_RX_SIZE_MIN ? SDP_RX_SIZE_MIN : size > cap ? (uint32_t)cap : (uint32_t)size;
+}
+
+/* Buffers to keep posted for s's SO_RCVBUF, at most the ring. */
+static uint32_t rx_max_for(const struct sdp_sock *s, const struct sdp_conn *c)
+{
+	if (!s->rcvbuf_set)
+		return c->nrx;
+	uint32_t n = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
+
+	return n < c->nrx ? n : c->nrx;
+}
+
+void conn_rcvbuf_changed(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || !c->rx_idle)
+		return;
+	/* What is posted stays posted: the peer may already be using it. */
+	c->rx_max = rx_max_for(s, c);
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed)
+		return;
+	while (c->nidle && c->cr.posted < c->rx_max) {
+		if (conn_post_again(s, c->rx_idle[--c->nidle]))
+			return;
+	}
+	conn_flush(s);
+}
+
+int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
+{
+	struct oti_caps caps;
+	int ret;
+
+	c->t->query_caps(&caps);
+	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
+	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
+	if (s->rcvbuf_set) {
+		c->rx_size = rx_size_for((uint64_t)s->rcvbuf);
+		c->nrx = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
+	}
+	if (caps.max_recv_wr && c->nrx > caps.max_recv_wr)
+		c->nrx = caps.max_recv_wr;
+	c->rx_max = c->nrx;
+	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
+	c->rxq_cap = c->nrx + 2;
+	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
+	c->rx_idle = calloc(c->nrx, sizeof(*c->rx_idle));
+	if (!c->rx_mem || !c->rxq || !c->rx_idle)
+		return -ENOMEM;
+	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
+			   OTI_ACCESS_LOCAL_WRITE, &c->rx_mr);
+	if (ret)
+		return ret;
+	ret = c->t->mr_reg(c->ep, c->ctrl_mem, sizeof(c->ctrl_mem), 0, &c->ctrl_mr);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < c->nrx; i++) {
+		ret = conn_post_rx(c, i);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF
+ * (plus one buffer: the first may be partly sent already). */
+int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s)
+{
+	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
+	int ret;
+
+	c->tx_size = peer_rcvsz < cap ? peer_rcvsz : cap;
+	c->ntx = (uint32_t)tun_int(TUN_send_bufs);
+	if (s->sndbuf_set)
+		c->ntx = bufs_for((uint64_t)s->sndbuf, c->tx_size, 1);
+	c->tx_mem = aligned_alloc(4096, ((size_t)c->ntx * c->tx_size + 4095) & ~(size_t)4095);
+	c->tx_len = calloc(c->ntx, sizeof(*c->tx_len));
+	if (!c->tx_mem || !c->tx_len)
+		return -ENOMEM;
+	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
+	return ret;
+}
+
+/*
+ * The transport will report nothing more on this ep: take its fd out of
+ * the progress thread's set (an fd that is never armed again would keep
+ * it awake).  Children are in the set on their listener's behalf.
+ */
+void conn_leave_progress(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (c->in_progress_set) {
+		progress_del(s->parent ? s->parent : s, c->ep_fd);
+		c->in_progress_set = false;
+	}
+}
+
+/* --- teardown ------------------------------------------------------------- */
+
+void conn_kill_ep(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || !c->ep)
+		return;
+	conn_leave_progress(s);
+	c->t->ep_close(c->ep);
+	c->ep = NULL;
+	c->ep_fd = -1;
+	c->transport_down = true;
+	c->disconnected = true;
+	sock_changed(s, false);
+}
+
+void conn_transport_down(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || c->transport_down)
+		return;
+	c->transport_down = true;
+	if (c->ep)
+		c->t->disconnect(c->ep);
+}
+
+void conn_set_reset(struct sdp_sock *s, int err)
+{
+	if (s->state == SDP_S_CLOSED && s->reset)
+		return;
+	if (s->state == SDP_S_ESTABLISHED)
+		SDP_STAT_INC(resets, 1);
+	s->reset = true;
+	sdp_dbg(LOGSYS, "sd %d: connection reset (%s)%s", s->sd, strerror(err),
+		s->app_closed ? ", after close" : "");
+	if (!s->app_closed)
+		s->so_error = err;
+	s->state = SDP_S_CLOSED;
+	/* Data not yet sent is lost, as with a TCP reset. */
+	if (s->conn) {
+		s->conn->tx_filled = s->conn->tx_posted;
+		s->conn->ctrl_pending = 0;
+	}
+	sock_changed(s, true);
+}
+
+void conn_abort(struct sdp_sock *s, int err)
+{
+	conn_set_reset(s, err);
+	conn_transport_down(s);
+}
+
+/*
+ * A transport post failed.  Our data lost is a reset.  A credit update or
+ * a receive that cannot be posted usually means the peer's transport went
+ * away, maybe in its orderly close whose DisConn is still in our completion
+ * queue: stop posting and let the DISCONNECTED event, which comes after
+ * those completions, tell an orderly close from a reset (with a deadline
+ * in case it never comes).  The application never sees the transport's
+ * own errno.
+ */
+void conn_post_failed(struct sdp_sock *s, int ret, bool data)
+{
+	struct sdp_conn *c = s->conn;
+
+	sdp_dbg(LOGSYS, "sd %d: transport post failed: %d", s->sd, ret);
+	if (data) {
+		conn_abort(s, ECONNRESET);
+		return;
+	}
+	if (c->post_failed)
+		return;
+	c->post_failed = true;
+	c->ctrl_pending = 0;
+	c->deadline_ns = sdp_now_ns() + 1000000000ull;
+	progress_watch(s);
+}
+
+void conn_protocol_error(struct sdp_sock *s, const char *why)
+{
+	SDP_STAT_INC(protocol_errors, 1);
+	sdp_warn(LOGSYS, "sd %d: protocol error from peer: %s; aborting the connection",
+		 s->sd, why);
+	conn_abort(s, ECONNRESET);
+}
+
+bool conn_finished(const struct sdp_sock *s)
+{
+	return !s->conn || s->conn->transport_down || s->state != SDP_S_ESTABLISHED;
+}
+
+/* --- sending -------------------------------------------------------------- */
+
+static void conn_fill_bsdh(struct sdp_conn *c, void *buf, uint8_t mid, uint8_t flags,
+			   uint32_t len)
+{
+	struct sdp_bsdh h = {
+		.mid = mid,
+		.flags = flags,
+		.bufs = (uint16_t)(c->cr.posted > 0xffff ? 0xffff : c->cr.posted),
+		.len = len,
+		.mseq_ack = c->cr.last_rx_mseq,
+	};
+
+	h.mseq = sdp_credits_on_send(&c->cr);
+	sdp_bsdh_encode(buf, &h);
+}
+
+static int conn_post_ctrl_flags(struct sdp_sock *s, uint8_t mid, uint8_t flags, const void *ext,
+				size_t extlen)
+{
+	struct sdp_conn *c = s->conn;
+	uint32_t slot = c->ctrl_posted % SDP_CTRL_SLOTS;
+	uint8_t *buf = c->ctrl_mem + slot * SDP_CTRL_SLOT_SIZE;
+	struct oti_sge sge = { .addr = buf, .len = (uint32_t)(SDP_BSDH_LEN + extlen), .mr = c->ctrl_mr };
+	int ret;
+
+	if (!conn_fits(c, extlen)) {
+		/* Our bug: the peer's buffer would be overrun. */
+		sdp_err(LOGSYS, "sd %d: a %s of %u bytes does not fit the peer's %u-byte buffers",
+			s->sd, sdp_mid_name(mid), sge.len, c->tx_size);
+		conn_abort(s, ECONNRESET);
+		return -EMSGSIZE;
+	}
+	if (ext)
+		memcpy(buf + SDP_BSDH_LEN, ext, extlen);
+	conn_fill_bsdh(c, buf, mid, flags, sge.len);
+	ret = c->t->post_send(c->ep, &sge, SDP_CTX_CTRL | slot, OTI_SEND_INLINE);
+	if (ret) {
+		/* A SrcAvail and an RdmaWrCompl carry stream bytes: losing
+		 * one is a reset. */
+		conn_post_failed(s, ret, mid == SDP_MID_SRC_AVAIL || mid == SDP_MID_RDMA_WR_COMPL);
+		return ret;
+	}
+	c->ctrl_posted++;
+	SDP_STAT_INC(msgs_sent, 1);
+	return 0;
+}
+
+int conn_post_ctrl(struct sdp_sock *s, uint8_t mid, const void *ext, size_t extlen)
+{
+	return conn_post_ctrl_flags(s, mid, 0, ext, extlen);
+}
+
+uint32_t conn_piggyback_max(const struct sdp_conn *c)
+{
+	return conn_fits(c, SDP_SINKAH_LEN) ? c->tx_size - SDP_BSDH_LEN - SDP_SINKAH_LEN : 0;
+}
+
+int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a)
+{
+	struct sdp_conn *c = s->conn;
+	uint8_t ext[SDP_SINKAH_LEN];
+
+	sdp_sinkah_encode(ext, a);
+	if (c->trans_held) {
+		uint32_t slot = (c->tx_filled - 1) % c->ntx;
+
+		c->trans_held = false;
+		if (c->tx_posted + 1 == c->tx_filled && c->tx_len[slot] <= conn_piggyback_max(c) &&
+		    sdp_can_send_data(&c->cr)) {
+			/* The held request becomes the SinkAvail's payload, in
+			 * place: BSDH, SinkAH, request. */
+			uint8_t *buf = tx_buf(c, slot);
+			struct oti_sge sge = {
+				.addr = buf,
+				.len = SDP_BSDH_LEN + SDP_SINKAH_LEN + c->tx_len[slot],
+				.mr = c->tx_mr,
+			};
+			int ret;
+
+			memmove(buf + SDP_BSDH_LEN + SDP_SINKAH_LEN, buf + SDP_BSDH_LEN,
+				c->tx_len[slot]);
+			memcpy(buf + SDP_BSDH_LEN, ext, sizeof(ext));
+			conn_fill_bsdh(c, buf, SDP_MID_SINK_AVAIL, 0, sge.len);
+			ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot, 0);
+			if (ret) {
+				conn_post_failed(s, ret, true);
+				return ret;
+			}
+			c->tx_posted++;
+			c->nond_sent++;
+			c->psnk.active = false;	/* stream bytes: see write_zcopy.c */
+			SDP_STAT_INC(msgs_sent, 1);
+			SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
+			SDP_STAT_INC(trans_piggybacks, 1);
+			return 0;
+		}
+		/* It does not fit: it goes first, on its own. */
+		mode_note_trans_miss(s);
+		conn_flush(s);
+		if (c->post_failed || !ctrl_slot_free(c) || !sdp_can_send_ctrl(&c->cr))
+			return -ENOBUFS;
+	}
+	return conn_post_ctrl(s, SDP_MID_SINK_AVAIL, ext, sizeof(ext));
+}
+
+bool ctrl_slot_free(const struct sdp_conn *c)
+{
+	return c->ctrl_posted - c->ctrl_done < SDP_CTRL_SLOTS;
+}
+
+/* Bytes a send may add under a set SO_SNDBUF: what is in the send
+ * buffers, unsent or not yet completed, stays within it. */
+static size_t conn_sndbuf_room(const struct sdp_sock *s)
+{
+	uint64_t queued = s->conn->tx_queued_bytes;
+
+	if (!s->sndbuf_set)
+		return SIZE_MAX;
+	return queued < (uint64_t)s->sndbuf ? (size_t)((uint64_t)s->sndbuf - queued) : 0;
+}
+
+/* Too little SO_SNDBUF room for POLLOUT: as sk_stream_is_writeable(),
+ * there must be room for half of what is queued, so that a poller wakes
+ * to a useful amount of it. */
+static bool conn_sndbuf_low(const struct sdp_sock *s)
+{
+	if (!s->sndbuf_set)
+		return false;
+	size_t room = conn_sndbuf_room(s);
+
+	return !room || room < s->conn->tx_queued_bytes / 2;
+}
+
+/*
+ * Hold a partly filled last buffer back while the application said more
+ * is coming (MSG_MORE / TCP_CORK), or, as Linux's autocorking does, while
+ * an earlier send is still in flight: its completion flushes the tail, so
+ * a stream of small writes becomes few full messages (each costs a peer
+ * buffer and a credit) and a lone request still leaves at once.
+ */
+static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
+{
+	uint32_t slot = (c->tx_filled - 1) % c->ntx;
+
+	/* A Transaction request waits for our recv()'s SinkAvail. */
+	if (c->trans_held)
+		return true;
+	if (c->tx_len[slot] >= tx_payload_max(c))
+		return false;
+	/* SO_SNDBUF is full: no more is coming until this goes, so it goes
+	 * (tcp_sendmsg() pushes a corked tail before it waits for room). */
+	if (conn_sndbuf_low(s))
+		return false;
+	return s->cork || c->tx_posted != c->tx_done;
+}
+
+/* Post data buffers while credits last.  Nothing of the stream may
+ * overtake our SrcAvail's bytes: data waits until the sink is done with
+ * it.  1 if any went, 0 if none, -1 if a post failed. */
+static int flush_data(struct sdp_sock *s, struct sdp_conn *c)
+{
+	int sent = 0;
+
+	while (c->tx_posted != c->tx_filled && !c->tx_sa.active) {
+		if (c->tx_posted + 1 == c->tx_filled && conn_hold_tail(s, c))
+			break;
+		if (!sdp_can_send_data(&c->cr)) {
+			SDP_STAT_INC(credit_stalls, 1);
+			break;
+		}
+		uint32_t slot = c->tx_posted % c->ntx;
+		uint8_t *buf = tx_buf(c, slot);
+		struct oti_sge sge = {
+			.addr = buf, .len = SDP_BSDH_LEN + c->tx_len[slot], .mr = c->tx_mr,
+		};
+		struct oti_caps caps;
+
+		conn_fill_bsdh(c, buf, SDP_MID_DATA, 0, sge.len);
+		c->t->query_caps(&caps);
+		int ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot,
+					  sge.len <= caps.max_inline ? OTI_SEND_INLINE : 0);
+		if (ret) {
+			conn_post_failed(s, ret, true);
+			return -1;
+		}
+		c->tx_posted++;
+		c->nond_sent++;
+		/* Stream bytes by Data: the peer's advert is dropped unused
+		 * (write_zcopy.c). */
+		c->psnk.active = false;
+		SDP_STAT_INC(msgs_sent, 1);
+		SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
+		sent = 1;
+	}
+	return sent;
+}
+
+/* The pending control message `bit` (SDP_CTRL_*), if a slot and a
+ * credit allow: 1 posted (the bit cleared), 0 not now, -1 the post
+ * failed. */
+static int flush_pending(struct sdp_sock *s, unsigned bit, uint8_t mid, uint8_t flags,
+			 const void *ext, size_t extlen)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!(c->ctrl_pending & bit) || !ctrl_slot_free(c) || !sdp_can_send_ctrl(&c->cr))
+		return 0;
+	if (conn_post_ctrl_flags(s, mid, flags, ext, extlen))
+		return -1;
+	c->ctrl_pending &= ~bit;
+	return 1;
+}
+
+/* Control messages, in the order of the rules that bind them: 1 if any
+ * went, 0 if none, -1 if a post failed. */
+static int flush_ctrl(struct sdp_sock *s, struct sdp_conn *c)
+{
+	uint8_t u32[SDP_U32H_LEN], mch[SDP_MCH_LEN];
+	int sent = 0, r;
+
+	/* What we read of the peer's SrcAvail is reported before a SendSM
+	 * that ends it. */
+	sdp_u32h_encode(u32, c->rdcompl_bytes);
+	r = flush_pending(s, SDP_CTRL_RDMA_RD_COMPL, SDP_MID_RDMA_RD_COMPL,
+			  c->req_pipe ? SDP_FLAG_REQ_PIPE : 0, u32, sizeof(u32));
+	if (r < 0)
+		return r;
+	if (r) {
+		c->req_pipe = false;
+		c->rdcompl_bytes = 0;
+		sent = 1;
+	}
+	r = flush_pending(s, SDP_CTRL_SEND_SM, SDP_MID_SEND_SM, 0, NULL, 0);
+	if (r < 0)
+		return r;
+	sent |= r;
+	r = flush_pending(s, SDP_CTRL_SRC_AVAIL_CANCEL, SDP_MID_SRC_AVAIL_CANCEL, 0, NULL, 0);
+	if (r < 0)
+		return r;
+	if (r) {
+		c->tx_sa.cancel_sent = true;
+		SDP_STAT_INC(zcopy_cancels, 1);
+		sent = 1;
+	}
+	while (c->psnk_cancels && ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr)) {
+		if (conn_post_ctrl(s, SDP_MID_SINK_CANCEL_ACK, NULL, 0))
+			return -1;
+		c->psnk_cancels--;
+		sent = 1;
+	}
+	r = flush_pending(s, SDP_CTRL_SINK_AVAIL_CANCEL, SDP_MID_SINK_AVAIL_CANCEL, 0, NULL, 0);
+	if (r < 0)
+		return r;
+	if (r) {
+		c->snk.cancel_sent = true;
+		c->snk_acks_due++;
+		SDP_STAT_INC(zcopy_sink_cancels, 1);
+		sent = 1;
+	}
+	if (mode_change_may_go(c)) {
+		uint32_t mseq = c->cr.next_mseq;
+
+		sdp_mch_encode(mch, 0, (enum sdp_mode)c->mch_next);
+		r = flush_pending(s, SDP_CTRL_MODE_CHANGE, SDP_MID_MODE_CHANGE, 0, mch, sizeof(mch));
+		if (r < 0)
+			return r;
+		if (r) {
+			mode_change_sent(s, mseq);
+			SDP_STAT_INC(mode_changes_sent, 1);
+			sent = 1;
+		}
+	}
+	/* Our buffers have one fixed size: the answer is always it. */
+	sdp_u32h_encode(u32, c->rx_size);
+	r = flush_pending(s, SDP_CTRL_CH_RCV_BUF_ACK, SDP_MID_CH_RCV_BUF_ACK, 0, u32, sizeof(u32));
+	if (r < 0)
+		return r;
+	sent |= r;
+	/* DisConn only once all data is out. */
+	if (c->tx_posted == c->tx_filled && !c->tx_sa.active) {
+		r = flush_pending(s, SDP_CTRL_DISCONN, SDP_MID_DISCONN, 0, NULL, 0);
+		if (r < 0)
+			return r;
+		if (r) {
+			c->disconn_sent = true;
+			c->psnk.active = false;	/* the sink knows: no bytes after DisConn */
+			c->disconn_last = c->disconn_rcvd;
+			sent = 1;
+			sdp_dbg(LOGSYS, "sd %d: DisConn sent", s->sd);
+		}
+	}
+	return sent;
+}
+
+/*
+ * Post whatever may go now: data buffers while credits last, then control
+ * messages (DisConn only once all data is out), then a credit update if
+ * the peer is running short of buffers it knows about.
+ */
+void conn_flush(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (s->state != SDP_S_ESTABLISHED || c->transport_down || c->post_failed ||
+	    c->await_first_rx)
+		return;
+	int data = flush_data(s, c);
+
+	if (data < 0)
+		return;
+	int ctrl = flush_ctrl(s, c);
+
+	if (ctrl < 0)
+		return;
+	bool sent = data || ctrl;
+
+	/* Credit updates go on after our DisConn while the peer may still
+	 * send; after its DisConn it sends no data, so they stop.  While our
+	 * SrcAvail is out, the last credits are kept for its
+	 * SrcAvailCancel. */
+	if (!sent && !c->disconn_rcvd && sdp_update_needed(&c->cr) && ctrl_slot_free(c) &&
+	    !(c->tx_sa.active && !c->tx_sa.cancel_sent && sdp_tx_credits(&c->cr) <= 2)) {
+		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
+			SDP_STAT_INC(credit_updates_sent, 1);
+			sent = true;
+		}
+	}
+	if (sent)
+		progress_posted(s);
+}
+
+void conn_push(struct sdp_sock *s)
+{
+	int saved_cork = s->cork;
+
+	if (s->conn && s->conn->trans_held) {
+		/* The request goes alone: the program is not waiting for
+		 * the reply in recv() (write_zcopy.c). */
+		s->conn->trans_held = false;
+		mode_note_trans_miss(s);
+	}
+	s->cork = 0;
+	conn_flush(s);
+	s->cork = saved_cork;
+}
+
+void conn_end_hold(struct sdp_sock *s)
+{
+	if (s->conn && s->conn->trans_held)
+		conn_push(s);
+}
+
+bool conn_writable(const struct sdp_sock *s)
+{
+	const struct sdp_conn *c = s->conn;
+
+	if (!c || !c->tx_len || conn_sndbuf_low(s))
+		return false;
+	if (c->tx_filled - c->tx_done < c->ntx)
+		return true;
+	/* All buffers in use: room only in a last one still filling. */
+	return c->tx_filled != c->tx_posted &&
+	       c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c);
+}
+
+/*
+ * Copy as much of iov (after skipping `skip` bytes) as the send buffers
+ * take, then flush.  Returns bytes taken (possibly 0) or a negative errno.
+ */
+ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		  size_t skip, size_t limit)
+{
+	struct sdp_conn *c = s->conn;
+	size_t taken = 0;
+	size_t off = skip;
+	int i = iov_seek(iov, iovcnt, &off);
+	size_t sndbuf_room = conn_sndbuf_room(s);
+
+	if (limit > sndbuf_room)
+		limit = sndbuf_room;
+	while (i < iovcnt && taken < limit) {
+		uint32_t slot;
+
+		if (c->tx_filled != c->tx_posted &&
+		    c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c)) {
+			slot = (c->tx_filled - 1) % c->ntx;
+		} else if (c->tx_filled - c->tx_done < c->ntx) {
+			slot = c->tx_filled % c->ntx;
+			c->tx_len[slot] = 0;
+			c->tx_filled++;
+		} else {
+			break;
+		}
+		uint32_t room = tx_payload_max(c) - c->tx_len[slot];
+		size_t n = iov[i].iov_len - off;
+
+		if (n > room)
+			n = room;
+		if (n > limit - taken)
+			n = limit - taken;
+		memcpy(tx_buf(c, slot) + SDP_BSDH_LEN + c->tx_len[slot],
+		       (const uint8_t *)iov[i].iov_base + off, n);
+		c->tx_len[slot] += (uint32_t)n;
+		c->tx_queued_bytes += n;
+		taken += n;
+		off += n;
+		if (off == iov[i].iov_len) {
+			off = 0;
+			i++;
+		}
+	}
+	bool more = flags & MSG_MORE;
+	int saved_cork = s->cork;
+
+	if (more)
+		s->cork = 1;
+	conn_flush(s);
+	s->cork = saved_cork;
+	return (ssize_t)taken;
+}
+
+void conn_shutdown_write(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN))
+		return;
+	c->ctrl_pending |= SDP_CTRL_DISCONN;
+	/* A corked tail must go out before the DisConn. */
+	conn_push(s);
+}
+
+/* --- receiving ------------------------------------------------------------ */
+
+/*
+ * Copy queued data into iov (after `skip` bytes already filled).  Consumed
+ * buffers are posted again, and the peer is told when that matters.
+ */
+ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int flags,
+		  size_t skip)
+{
+	struct sdp_conn *c = s->conn;
+	bool peek = flags & MSG_PEEK;
+	size_t copied = 0;
+	uint32_t q = 0;		/* segments looked at (peek) */
+	uint32_t qoff = 0;	/* bytes already taken from segment q (peek) */
+	size_t off = skip;
+	int i = iov_seek(iov, iovcnt, &off);
+	bool reposted = false;
+	while (i < iovcnt && q < c->rxq_count) {
+		struct sdp_rx_seg *seg = rxq_at(c, q);
+
+		/* A SrcAvail's bytes are still with the peer: zc_recv(). */
+		if (seg->slot == SDP_SLOT_SA)
+			break;
+		uint32_t avail = seg->len - (peek ? qoff : 0);
+		size_t n = iov[i].iov_len - off;
+
+		if (n > avail)
+			n = avail;
+		memcpy((uint8_t *)iov[i].iov_base + off,
+		       seg_buf(c, seg) + seg->off + (peek ? qoff : 0), n);
+		copied += n;
+		off += n;
+		if (off == iov[i].iov_len) {
+			off = 0;
+			i++;
+		}
+		if (peek) {
+			qoff += (uint32_t)n;
+			if (qoff == seg->len) {
+				q++;
+				qoff = 0;
+			}
+			continue;
+		}
+		seg->off += (uint32_t)n;
+		seg->len -= (uint32_t)n;
+		c->rx_bytes -= n;
+		if (seg->len == 0) {
+			uint32_t slot = seg->slot;
+
+			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
+			c->rxq_count--;
+			if (slot == SDP_SLOT_STAGE)
+				continue;	/* the staging buffer is free again */
+			if (conn_repost(s, slot))
+				break;
+			reposted = true;
+		}
+	}
+	if (!peek && copied) {
+		SDP_STAT_INC(bytes_received, copied);
+		/* Drained: the readiness fd must stop reporting data. */
+		if (!c->rx_bytes)
+			sock_changed(s, false);
+	}
+	if (reposted)
+		conn_flush(s);
+	return (ssize_t)copied;
+}
+
+/* --- readiness ------------------------------------------------------------ */
+
+int sock_events_locked(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	int ev = 0;
+
+	switch (s->state) {
+	case SDP_S_NEW:
+		/* A socket that is neither connected nor listening is
+		 * "closed" to tcp_poll(): writable and hung up. */
+		return POLLOUT | POLLWRNORM | POLLHUP;
+	case SDP_S_LISTEN:
+		return s->acceptq_len ? POLLIN | POLLRDNORM : 0;
+	case SDP_S_RESOLVING:
+	case SDP_S_CONNECTING:
+		return 0;
+	case SDP_S_CLOSED:
+		ev = POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP;
+		if (s->so_error)
+			ev |= POLLERR;
+		return ev;
+	case SDP_S_ESTABLISHED:
+		break;
+	}
+	bool rd_shut = s->shut_rd || c->disconn_rcvd;
+	bool wr_shut = s->shut_wr || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN);
+
+	if (c->rx_bytes || rd_shut)
+		ev |= POLLIN | POLLRDNORM;
+	if (rd_shut)
+		ev |= POLLRDHUP;
+	/* A shut sending side is "writable" so that send() reports EPIPE. */
+	if (wr_shut || conn_writable(s))
+		ev |= POLLOUT | POLLWRNORM;
+	if (rd_shut && wr_shut)
+		ev |= POLLHUP;
+	if (s->so_error)
+		ev |= POLLERR;
+	return ev;
+}
+
+void sock_changed(struct sdp_sock *s, bool edge)
+{
+	uint64_t one = 1, v;
+
+	for (struct sdp_waiter *w = s->waiters; w; w = w->next) {
+		if (w->changes)
+			atomic_fetch_add(w->changes, 1);
+		if (w->edges && edge)
+			atomic_fetch_add(w->edges, 1);
+		if (sys.write(w->fd, &one, sizeof(one)) < 0) {
+			/* Counter saturated: the waiter wakes anyway. */
+		}
+	}
+	if (s->sd < 0)
+		return;
+	bool ready = sock_events_locked(s) & (s->interest | POLLHUP | POLLERR);
+
+	if (ready && (!s->fd_level || edge)) {
+		if (sys.write(s->sd, &one, sizeof(one)) == sizeof(one))
+			s->fd_level = true;
+	} else if (!ready && s->fd_level) {
+		if (sys.read(s->sd, &v, sizeof(v)) < 0) {
+			/* Already drained. */
+		}
+		s->fd_level = false;
+	}
+}
