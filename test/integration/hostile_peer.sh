@@ -41,7 +41,8 @@ bytes=64M
 if is_sanitized; then
 	bytes=16M
 fi
-run_with_timeout 180 "$HOSTILE" --bytes "$bytes" --case-timeout 10000
+# A case that hangs fails after 10 s, scaled like every limit (slow).
+run_with_timeout 180 "$HOSTILE" --bytes "$bytes" --case-timeout "$(slow 10)000"
 rc=$?
 [ "$rc" -eq 0 ] || fail "hostile_peer exit $(status_text "$rc")"
 log "PASS"
