@@ -14,7 +14,8 @@
 #     range and default, and the page lists no other;
 #   - the environment variables the tools and the preload read are in
 #     their pages;
-#   - every tool's --help exits 0, as the pages say.
+#   - every tool's --help exits 0, as the pages say (sdp_run's prints its
+#     synopsis alone).
 #
 # The checks are the table below; the sources are read as text, the tools
 # run from the build tree.  Needs groff (Debian: groff-base); skips
@@ -263,6 +264,9 @@ for t in $HELP_TOOLS; do
 	[ "$rc" -eq 0 ] || fail "$t --help exits $rc, not 0"
 	[ -n "$out" ] || fail "$t --help prints nothing on standard output"
 done
+# sdp_run's help is its synopsis (as in its page): nothing but sdp_run lines.
+out=$("$bld/tools/sdp_run" --help 2>&1)
+grep -qv '^sdp_run ' <<<"$out" && fail "sdp_run --help prints more than its synopsis: $out"
 
 if [ "$failures" -gt 0 ]; then
 	echo "$failures failure(s)"
