@@ -27,6 +27,13 @@
 #   valgrind   make check-valgrind in build/     (memcheck over real workloads, test/valgrind.sh)
 #   distcheck  make distcheck from build/        (tarball builds, checks, installs)
 #   clang      build-clang/ with CC=clang, -Werror; builds the tests, runs none
+#   deb        the Debian packages (debian/): dpkg-buildpackage from a clean
+#              copy of the tree in build-deb/, then test/deb/deb_check.sh
+#              installs them into a scratch root with dpkg --root (never
+#              the running system) and checks what a user gets: the files,
+#              the dat.conf entry, man, sdp_run over SDP, sdpstat, the
+#              shipped sdp.conf, sdp(3)'s example, removal, and lintian;
+#              each check counts as one test
 # and ends with one line `tests: N passed, M failed` (automake counts summed
 # over the test runs; a stage that fails outside its tests counts as
 # one failure).  The exit status is non-zero if anything failed.
@@ -43,7 +50,12 @@ cd "$srcdir"
 DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
       libibverbs-dev librdmacm-dev libcriterion-dev
       uthash-dev iperf3 socat curl python3 clang valgrind iproute2
-      libdapl-dev dapl2-utils openssh-server openssh-client nginx wrk)
+      libdapl-dev dapl2-utils openssh-server openssh-client nginx wrk groff-base)
+# The deb stage's own tools, installed by that stage only: no other stage,
+# nor the demo, needs a packaging tool chain.  lintian is optional (its
+# check is skipped when it cannot be installed).
+DEB_DEPS=(debhelper)
+DEB_OPTIONAL_DEPS=(lintian)
 
 jobs=${QUICKSTART_JOBS:-$(nproc 2>/dev/null || echo 2)}
 stage_timeout=${QUICKSTART_TIMEOUT:-1200}
@@ -57,7 +69,8 @@ usage() {
 usage: $0 demo|test
   demo   install dependencies, build into build/, run tools/demo.sh
   test   install dependencies, build, run the unit and integration tests
-         (normal, sanitizer and distcheck builds) and a clang -Werror build
+         (normal, sanitizer and distcheck builds), a clang -Werror build,
+         and build and check the Debian packages
 EOF
 }
 
@@ -72,23 +85,29 @@ as_root() {
 	fi
 }
 
-install_deps() {
-	if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
-		die "this script needs a Debian-like system (dpkg-query, apt-get)"
-	fi
+# install_pkgs PACKAGE...: install those of the Debian packages that are
+# not installed yet; non-zero if apt-get fails.
+install_pkgs() {
 	local missing=() p st
-	for p in "${DEPS[@]}"; do
+	for p in "$@"; do
 		st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
 		[ "$st" = "install ok installed" ] || missing+=("$p")
 	done
 	if [ "${#missing[@]}" -eq 0 ]; then
-		say "dependencies: all ${#DEPS[@]} Debian packages already installed"
+		say "dependencies: all $# Debian packages already installed"
 		return 0
 	fi
 	say "dependencies: installing ${missing[*]}"
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-		--no-install-recommends "${missing[@]}" </dev/null
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends "${missing[@]}" </dev/null
+}
+
+install_deps() {
+	if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+		die "this script needs a Debian-like system (dpkg-query, apt-get)"
+	fi
+	install_pkgs "${DEPS[@]}" || die "cannot install the dependencies"
 }
 
 # configure exists and is newer than its inputs, or run autogen.sh.
@@ -391,6 +410,22 @@ stage_dat() {
 		dat "$srcdir" "$srcdir/build"
 }
 
+# The Debian packages, built and installed into a scratch root by
+# test/deb/deb_check.sh, which prints a line and the automake counts per
+# check (a build failure is one failure).
+stage_deb() {
+	if ! install_pkgs "${DEB_DEPS[@]}"; then
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (cannot install %s)' deb "${DEB_DEPS[*]}")")
+		return
+	fi
+	install_pkgs "${DEB_OPTIONAL_DEPS[@]}" ||
+		warn "cannot install ${DEB_OPTIONAL_DEPS[*]}: the deb stage skips its lintian check"
+	mkdir -p "$srcdir/build-deb"
+	DEB_CHECK_JOBS=$jobs stage_limit=900 run_cmd_tests deb "$srcdir/build-deb" \
+		"$srcdir/test/deb/deb_check.sh" "$srcdir" "$srcdir/build-deb"
+}
+
 # The ib transport over Soft-RoCE.
 stage_rxe() {
 	stage_vm rxe rxe ib cross-kernel
@@ -402,12 +437,12 @@ stage_siw() {
 }
 
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw dat sanitizers tsan valgrind distcheck clang} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw dat sanitizers tsan valgrind distcheck clang deb} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang) "stage_$s" ;;
+		check | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang | deb) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done

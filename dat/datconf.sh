@@ -64,13 +64,14 @@ strip() {
 	}
 	function block(    i, n, p) {
 		out(begin)
-		out("# libsdp'"'"'s uDAPL provider, libdaplsdp: `make install` writes this block")
-		out("# and `make uninstall` removes it; nothing outside it is ours.")
+		out("# libsdp'"'"'s uDAPL provider, libdaplsdp: installing it (`make install`")
+		out("# or its Debian package) writes this block, and removing it removes")
+		out("# the block; nothing outside it is ours.")
 		out("# ia_params (the quoted \"NETDEV 0\"): the first word is the network")
 		out("# interface (or its IP address, or a host name) whose RDMA device")
 		out("# (siw: iWARP, rxe: RoCE, or a real RNIC/HCA) the IA uses.  \"eth0\" is")
 		out("# only a default: put your interface (`ip -br addr`, `rdma link`).")
-		out("# A later `make install` keeps the ia_params set here.")
+		out("# Installing again keeps the ia_params set here.")
 		n = split("ofa-v2-sdp-iwarp ofa-v2-sdp-roce", names, " ")
 		for (i = 1; i <= n; i++) {
 			p = (names[i] in old) ? old[names[i]] : "\"" params "\""
