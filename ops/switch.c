@@ -108,25 +108,6 @@ int ops_engine_up(void)
 	return engine_status;
 }
 
-uint64_t ops_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts)
-{
-	if (!deadline)
-		return NULL;
-	uint64_t now = ops_now_ns(), d = deadline > now ? deadline - now : 0;
-
-	ts->tv_sec = (time_t)(d / 1000000000ull);
-	ts->tv_nsec = (long)(d % 1000000000ull);
-	return ts;
-}
-
 /* --- helpers ------------------------------------------------------------------- */
 
 static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
@@ -693,10 +674,9 @@ static uint64_t rcvtimeo_deadline(int fd)
 	struct timeval tv;
 	socklen_t l = sizeof(tv);
 
-	if (sys.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 ||
-	    (!tv.tv_sec && !tv.tv_usec))
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0)
 		return 0;
-	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+	return ops_deadline_after(&tv);
 }
 
 /* A "both" listener: both queues, fairly, without blocking on either. */
@@ -912,9 +892,7 @@ static uint64_t sndtimeo_deadline(int fd, struct ops_sock *s)
 	} else if (sys.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) < 0) {
 		return 0;
 	}
-	if (!tv.tv_sec && !tv.tv_usec)
-		return 0;
-	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+	return ops_deadline_after(&tv);
 }
 
 /* A blocking connect: wait for the SDP attempt to settle.  Called and
