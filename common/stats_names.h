@@ -43,7 +43,8 @@ enum ops_fallback {
 	OPS_FB_UNSUPPORTED,	/* the socket uses something SDP cannot do */
 	OPS_FB_REMEMBERED,	/* the peer said no recently (refused or timed
 				 * out): not tried again yet (peercache.c) */
-	OPS_FB_RESOURCE,	/* no room for libsdp's descriptors (common/fdspace.h) */
+	OPS_FB_RESOURCE,	/* no memory, or no room for libsdp's descriptors
+				 * (common/fdspace.h) */
 	OPS_FB_MAX
 };
 

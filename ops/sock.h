@@ -148,8 +148,13 @@ uint64_t ops_connect_deadline(struct ops_sock *s);
 /* fd's TCP connection was converted to the SDP connection sd: s names
  * sd from now on.  Caller holds s->lock. */
 void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd);
-/* Set a socket's stack, fallback reason and statistics together. */
-void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why);
+/* Set a socket's stack (and its statistics row) as decided: no fallback.
+ * Caller holds s->lock. */
+void ops_set_stack(struct ops_sock *s, enum ops_stack st);
+/* s moves to TCP after all, for reason why: the only way a fallback is
+ * made, counted and logged (switch.c says more).  Caller holds s->lock. */
+void ops_fall_back(int fd, struct ops_sock *s, enum ops_fallback why, int err,
+		   const struct sockaddr *peer, const char *then);
 void ops_set_state(struct ops_sock *s, enum ops_sock_state st);
 
 /* --- peercache.c ---------------------------------------------------------------- */

@@ -133,13 +133,11 @@ static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
 	return buf;
 }
 
-void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why)
+void ops_set_stack(struct ops_sock *s, enum ops_stack st)
 {
 	s->stack = st;
-	s->fallback = why;
-	ops_stats_sock_set_stack(s->row, st, why);
-	if (why != OPS_FB_NONE)
-		ops_stats_fallback(why);
+	s->fallback = OPS_FB_NONE;
+	ops_stats_sock_set_stack(s->row, st, OPS_FB_NONE);
 }
 
 void ops_set_state(struct ops_sock *s, enum ops_sock_state st)
@@ -222,6 +220,49 @@ static void drop_engine_socket(struct ops_sock *s)
 	}
 }
 
+/* --- the way to TCP ----------------------------------------------------------- */
+
+/*
+ * s, meant for SDP, moves to the kernel's TCP for good, for reason why:
+ * the one place where that happens, so that every fallback is counted
+ * (sdpstat's fallbacks and the socket's row) and logged alike.  Its
+ * engine socket goes and its epoll memberships follow.  peer: where a
+ * connect was going, or NULL for a listener (its own address is named);
+ * err: our own error that made SDP fail (logged as a warning), or 0;
+ * then: what happens instead, for the log line.  The caller finishes the
+ * call on TCP.  A fork child's copy of a socket (inherited) only records
+ * the move: the engine socket and the log are the parent's.  Caller
+ * holds s->lock.
+ */
+void ops_fall_back(int fd, struct ops_sock *s, enum ops_fallback why, int err,
+		   const struct sockaddr *peer, const char *then)
+{
+	struct sockaddr_storage l;
+	socklen_t ll = sizeof(l);
+	char buf[80];
+
+	s->stack = OPS_STACK_TCP;
+	s->fallback = why;
+	ops_stats_sock_set_stack(s->row, OPS_STACK_TCP, why);
+	ops_stats_fallback(why);
+	if (s->inherited)
+		return;
+	drop_engine_socket(s);
+	ops_epoll_restack(s);
+	if (peer)
+		addr_str(peer, buf, sizeof(buf));
+	else if (sys.getsockname(fd, (void *)&l, &ll) == 0)
+		addr_str((void *)&l, buf, sizeof(buf));
+	else
+		snprintf(buf, sizeof(buf), "?");
+	if (err)
+		sdp_warn(LOGSYS, "fd %d: no SDP %s %s (%s: %s): %s", fd, peer ? "to" : "on", buf,
+			 ops_fallback_name(why), strerror(-err), then);
+	else
+		sdp_conn_log(LOGSYS, "fd %d: no SDP %s %s (%s): %s", fd, peer ? "to" : "on", buf,
+			     ops_fallback_name(why), then);
+}
+
 /* --- socket ---------------------------------------------------------------------- */
 
 static int sdp_family_of(int domain)
@@ -267,13 +308,13 @@ int ops_socket(int domain, int type, int protocol)
 		goto close_fd;
 	s->direct = direct;
 	s->row = ops_stats_sock_alloc(fd);
-	ops_set_stack(s, OPS_STACK_UNDECIDED, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_UNDECIDED);
 	ops_set_state(s, OPS_ST_NEW);
 	if (direct) {
 		r = new_engine_socket(s);
 		if (r < 0)
 			goto put_sock;
-		ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+		ops_set_stack(s, OPS_STACK_SDP);
 	}
 	r = ops_fd_install(fd, s);
 	if (r < 0)
@@ -515,7 +556,7 @@ static int listen_sdp(int fd, struct ops_sock *s, struct sockaddr_storage *l, so
 	}
 	/* The engine listener follows the application's O_NONBLOCK. */
 	(void)sdp_set_nonblock(s->sd, app_nonblock(fd, s));
-	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_SDP);
 	ops_stats_count(OPS_C_LISTEN_SDP, 1);
 	sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP", fd,
 		     addr_str((void *)l, buf, sizeof(buf)));
@@ -531,14 +572,15 @@ static int listen_both(int fd, struct ops_sock *s, struct sockaddr_storage *l, s
 	char buf[80];
 	int e = ops_engine_up();
 
-	/* The SDP side first: it may move both to another port. */
+	/* The SDP side first: it may move both to another port.  Its
+	 * failure is the switch's own (engine socket, bind, listen): no
+	 * peer said anything. */
 	if (e < 0) {
 		why = OPS_FB_NO_TRANSPORT;
+		e = 0;	/* logged once, when the engine did not start */
 	} else if ((e = sdp_listen_same_port(fd, s, l, ll, backlog)) < 0) {
 		why = no_fd_room(e) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
 		drop_engine_socket(s);
-		sdp_warn(LOGSYS, "fd %d: SDP listener on %s failed (%s): TCP only", fd,
-			 addr_str((void *)l, buf, sizeof(buf)), strerror(-e));
 	}
 	int r = SYS_RET(sys.listen(fd, backlog));
 
@@ -547,7 +589,7 @@ static int listen_both(int fd, struct ops_sock *s, struct sockaddr_storage *l, s
 		return r;
 	}
 	if (why != OPS_FB_NONE) {
-		ops_set_stack(s, OPS_STACK_TCP, why);
+		ops_fall_back(fd, s, why, e, NULL, "listening on TCP only");
 		ops_stats_count(OPS_C_LISTEN_TCP, 1);
 		return 0;
 	}
@@ -558,7 +600,7 @@ static int listen_both(int fd, struct ops_sock *s, struct sockaddr_storage *l, s
 	s->both_nonblock = fl >= 0 && (fl & O_NONBLOCK);
 	if (fl >= 0 && !(fl & O_NONBLOCK))
 		sys.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-	ops_set_stack(s, OPS_STACK_BOTH, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_BOTH);
 	ops_stats_count(OPS_C_LISTEN_BOTH, 1);
 	sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP and TCP", fd,
 		     addr_str((void *)l, buf, sizeof(buf)));
@@ -582,7 +624,7 @@ static int listen_first(int fd, struct ops_sock *s, int backlog)
 	if (use == CONF_USE_TCP) {
 		r = SYS_RET(sys.listen(fd, backlog));
 		if (r == 0) {
-			ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
+			ops_set_stack(s, OPS_STACK_TCP);
 			ops_stats_count(OPS_C_LISTEN_TCP, 1);
 		}
 		return r;
@@ -632,7 +674,7 @@ static void track_native_accept(int nfd, int domain)
 	if (!n)
 		return;		/* untracked: it is native anyway */
 	n->row = ops_stats_sock_alloc(nfd);
-	ops_set_stack(n, OPS_STACK_TCP, OPS_FB_NONE);
+	ops_set_stack(n, OPS_STACK_TCP);
 	ops_set_state(n, OPS_ST_ESTABLISHED);
 	publish_conn(nfd, n);
 	(void)ops_fd_install(nfd, n);
@@ -661,7 +703,7 @@ static int wrap_sdp_accept(int nsd, int domain, int flags)
 	}
 	n->sd = nsd;
 	n->row = ops_stats_sock_alloc(nfd);
-	ops_set_stack(n, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_stack(n, OPS_STACK_SDP);
 	ops_set_state(n, OPS_ST_ESTABLISHED);
 	publish_conn(nfd, n);
 	r = ops_fd_install(nfd, n);
@@ -764,24 +806,25 @@ int ops_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 /* --- connect --------------------------------------------------------------------- */
 
-static enum ops_fallback fallback_reason(int err)
+/* Why the engine's connect on sd failed (include/sdp.h), in the words of
+ * the switch's statistics. */
+static enum ops_fallback engine_reason(int sd)
 {
-	switch (err) {
-	case ECONNREFUSED:
-		return OPS_FB_REFUSED;
-	case ETIMEDOUT:
-		return OPS_FB_TIMEOUT;
-	case ENETUNREACH:
-	case EHOSTUNREACH:
-	case EADDRNOTAVAIL:
-	case ENODEV:
+	switch (sdp_fallback_reason(sd)) {
+	case SDP_FB_NO_ROUTE:
 		return OPS_FB_NO_ROUTE;
-	case ECONNRESET:
-	case ECONNABORTED:
-	case EPROTO:
+	case SDP_FB_REFUSED:
+		return OPS_FB_REFUSED;
+	case SDP_FB_REJECTED:
 		return OPS_FB_REJECTED;
+	case SDP_FB_TIMEOUT:
+		return OPS_FB_TIMEOUT;
+	case SDP_FB_RESOURCE:
+		return OPS_FB_RESOURCE;
 	default:
-		return no_fd_room(-err) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
+		/* SDP_FB_TRANSPORT, or no reason: the engine refused the
+		 * attempt's arguments, or its connection was lost once made. */
+		return OPS_FB_TRANSPORT_ERROR;
 	}
 }
 
@@ -812,16 +855,10 @@ static int native_connect(int fd, struct ops_sock *s, const struct sockaddr *add
  * Returns the native connect's result. */
 static int fall_back(int fd, struct ops_sock *s, enum ops_fallback why)
 {
-	char buf[80];
-
-	drop_engine_socket(s);
 	s->conn = OPS_CONN_DONE;
-	ops_set_stack(s, OPS_STACK_TCP, why);
 	if (why == OPS_FB_REFUSED || why == OPS_FB_TIMEOUT)
 		ops_peercache_note((void *)&s->conn_addr, s->conn_addrlen, why);
-	sdp_conn_log(LOGSYS, "fd %d: no SDP to %s (%s): connecting over TCP", fd,
-		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)), ops_fallback_name(why));
-	ops_epoll_restack(s);
+	ops_fall_back(fd, s, why, 0, (void *)&s->conn_addr, "connecting over TCP");
 	int r = native_connect(fd, s, (void *)&s->conn_addr, s->conn_addrlen);
 
 	if (r < 0 && r != -EINPROGRESS)
@@ -851,7 +888,7 @@ void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd)
 {
 	s->sd = sd;
 	s->conn = OPS_CONN_DONE;
-	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_SDP);
 	ops_set_state(s, OPS_ST_ESTABLISHED);
 	(void)sdp_set_nonblock(sd, app_nonblock(fd, s));
 	ops_epoll_restack(s);
@@ -884,7 +921,7 @@ static int advance_locked(int fd, struct ops_sock *s, int *native_r)
 		if (!err) {
 			sdp_connected(fd, s);
 		} else if (s->conn == OPS_CONN_SDP) {
-			*native_r = fall_back(fd, s, fallback_reason(err));
+			*native_r = fall_back(fd, s, engine_reason(s->sd));
 		} else {
 			s->conn = OPS_CONN_DONE;
 			s->conn_error = err;
@@ -1079,13 +1116,13 @@ static int connect_sdp(int fd, struct ops_sock *s, bool both)
 			strerror(-r));
 		return -ENETUNREACH;
 	}
-	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_SDP);
 	ops_set_state(s, OPS_ST_CONNECTING);
 	/* The engine socket is non-blocking: an attempt that starts says
 	 * EINPROGRESS, even if the transport finished it at once. */
 	r = sdp_connect(s->sd, (void *)&s->conn_addr, s->conn_addrlen);
 	if (r != -EINPROGRESS)
-		return both ? fall_back(fd, s, fallback_reason(-r)) : sdp_connect_failed(fd, s, r);
+		return both ? fall_back(fd, s, engine_reason(s->sd)) : sdp_connect_failed(fd, s, r);
 	s->conn = both ? OPS_CONN_SDP : OPS_CONN_SDP_ONLY;
 	s->conn_deadline_ns = ops_now_ns() + (uint64_t)tun_int(TUN_fallback_timeout_ms) * 1000000ull;
 	ops_epoll_restack(s);
@@ -1106,7 +1143,7 @@ static int connect_first(int fd, struct ops_sock *s, const struct sockaddr *addr
 	else if (ip_family(addr, len))
 		use = conf_match(ops_policy, CONF_ROLE_CLIENT, ops_program, addr, len);
 	if (use == CONF_USE_TCP) {
-		ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
+		ops_set_stack(s, OPS_STACK_TCP);
 		return native_connect(fd, s, addr, len);
 	}
 	if (!ip_family(addr, len) || len > sizeof(s->conn_addr))
