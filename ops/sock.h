@@ -7,7 +7,7 @@
  * state) and is held across the short engine calls that change it, never
  * across a wait.  It is also held around every change of the fds that
  * name a socket (close, dup), so that a fork's relay (relay.c) sees them
- * all.  The epoll registry (epoll.c) has one lock, which may be taken
+ * all.  The epoll registry (epset.c) has one lock, which may be taken
  * under an ops_sock lock, never the reverse.  The fd table is read
  * without locks (fdtable.c).
  */
