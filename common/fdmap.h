@@ -2,7 +2,7 @@
 /*
  * A map from descriptor number to pointer, the one every layer uses:
  * the preload's fd table (ops/fdtable.c), its emulated epoll sets
- * (ops/epoll.c) and the engine's sd table (sdp/sock.c).
+ * (ops/epset.c) and the engine's sd table (sdp/sock.c).
  *
  * Dense and two levels, so that it grows without moving entries: a chunk
  * of FDMAP_CHUNK slots is allocated the first time a number in it is

@@ -12,7 +12,7 @@
  * allocates the pages of rows that were used).  Host byte order: the file
  * never leaves the machine.
  *
- * The enum values of ops/stats.h (stack, state, fallback reason, counter
+ * The enum values of stats_names.h (stack, state, fallback reason, counter
  * index) are stored as they are, so they are part of the format: new
  * values may be appended (the reader prints unknown ones as numbers), but
  * renumbering one needs a new SDP_STATS_VERSION.
@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stats.h"
+#include "stats_names.h"
 
 #define SDP_STATS_MAGIC UINT64_C(0x5354415453504453) /* "SDPSTATS", little-endian */
 #define SDP_STATS_VERSION 2	/* 2: room for 64 counters */
@@ -129,100 +129,5 @@ static_assert(OPS_C_MAX <= SDP_STATS_MAX_COUNTERS, "counters do not fit the file
 static_assert(OPS_FB_MAX <= SDP_STATS_MAX_FALLBACKS, "fallback reasons do not fit the file");
 static_assert(OPS_STACK_MAX <= 256 && OPS_ST_MAX <= 256 && OPS_FB_MAX <= 256,
 	      "row enums are stored in one byte");
-
-/*
- * Names, shared by the writer (ops_stack_name() and friends) and the
- * reader, so that sdpstat needs none of the writer's code.  NULL for a
- * value this build does not know (a newer writer); the switches have no
- * default so that -Wswitch flags an enum value added without a name.
- */
-static inline const char *sdp_stats_stack_name(unsigned v)
-{
-	switch ((enum ops_stack)v) {
-	case OPS_STACK_UNDECIDED: return "undecided";
-	case OPS_STACK_TCP: return "tcp";
-	case OPS_STACK_SDP: return "sdp";
-	case OPS_STACK_BOTH: return "both";
-	case OPS_STACK_MAX: break;
-	}
-	return NULL;
-}
-
-static inline const char *sdp_stats_state_name(unsigned v)
-{
-	switch ((enum ops_sock_state)v) {
-	case OPS_ST_NEW: return "new";
-	case OPS_ST_LISTEN: return "listen";
-	case OPS_ST_CONNECTING: return "connecting";
-	case OPS_ST_ESTABLISHED: return "established";
-	case OPS_ST_CLOSED: return "closed";
-	case OPS_ST_MAX: break;
-	}
-	return NULL;
-}
-
-static inline const char *sdp_stats_fallback_name(unsigned v)
-{
-	switch ((enum ops_fallback)v) {
-	case OPS_FB_NONE: return "none";
-	case OPS_FB_NO_TRANSPORT: return "no-transport";
-	case OPS_FB_NO_ROUTE: return "no-route";
-	case OPS_FB_REFUSED: return "refused";
-	case OPS_FB_TIMEOUT: return "timeout";
-	case OPS_FB_REJECTED: return "rejected";
-	case OPS_FB_TRANSPORT_ERROR: return "transport-error";
-	case OPS_FB_UNSUPPORTED: return "unsupported";
-	case OPS_FB_REMEMBERED: return "remembered";
-	case OPS_FB_RESOURCE: return "resource";
-	case OPS_FB_MAX: break;
-	}
-	return NULL;
-}
-
-/* Counter names are identifiers (JSON keys). */
-static inline const char *sdp_stats_counter_name(unsigned v)
-{
-	switch ((enum ops_counter)v) {
-	case OPS_C_SOCKETS: return "sockets";
-	case OPS_C_SOCKETS_DIRECT: return "sockets_direct";
-	case OPS_C_LISTEN_TCP: return "listen_tcp";
-	case OPS_C_LISTEN_SDP: return "listen_sdp";
-	case OPS_C_LISTEN_BOTH: return "listen_both";
-	case OPS_C_CONNECT_TCP: return "connect_tcp";
-	case OPS_C_CONNECT_SDP: return "connect_sdp";
-	case OPS_C_ACCEPT_TCP: return "accept_tcp";
-	case OPS_C_ACCEPT_SDP: return "accept_sdp";
-	case OPS_C_FALLBACKS: return "fallbacks";
-	case OPS_C_CONN_ERRORS: return "conn_errors";
-	case OPS_C_SDP_BYTES_TX: return "sdp_bytes_tx";
-	case OPS_C_SDP_BYTES_RX: return "sdp_bytes_rx";
-	case OPS_C_ZCOPY_OFFERS: return "zcopy_offers";
-	case OPS_C_ZCOPY_BYTES_SENT: return "zcopy_bytes_sent";
-	case OPS_C_ZCOPY_REFUSED: return "zcopy_refused";
-	case OPS_C_ZCOPY_CANCELS: return "zcopy_cancels";
-	case OPS_C_ZCOPY_READS: return "zcopy_reads";
-	case OPS_C_ZCOPY_BYTES_RECEIVED: return "zcopy_bytes_received";
-	case OPS_C_ZCOPY_DIRECT_BYTES: return "zcopy_direct_bytes";
-	case OPS_C_REGCACHE_HITS: return "regcache_hits";
-	case OPS_C_REGCACHE_MISSES: return "regcache_misses";
-	case OPS_C_REGCACHE_EVICTIONS: return "regcache_evictions";
-	case OPS_C_REGCACHE_INVALIDATIONS: return "regcache_invalidations";
-	case OPS_C_ZCOPY_PULLED: return "zcopy_pulled";
-	case OPS_C_ZCOPY_WRITES: return "zcopy_writes";
-	case OPS_C_ZCOPY_BYTES_WRITTEN: return "zcopy_bytes_written";
-	case OPS_C_ZCOPY_SINK_ADVERTS: return "zcopy_sink_adverts";
-	case OPS_C_ZCOPY_SINK_BYTES: return "zcopy_sink_bytes";
-	case OPS_C_ZCOPY_SINK_STALE: return "zcopy_sink_stale";
-	case OPS_C_ZCOPY_SINK_CANCELS: return "zcopy_sink_cancels";
-	case OPS_C_MODE_CHANGES_SENT: return "mode_changes_sent";
-	case OPS_C_MODE_CHANGES_RECEIVED: return "mode_changes_received";
-	case OPS_C_TRANS_PIGGYBACKS: return "trans_piggybacks";
-	case OPS_C_TRANS_MISSES: return "trans_misses";
-	case OPS_C_ZCOPY_PEER_ADVERTS: return "zcopy_peer_adverts";
-	case OPS_C_RELAYS: return "relays";
-	case OPS_C_MAX: break;
-	}
-	return NULL;
-}
 
 #endif

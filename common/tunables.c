@@ -168,24 +168,47 @@ const char *tun_str(enum tun_id id)
 	return tun_get(id)->s;
 }
 
+/* The tunable called name, or -1. */
+static int tun_find(const char *name)
+{
+	for (int id = 0; id < TUN_COUNT; id++)
+		if (!strcmp(tun_table[id].name, name))
+			return id;
+	return -1;
+}
+
 int tun_set(const char *name, const char *value)
 {
-	int ret = -ENOENT;
+	int id = tun_find(name), ret = -ENOENT;
 
 	pthread_mutex_lock(&tun_lock);
 	if (!tun_loaded)
 		tun_load_locked();
-	for (int id = 0; id < TUN_COUNT; id++) {
-		if (strcmp(tun_table[id].name, name))
-			continue;
+	if (id >= 0) {
 		struct tun_value v = tun_values[id];
+
 		ret = tun_parse(&tun_table[id], value, &v);
 		if (ret == 0 && !tun_values[id].from_env)
 			tun_values[id] = v;
-		break;
 	}
 	pthread_mutex_unlock(&tun_lock);
 	return ret;
+}
+
+int tun_check(const char *name, const char *value, struct tun_limits *limits)
+{
+	int id = tun_find(name);
+	struct tun_value v;
+
+	if (id < 0)
+		return -ENOENT;
+	if (limits) {
+		limits->is_int = tun_table[id].type == TUN_TYPE_INT;
+		limits->min = tun_table[id].min;
+		limits->max = tun_table[id].max;
+		limits->max_len = TUN_STR_MAX - 1;
+	}
+	return tun_parse(&tun_table[id], value, &v);
 }
 
 void tun_list(FILE *out)

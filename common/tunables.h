@@ -13,6 +13,8 @@
 #ifndef SDP_COMMON_TUNABLES_H
 #define SDP_COMMON_TUNABLES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 enum tun_id {
@@ -32,6 +34,21 @@ const char *tun_str(enum tun_id id);
  * -EINVAL (not a number, out of range) and leaves the value unchanged.
  */
 int tun_set(const char *name, const char *value);
+
+/* What a tunable takes, for a caller's messages. */
+struct tun_limits {
+	bool is_int;
+	long min, max;		/* an integer's range */
+	size_t max_len;		/* a string's longest value, in bytes */
+};
+
+/*
+ * Would tun_set(name, value) take value?  0, -ENOENT or -EINVAL, as
+ * tun_set() would say, but nothing is set (sdp.conf's parser checks its
+ * "set" statements with it).  When name exists and limits is not NULL,
+ * *limits says what it takes.
+ */
+int tun_check(const char *name, const char *value, struct tun_limits *limits);
 
 /* Print every tunable: name, environment variable, current value, default,
  * help. */

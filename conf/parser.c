@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "oti.h"
 #include "sys.h"
 #include "tunables.h"
 
@@ -30,52 +31,32 @@ static struct conf_policy conf_safe = {
 
 /* --- transports ----------------------------------------------------------- */
 
-static const char *const conf_transport_names[] = { "ib", "iwarp", "tcp-fallback" };
-#define CONF_NTRANSPORTS (sizeof(conf_transport_names) / sizeof(conf_transport_names[0]))
+/* What a file enables unless it says otherwise (sdp.conf(5)): the RDMA
+ * transports.  conf_safe's list above says the same.  The names a file
+ * may use are the transport registry's (oti_name()). */
+static const char *const conf_default_transports[] = { "ib", "iwarp" };
+#define CONF_NDEFAULT_TRANSPORTS \
+	(sizeof(conf_default_transports) / sizeof(conf_default_transports[0]))
 
-/* --- tunables -------------------------------------------------------------- */
-
-/*
- * tunables.def again, to check "set" values while parsing without
- * tun_set()'s side effect; conf_check_tunable() follows tun_parse() in
- * tunables.c and must keep doing so.
- */
-#define CONF_TUN_INT true
-#define CONF_TUN_STR false
-static const struct {
-	const char *name;
-	bool is_int;
-	long min, max;
-} conf_tunables[] = {
-#define TUNABLE(id, type, def, min, max, help) { #id, CONF_TUN_##type, min, max },
-#include "tunables.def"
-#undef TUNABLE
-};
-/* tunables.c's TUN_STR_MAX: a string value must be shorter. */
-#define CONF_TUN_STR_MAX 256
-
-/* 0, -ENOENT (no such tunable) or -EINVAL, as tun_set() would say;
- * *idx is the tunable's index when it exists. */
-static int conf_check_tunable(const char *name, const char *value, size_t *idx)
+static size_t conf_ntransports(void)
 {
-	for (size_t i = 0; i < sizeof(conf_tunables) / sizeof(conf_tunables[0]); i++) {
-		char *end;
-		long n;
+	size_t n = 0;
 
-		if (strcmp(conf_tunables[i].name, name))
-			continue;
-		*idx = i;
-		if (!conf_tunables[i].is_int)
-			return strlen(value) < CONF_TUN_STR_MAX ? 0 : -EINVAL;
-		bool hex = value[0] == '0' && (value[1] == 'x' || value[1] == 'X');
-		errno = 0;
-		n = strtol(value, &end, hex ? 16 : 10);
-		if (errno || end == value || *end != '\0' || n < conf_tunables[i].min ||
-		    n > conf_tunables[i].max)
-			return -EINVAL;
-		return 0;
-	}
-	return -ENOENT;
+	while (oti_name((unsigned int)n))
+		n++;
+	return n;
+}
+
+/* The names for a message: "'ib', 'iwarp' or 'tcp-fallback'". */
+static const char *conf_transport_choice(char *buf, size_t cap)
+{
+	size_t n = conf_ntransports(), o = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s'%s'",
+				      !i ? "" : i + 1 == n ? " or " : ", ", oti_name((unsigned int)i));
+	return buf;
 }
 
 /* --- the parser's state ------------------------------------------------- */
@@ -98,8 +79,9 @@ struct conf_parser {
 	struct conf_policy *p;
 	size_t cap[CONF_ROLES];
 	size_t setcap;
-	/* Enabled transports, indexes into conf_transport_names, in order. */
-	unsigned int tr[CONF_NTRANSPORTS];
+	/* Enabled transports, in order: room for the defaults and every
+	 * name the registry has. */
+	const char **tr;
 	size_t ntr;
 	/* ADDRESS:PORT with the blanks OFED allowed around ':' and '-'
 	 * removed, and the column each byte came from. */
@@ -708,7 +690,7 @@ static int conf_parse_set(struct conf_parser *ps)
 	struct conf_word name, value;
 	char buf[CONF_SHOW_MAX], buf2[CONF_SHOW_MAX];
 	char *n = NULL, *v = NULL;
-	size_t idx = 0;
+	struct tun_limits lim;
 	int ret;
 
 	if ((ret = conf_next_word(ps, &name)))
@@ -738,26 +720,24 @@ static int conf_parse_set(struct conf_parser *ps)
 			       "write 'transport enable NAME' or 'transport disable NAME' rather than 'set transports'");
 		goto free_strings;
 	}
-	ret = conf_check_tunable(n, v, &idx);
+	ret = tun_check(n, v, &lim);
 	if (ret == -ENOENT) {
 		ret = conf_err(ps, name.col,
 			       "unknown tunable %s (sdp_tool --list-tunables lists them)",
 			       conf_show(name.s, name.len, buf, sizeof(buf)));
 		goto free_strings;
 	}
-	if (ret == -EINVAL && conf_tunables[idx].is_int) {
+	if (ret == -EINVAL && lim.is_int) {
 		ret = conf_err(ps, value.col,
 			       "bad value %s for tunable %s: expected an integer from %ld to %ld",
 			       conf_show(value.s, value.len, buf, sizeof(buf)),
-			       conf_show(name.s, name.len, buf2, sizeof(buf2)),
-			       conf_tunables[idx].min, conf_tunables[idx].max);
+			       conf_show(name.s, name.len, buf2, sizeof(buf2)), lim.min, lim.max);
 		goto free_strings;
 	}
 	if (ret == -EINVAL) {
 		ret = conf_err(ps, value.col,
-			       "bad value for tunable %s: longer than %d bytes",
-			       conf_show(name.s, name.len, buf2, sizeof(buf2)),
-			       CONF_TUN_STR_MAX - 1);
+			       "bad value for tunable %s: longer than %zu bytes",
+			       conf_show(name.s, name.len, buf2, sizeof(buf2)), lim.max_len);
 		goto free_strings;
 	}
 	if (p->nsettings == ps->setcap) {
@@ -786,7 +766,8 @@ free_strings:
 
 static int conf_parse_transport(struct conf_parser *ps)
 {
-	char buf[CONF_SHOW_MAX];
+	char buf[CONF_SHOW_MAX], list[128];
+	const char *name;
 	struct conf_word w;
 	bool enable;
 	unsigned int t;
@@ -805,23 +786,22 @@ static int conf_parse_transport(struct conf_parser *ps)
 				conf_got(&w, buf, sizeof(buf)));
 	if ((ret = conf_next_word(ps, &w)))
 		return ret;
-	for (t = 0; t < CONF_NTRANSPORTS; t++)
-		if (conf_is(&w, conf_transport_names[t]))
-			break;
-	if (t == CONF_NTRANSPORTS)
-		return conf_err(ps, w.col,
-				"expected a transport ('ib', 'iwarp' or 'tcp-fallback') after '%s', got %s",
+	for (t = 0; (name = oti_name(t)) && !conf_is(&w, name); t++)
+		;
+	if (!name)
+		return conf_err(ps, w.col, "expected a transport (%s) after '%s', got %s",
+				conf_transport_choice(list, sizeof(list)),
 				enable ? "transport enable" : "transport disable",
 				conf_got(&w, buf, sizeof(buf)));
 	if ((ret = conf_expect_end(ps, "the transport name")))
 		return ret;
 
-	for (i = 0; i < ps->ntr && ps->tr[i] != t; i++)
+	for (i = 0; i < ps->ntr && strcmp(ps->tr[i], name); i++)
 		;
 	/* Enabling keeps the place of one already enabled; one enabled again
 	 * after a disable goes last, since the order is the priority. */
 	if (enable && i == ps->ntr)
-		ps->tr[ps->ntr++] = t;
+		ps->tr[ps->ntr++] = name;
 	if (!enable && i < ps->ntr) {
 		memmove(&ps->tr[i], &ps->tr[i + 1], (ps->ntr - i - 1) * sizeof(ps->tr[0]));
 		ps->ntr--;
@@ -922,8 +902,11 @@ static int conf_parse(const char *name, const char *text, size_t len,
 	ps->name = name;
 	ps->errbuf = errbuf;
 	ps->errlen = errlen;
-	ps->tr[ps->ntr++] = 0;	/* ib */
-	ps->tr[ps->ntr++] = 1;	/* iwarp */
+	ps->tr = calloc(CONF_NDEFAULT_TRANSPORTS + conf_ntransports(), sizeof(*ps->tr));
+	if (!ps->tr)
+		goto nomem;
+	for (size_t i = 0; i < CONF_NDEFAULT_TRANSPORTS; i++)
+		ps->tr[ps->ntr++] = conf_default_transports[i];
 
 	/* A UTF-8 byte order mark, as some editors write one. */
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
@@ -951,8 +934,9 @@ static int conf_parse(const char *name, const char *text, size_t len,
 
 	for (size_t i = 0; i < ps->ntr; i++)
 		o += (size_t)snprintf(ps->p->transports + o, sizeof(ps->p->transports) - o,
-				      "%s%s", i ? "," : "", conf_transport_names[ps->tr[i]]);
+				      "%s%s", i ? "," : "", ps->tr[i]);
 	*out = ps->p;
+	free(ps->tr);
 	free(ps);
 	return 0;
 
@@ -960,8 +944,10 @@ nomem:
 	conf_msg(errbuf, errlen, "%s: out of memory", name);
 	ret = -ENOMEM;
 fail:
-	if (ps)
+	if (ps) {
 		conf_policy_free(ps->p);
+		free(ps->tr);
+	}
 	free(ps);
 	*out = &conf_safe;
 	return ret;

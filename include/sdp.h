@@ -99,6 +99,26 @@ int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags);
  * then read SO_ERROR, as with TCP. */
 int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len);
 
+/*
+ * Why sd's last connect attempt gave no SDP connection, for a caller that
+ * then falls back to TCP and says why (the preload counts and logs it).
+ * The kernel's SMC fallback reasons are the model.  Set when sdp_connect()
+ * fails or the attempt ends in failure (SO_ERROR), kept until the next
+ * attempt (reading SO_ERROR does not clear it); SDP_FB_NONE while no
+ * attempt has failed.  sdp_fallback_reason() returns it, or -EBADF.
+ */
+enum sdp_fallback_reason {
+	SDP_FB_NONE = 0,
+	SDP_FB_NO_ROUTE,	/* no enabled transport serves the address pair */
+	SDP_FB_REFUSED,		/* no SDP listener there: the peer, or its transport, said no */
+	SDP_FB_REJECTED,	/* the peer broke off the SDP handshake, or answered it with
+				 * something unusable */
+	SDP_FB_TIMEOUT,		/* no answer within the connect_timeout_ms tunable */
+	SDP_FB_TRANSPORT,	/* the transport, or the engine, failed */
+	SDP_FB_RESOURCE,	/* out of memory or descriptors */
+};
+int sdp_fallback_reason(int sd);
+
 /* flags: MSG_DONTWAIT, MSG_NOSIGNAL, MSG_MORE (send); MSG_DONTWAIT,
  * MSG_PEEK, MSG_WAITALL (recv).  MSG_OOB gives -EOPNOTSUPP for now. */
 ssize_t sdp_send(int sd, const void *buf, size_t len, int flags);

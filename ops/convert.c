@@ -147,7 +147,7 @@ int ops_convert(int fd, int name, const void *val, socklen_t len)
 		s = ops_sock_new(me.ss_family);
 		if (!s)
 			return -ENOMEM;
-		ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
+		ops_set_stack(s, OPS_STACK_TCP);
 		ops_set_state(s, OPS_ST_ESTABLISHED);
 	}
 	pthread_mutex_lock(&s->lock);

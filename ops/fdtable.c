@@ -118,11 +118,6 @@ struct ops_sock *ops_sock_new(int domain)
 	return s;
 }
 
-void ops_sock_get(struct ops_sock *s)
-{
-	atomic_fetch_add(&s->ref, 1);
-}
-
 void ops_sock_put(struct ops_sock *s)
 {
 	if (atomic_fetch_sub(&s->ref, 1) != 1)

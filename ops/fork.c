@@ -24,16 +24,16 @@
  * posix_spawn() and system() run no fork handlers and change nothing.
  */
 #include <fcntl.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "sdp.h"
 #include "sock.h"
 
-/* A both listener becomes TCP only; the engine side is closed by the
- * parent only (in the child it is the parent's). */
-static void both_to_tcp(int fd, struct ops_sock *s, bool parent)
+/* A both listener becomes TCP only, a fallback like any other (reason
+ * "unsupported").  The parent closes the engine side; in a child the
+ * socket is inherited by then, and its engine side, the parent's, stays
+ * (ops_fall_back), as do its epoll records: their engine side answers
+ * nothing there, the kernel side still reports. */
+static void both_to_tcp(int fd, struct ops_sock *s)
 {
 	if (s->stack != OPS_STACK_BOTH)
 		return;
@@ -41,24 +41,15 @@ static void both_to_tcp(int fd, struct ops_sock *s, bool parent)
 
 	if (fl >= 0 && !s->both_nonblock)
 		sys.fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	ops_set_stack(s, OPS_STACK_TCP, OPS_FB_UNSUPPORTED);
-	if (parent && s->sd >= 0) {
-		int sd = s->sd;
-
-		s->sd = -1;
-		(void)sdp_close(sd);
-		sdp_conn_log("fork", "fd %d: a listener shared with a forked child serves TCP only", fd);
-		ops_epoll_restack(s);
-	}
-	/* In the child the epoll records stay as they were: their engine
-	 * side answers nothing there, the kernel side still reports. */
+	ops_fall_back(fd, s, OPS_FB_UNSUPPORTED, 0, NULL,
+		      "a listener shared with a forked child serves TCP only");
 }
 
 static void parent_before_fork(int fd, struct ops_sock *s, void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&s->lock);
-	both_to_tcp(fd, s, true);
+	both_to_tcp(fd, s);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -67,10 +58,10 @@ static void mark_inherited(int fd, struct ops_sock *s, void *arg)
 	(void)arg;
 	/* A parent thread may have held it at fork time. */
 	pthread_mutex_init(&s->lock, NULL);
-	both_to_tcp(fd, s, false);
 	/* A relayed connection is the child's as much as the parent's. */
 	if (s->sd >= 0 && !s->relayed)
 		s->inherited = true;
+	both_to_tcp(fd, s);
 }
 
 /* The process these tables belong to; a fork child records itself (its

@@ -7,7 +7,7 @@
  * state) and is held across the short engine calls that change it, never
  * across a wait.  It is also held around every change of the fds that
  * name a socket (close, dup), so that a fork's relay (relay.c) sees them
- * all.  The epoll registry (epoll.c) has one lock, which may be taken
+ * all.  The epoll registry (epset.c) has one lock, which may be taken
  * under an ops_sock lock, never the reverse.  The fd table is read
  * without locks (fdtable.c).
  */
@@ -18,7 +18,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include "conf.h"
 #include "sys.h"
@@ -41,6 +43,7 @@ struct ops_opt {
 };
 #define OPS_MAX_OPTS 16
 
+struct ops_ep;
 struct ops_epi;
 struct ops_relayed;
 
@@ -88,6 +91,17 @@ struct ops_sock {
 	struct ops_stats_sock *row;
 };
 
+/* --- clock.c -------------------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in ns: every deadline of the switch is on it. */
+uint64_t ops_now_ns(void);
+/* The time left until deadline as a relative timeout for sdp_ppoll():
+ * ts filled (zero once past), or NULL for deadline 0, "no timeout". */
+struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts);
+/* The deadline a timeout option (SO_RCVTIMEO, SO_SNDTIMEO) sets from
+ * now, or 0 for a zero timeout ("none"). */
+uint64_t ops_deadline_after(const struct timeval *tv);
+
 /* --- fdtable.c ------------------------------------------------------------------ */
 
 /* The socket fd names, with a reference; NULL if not ours. */
@@ -99,7 +113,12 @@ int ops_fd_install(int fd, struct ops_sock *s);
 /* Empty fd's slot; returns its reference or NULL. */
 struct ops_sock *ops_fd_remove(int fd);
 struct ops_sock *ops_sock_new(int domain);
-void ops_sock_get(struct ops_sock *s);
+/* A reference more (the caller already has one, or holds a lock that
+ * keeps s alive: the epoll registry's for its members). */
+static inline void ops_sock_get(struct ops_sock *s)
+{
+	atomic_fetch_add(&s->ref, 1);
+}
 /* Drop a reference; the last one tears the socket down (engine close,
  * epoll memberships, statistics row). */
 void ops_sock_put(struct ops_sock *s);
@@ -129,14 +148,14 @@ uint64_t ops_connect_deadline(struct ops_sock *s);
 /* fd's TCP connection was converted to the SDP connection sd: s names
  * sd from now on.  Caller holds s->lock. */
 void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd);
-/* Set a socket's stack, fallback reason and statistics together. */
-void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why);
+/* Set a socket's stack (and its statistics row) as decided: no fallback.
+ * Caller holds s->lock. */
+void ops_set_stack(struct ops_sock *s, enum ops_stack st);
+/* s moves to TCP after all, for reason why: the only way a fallback is
+ * made, counted and logged (switch.c says more).  Caller holds s->lock. */
+void ops_fall_back(int fd, struct ops_sock *s, enum ops_fallback why, int err,
+		   const struct sockaddr *peer, const char *then);
 void ops_set_state(struct ops_sock *s, enum ops_sock_state st);
-uint64_t ops_now_ns(void);
-/* The time left until deadline (ns, CLOCK_MONOTONIC) as a relative
- * timeout for sdp_ppoll(): ts filled (zero once past), or NULL for
- * deadline 0, "no timeout". */
-struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts);
 
 /* --- peercache.c ---------------------------------------------------------------- */
 
@@ -151,7 +170,9 @@ bool ops_peercache_check(const struct sockaddr *dst, socklen_t len, enum ops_fal
 void ops_peercache_forget(const struct sockaddr *dst, socklen_t len);
 void ops_peercache_atfork_child(void);
 
-/* --- epoll.c -------------------------------------------------------------------- */
+/* --- epset.c -------------------------------------------------------------------- */
+
+/* The epoll sets with SDP members, and what the members report. */
 
 /* s moved between stacks: move its epoll memberships along. */
 void ops_epoll_restack(struct ops_sock *s);
@@ -172,6 +193,23 @@ int ops_epoll_end(void);
  * registry forgets them.  Caller holds s->lock. */
 void ops_epoll_detach_all(struct ops_sock *s);
 void ops_epoll_to_native(struct ops_sock *s);
+
+/* For epoll.c.  EPOLL_CTL_* op on s (named by fd) in epfd's set: 0, a
+ * negative errno (-ENOENT: not a member we know of), or OPS_PASS (no
+ * record of epfd: the kernel's call).  Caller holds s->lock. */
+int ops_epset_ctl(int epfd, int op, int fd, struct ops_sock *s, struct epoll_event *ev);
+/* epfd's record, held for an epoll_wait; NULL if epfd has no SDP members. */
+struct ops_ep *ops_epset_get(int epfd);
+void ops_epset_put(struct ops_ep *ep);
+/* Up to max members with a connect in flight, each with a reference (the
+ * caller puts them) and the fd it was added by; returns how many. */
+int ops_epset_connecting(struct ops_ep *ep, struct ops_sock **socks, int *fds, int max);
+/* What epoll_wait(epfd, events, maxevents, 0) reports now: the SDP
+ * members first, then the kernel's; or a negative errno. */
+int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevents);
+/* n events the kernel reported for ep's epfd, our markers taken out (in
+ * place); returns the count left. */
+int ops_epset_filter(struct ops_ep *ep, struct epoll_event *evs, int n);
 
 /* --- relay.c -------------------------------------------------------------------- */
 

@@ -82,27 +82,6 @@ static int stats_atexit_done;
  * themselves. */
 static __thread int stats_busy;
 
-const char *ops_stack_name(enum ops_stack s)
-{
-	const char *n = sdp_stats_stack_name((unsigned)s);
-
-	return n ? n : "unknown";
-}
-
-const char *ops_state_name(enum ops_sock_state s)
-{
-	const char *n = sdp_stats_state_name((unsigned)s);
-
-	return n ? n : "unknown";
-}
-
-const char *ops_fallback_name(enum ops_fallback r)
-{
-	const char *n = sdp_stats_fallback_name((unsigned)r);
-
-	return n ? n : "unknown";
-}
-
 /* src into a fixed field: cut to cap, NUL-padded, left unterminated when
  * it fills the field (the layout allows it). */
 static void stats_put_str(char *dst, size_t cap, const char *src)

@@ -18,93 +18,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Which stack carries a socket. */
-enum ops_stack {
-	OPS_STACK_UNDECIDED = 0,	/* socket() done, no listen/connect yet */
-	OPS_STACK_TCP,
-	OPS_STACK_SDP,
-	OPS_STACK_BOTH,			/* a listener on both stacks */
-	OPS_STACK_MAX
-};
-
-/* What the socket is doing, as far as the switch knows. */
-enum ops_sock_state {
-	OPS_ST_NEW = 0,
-	OPS_ST_LISTEN,
-	OPS_ST_CONNECTING,
-	OPS_ST_ESTABLISHED,
-	OPS_ST_CLOSED,		/* reset, failed or shut down both ways */
-	OPS_ST_MAX
-};
-
-/* Why a socket that policy allowed on SDP ended up on TCP. */
-enum ops_fallback {
-	OPS_FB_NONE = 0,
-	OPS_FB_NO_TRANSPORT,	/* no transport enabled or none came up */
-	OPS_FB_NO_ROUTE,	/* no RDMA device serves the address */
-	OPS_FB_REFUSED,		/* the peer has no SDP listener */
-	OPS_FB_TIMEOUT,		/* the SDP connect took too long */
-	OPS_FB_REJECTED,	/* the peer rejected the Hello */
-	OPS_FB_TRANSPORT_ERROR,	/* any other transport or engine error */
-	OPS_FB_UNSUPPORTED,	/* the socket uses something SDP cannot do */
-	OPS_FB_REMEMBERED,	/* the peer said no recently (refused or timed
-				 * out): not tried again yet (peercache.c) */
-	OPS_FB_RESOURCE,	/* no room for libsdp's descriptors (common/fdspace.h) */
-	OPS_FB_MAX
-};
-
-/* Process-wide counters. */
-enum ops_counter {
-	OPS_C_SOCKETS = 0,	/* AF_INET/AF_INET6 stream sockets seen */
-	OPS_C_SOCKETS_DIRECT,	/* AF_INET_SDP sockets */
-	OPS_C_LISTEN_TCP,
-	OPS_C_LISTEN_SDP,
-	OPS_C_LISTEN_BOTH,
-	OPS_C_CONNECT_TCP,	/* client connections on TCP (by policy or fallback) */
-	OPS_C_CONNECT_SDP,
-	OPS_C_ACCEPT_TCP,
-	OPS_C_ACCEPT_SDP,
-	OPS_C_FALLBACKS,	/* sum over the reasons */
-	OPS_C_CONN_ERRORS,	/* SDP connections that failed or were reset */
-	OPS_C_SDP_BYTES_TX,
-	OPS_C_SDP_BYTES_RX,
-	/* The engine's zero-copy and registration cache counters (struct
-	 * sdp_stats in include/sdp.h says what each counts), copied into the
-	 * file by ops_stats_engine_sync(). */
-	OPS_C_ZCOPY_OFFERS,
-	OPS_C_ZCOPY_BYTES_SENT,
-	OPS_C_ZCOPY_REFUSED,
-	OPS_C_ZCOPY_CANCELS,
-	OPS_C_ZCOPY_READS,
-	OPS_C_ZCOPY_BYTES_RECEIVED,
-	OPS_C_ZCOPY_DIRECT_BYTES,
-	OPS_C_REGCACHE_HITS,
-	OPS_C_REGCACHE_MISSES,
-	OPS_C_REGCACHE_EVICTIONS,
-	OPS_C_REGCACHE_INVALIDATIONS,
-	OPS_C_ZCOPY_PULLED,
-	OPS_C_ZCOPY_WRITES,
-	OPS_C_ZCOPY_BYTES_WRITTEN,
-	OPS_C_ZCOPY_SINK_ADVERTS,
-	OPS_C_ZCOPY_SINK_BYTES,
-	OPS_C_ZCOPY_SINK_STALE,
-	OPS_C_ZCOPY_SINK_CANCELS,
-	OPS_C_MODE_CHANGES_SENT,
-	OPS_C_MODE_CHANGES_RECEIVED,
-	OPS_C_TRANS_PIGGYBACKS,
-	OPS_C_TRANS_MISSES,
-	OPS_C_ZCOPY_PEER_ADVERTS,
-	OPS_C_RELAYS,		/* SDP connections relayed at a fork (ops/relay.c) */
-	OPS_C_MAX
-};
+#include "stats_names.h"
 
 /* One socket's row in the table. */
 struct ops_stats_sock;
-
-/* Names for printing ("tcp", "sdp", ...; "no-route", ...).  Never NULL. */
-const char *ops_stack_name(enum ops_stack s);
-const char *ops_state_name(enum ops_sock_state s);
-const char *ops_fallback_name(enum ops_fallback r);
 
 /* Add n to a counter. */
 void ops_stats_count(enum ops_counter c, uint64_t n);

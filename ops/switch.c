@@ -108,25 +108,6 @@ int ops_engine_up(void)
 	return engine_status;
 }
 
-uint64_t ops_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts)
-{
-	if (!deadline)
-		return NULL;
-	uint64_t now = ops_now_ns(), d = deadline > now ? deadline - now : 0;
-
-	ts->tv_sec = (time_t)(d / 1000000000ull);
-	ts->tv_nsec = (long)(d % 1000000000ull);
-	return ts;
-}
-
 /* --- helpers ------------------------------------------------------------------- */
 
 static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
@@ -152,13 +133,11 @@ static const char *addr_str(const struct sockaddr *sa, char *buf, size_t len)
 	return buf;
 }
 
-void ops_set_stack(struct ops_sock *s, enum ops_stack st, enum ops_fallback why)
+void ops_set_stack(struct ops_sock *s, enum ops_stack st)
 {
 	s->stack = st;
-	s->fallback = why;
-	ops_stats_sock_set_stack(s->row, st, why);
-	if (why != OPS_FB_NONE)
-		ops_stats_fallback(why);
+	s->fallback = OPS_FB_NONE;
+	ops_stats_sock_set_stack(s->row, st, OPS_FB_NONE);
 }
 
 void ops_set_state(struct ops_sock *s, enum ops_sock_state st)
@@ -241,6 +220,49 @@ static void drop_engine_socket(struct ops_sock *s)
 	}
 }
 
+/* --- the way to TCP ----------------------------------------------------------- */
+
+/*
+ * s, meant for SDP, moves to the kernel's TCP for good, for reason why:
+ * the one place where that happens, so that every fallback is counted
+ * (sdpstat's fallbacks and the socket's row) and logged alike.  Its
+ * engine socket goes and its epoll memberships follow.  peer: where a
+ * connect was going, or NULL for a listener (its own address is named);
+ * err: our own error that made SDP fail (logged as a warning), or 0;
+ * then: what happens instead, for the log line.  The caller finishes the
+ * call on TCP.  A fork child's copy of a socket (inherited) only records
+ * the move: the engine socket and the log are the parent's.  Caller
+ * holds s->lock.
+ */
+void ops_fall_back(int fd, struct ops_sock *s, enum ops_fallback why, int err,
+		   const struct sockaddr *peer, const char *then)
+{
+	struct sockaddr_storage l;
+	socklen_t ll = sizeof(l);
+	char buf[80];
+
+	s->stack = OPS_STACK_TCP;
+	s->fallback = why;
+	ops_stats_sock_set_stack(s->row, OPS_STACK_TCP, why);
+	ops_stats_fallback(why);
+	if (s->inherited)
+		return;
+	drop_engine_socket(s);
+	ops_epoll_restack(s);
+	if (peer)
+		addr_str(peer, buf, sizeof(buf));
+	else if (sys.getsockname(fd, (void *)&l, &ll) == 0)
+		addr_str((void *)&l, buf, sizeof(buf));
+	else
+		snprintf(buf, sizeof(buf), "?");
+	if (err)
+		sdp_warn(LOGSYS, "fd %d: no SDP %s %s (%s: %s): %s", fd, peer ? "to" : "on", buf,
+			 ops_fallback_name(why), strerror(-err), then);
+	else
+		sdp_conn_log(LOGSYS, "fd %d: no SDP %s %s (%s): %s", fd, peer ? "to" : "on", buf,
+			     ops_fallback_name(why), then);
+}
+
 /* --- socket ---------------------------------------------------------------------- */
 
 static int sdp_family_of(int domain)
@@ -286,13 +308,13 @@ int ops_socket(int domain, int type, int protocol)
 		goto close_fd;
 	s->direct = direct;
 	s->row = ops_stats_sock_alloc(fd);
-	ops_set_stack(s, OPS_STACK_UNDECIDED, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_UNDECIDED);
 	ops_set_state(s, OPS_ST_NEW);
 	if (direct) {
 		r = new_engine_socket(s);
 		if (r < 0)
 			goto put_sock;
-		ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+		ops_set_stack(s, OPS_STACK_SDP);
 	}
 	r = ops_fd_install(fd, s);
 	if (r < 0)
@@ -515,34 +537,86 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 	return r;
 }
 
-int ops_listen(int fd, int backlog)
+/* A listener on SDP only.  Caller holds s->lock. */
+static int listen_sdp(int fd, struct ops_sock *s, struct sockaddr_storage *l, socklen_t *ll,
+		      int backlog)
 {
-	struct ops_sock *s = ops_fd_get(fd);
+	char buf[80];
+	int r = ops_engine_up();
+
+	if (r < 0) {
+		sdp_err(LOGSYS, "listen on %s: policy says SDP only, but no SDP transport is available",
+			addr_str((void *)l, buf, sizeof(buf)));
+		return -EOPNOTSUPP;
+	}
+	r = sdp_listen_same_port(fd, s, l, ll, backlog);
+	if (r < 0) {
+		drop_engine_socket(s);
+		return r;
+	}
+	/* The engine listener follows the application's O_NONBLOCK. */
+	(void)sdp_set_nonblock(s->sd, app_nonblock(fd, s));
+	ops_set_stack(s, OPS_STACK_SDP);
+	ops_stats_count(OPS_C_LISTEN_SDP, 1);
+	sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP", fd,
+		     addr_str((void *)l, buf, sizeof(buf)));
+	return 0;
+}
+
+/* A listener on both stacks, or on TCP alone when the SDP side cannot
+ * be had.  Caller holds s->lock. */
+static int listen_both(int fd, struct ops_sock *s, struct sockaddr_storage *l, socklen_t *ll,
+		       int backlog)
+{
+	enum ops_fallback why = OPS_FB_NONE;
+	char buf[80];
+	int e = ops_engine_up();
+
+	/* The SDP side first: it may move both to another port.  Its
+	 * failure is the switch's own (engine socket, bind, listen): no
+	 * peer said anything. */
+	if (e < 0) {
+		why = OPS_FB_NO_TRANSPORT;
+		e = 0;	/* logged once, when the engine did not start */
+	} else if ((e = sdp_listen_same_port(fd, s, l, ll, backlog)) < 0) {
+		why = no_fd_room(e) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
+		drop_engine_socket(s);
+	}
+	int r = SYS_RET(sys.listen(fd, backlog));
+
+	if (r < 0) {
+		drop_engine_socket(s);
+		return r;
+	}
+	if (why != OPS_FB_NONE) {
+		ops_fall_back(fd, s, why, e, NULL, "listening on TCP only");
+		ops_stats_count(OPS_C_LISTEN_TCP, 1);
+		return 0;
+	}
+	/* Both queues are tried without blocking; the application's
+	 * O_NONBLOCK is emulated. */
+	int fl = sys.fcntl(fd, F_GETFL);
+
+	s->both_nonblock = fl >= 0 && (fl & O_NONBLOCK);
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		sys.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	ops_set_stack(s, OPS_STACK_BOTH);
+	ops_stats_count(OPS_C_LISTEN_BOTH, 1);
+	sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP and TCP", fd,
+		     addr_str((void *)l, buf, sizeof(buf)));
+	return 0;
+}
+
+/* The first listen(): the server rules choose the stack, against the
+ * bound address.  Caller holds s->lock. */
+static int listen_first(int fd, struct ops_sock *s, int backlog)
+{
 	struct sockaddr_storage l;
 	socklen_t ll;
-	char buf[80];
-	int r;
+	int r = bound_addr(fd, s, &l, &ll);
 
-	if (!s)
-		return SYS_RET(sys.listen(fd, backlog));
-	pthread_mutex_lock(&s->lock);
-	if (s->state != OPS_ST_NEW && s->state != OPS_ST_LISTEN) {
-		/* Connected or connecting: Linux says EINVAL. */
-		r = -EINVAL;
-		goto out;
-	}
-	if (s->state == OPS_ST_LISTEN) {
-		/* listen() again only changes the backlog. */
-		r = 0;
-		if (s->stack != OPS_STACK_SDP)
-			r = SYS_RET(sys.listen(fd, backlog));
-		if (r == 0 && s->sd >= 0)
-			r = sdp_listen(s->sd, backlog);
-		goto out;
-	}
-	r = bound_addr(fd, s, &l, &ll);
 	if (r < 0)
-		goto out;
+		return r;
 	enum conf_use use = s->direct ? CONF_USE_SDP
 				      : conf_match(ops_policy, CONF_ROLE_SERVER, ops_program,
 						   (void *)&l, ll);
@@ -550,69 +624,41 @@ int ops_listen(int fd, int backlog)
 	if (use == CONF_USE_TCP) {
 		r = SYS_RET(sys.listen(fd, backlog));
 		if (r == 0) {
-			ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
+			ops_set_stack(s, OPS_STACK_TCP);
 			ops_stats_count(OPS_C_LISTEN_TCP, 1);
 		}
-	} else if (use == CONF_USE_SDP) {
-		r = ops_engine_up();
-		if (r < 0) {
-			sdp_err(LOGSYS, "listen on %s: policy says SDP only, but no SDP transport is available",
-				addr_str((void *)&l, buf, sizeof(buf)));
-			r = -EOPNOTSUPP;
-			goto out;
-		}
-		r = sdp_listen_same_port(fd, s, &l, &ll, backlog);
-		if (r < 0) {
-			drop_engine_socket(s);
-			goto out;
-		}
-		/* The engine listener follows the application's O_NONBLOCK. */
-		(void)sdp_set_nonblock(s->sd, app_nonblock(fd, s));
-		ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
-		ops_stats_count(OPS_C_LISTEN_SDP, 1);
-		sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP", fd,
-			     addr_str((void *)&l, buf, sizeof(buf)));
+		return r;
+	}
+	if (use == CONF_USE_SDP)
+		return listen_sdp(fd, s, &l, &ll, backlog);
+	return listen_both(fd, s, &l, &ll, backlog);
+}
+
+int ops_listen(int fd, int backlog)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return SYS_RET(sys.listen(fd, backlog));
+	pthread_mutex_lock(&s->lock);
+	if (s->state == OPS_ST_LISTEN) {
+		/* listen() again only changes the backlog. */
+		r = 0;
+		if (s->stack != OPS_STACK_SDP)
+			r = SYS_RET(sys.listen(fd, backlog));
+		if (r == 0 && s->sd >= 0)
+			r = sdp_listen(s->sd, backlog);
+	} else if (s->state != OPS_ST_NEW) {
+		r = -EINVAL;	/* connected or connecting: as Linux */
 	} else {
-		enum ops_fallback why = OPS_FB_NONE;
-		int e = ops_engine_up();
-
-		/* The SDP side first: it may move both to another port. */
-		if (e < 0) {
-			why = OPS_FB_NO_TRANSPORT;
-		} else if ((e = sdp_listen_same_port(fd, s, &l, &ll, backlog)) < 0) {
-			why = no_fd_room(e) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
-			drop_engine_socket(s);
-			sdp_warn(LOGSYS, "fd %d: SDP listener on %s failed (%s): TCP only", fd,
-				 addr_str((void *)&l, buf, sizeof(buf)), strerror(-e));
-		}
-		r = SYS_RET(sys.listen(fd, backlog));
-		if (r < 0) {
-			drop_engine_socket(s);
-			goto out;
-		}
-		if (why != OPS_FB_NONE) {
-			ops_set_stack(s, OPS_STACK_TCP, why);
-			ops_stats_count(OPS_C_LISTEN_TCP, 1);
-		} else {
-			/* Both queues are tried without blocking; the
-			 * application's O_NONBLOCK is emulated. */
-			int fl = sys.fcntl(fd, F_GETFL);
-
-			s->both_nonblock = fl >= 0 && (fl & O_NONBLOCK);
-			if (fl >= 0 && !(fl & O_NONBLOCK))
-				sys.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-			ops_set_stack(s, OPS_STACK_BOTH, OPS_FB_NONE);
-			ops_stats_count(OPS_C_LISTEN_BOTH, 1);
-			sdp_conn_log(LOGSYS, "fd %d: listening on %s over SDP and TCP", fd,
-				     addr_str((void *)&l, buf, sizeof(buf)));
+		r = listen_first(fd, s, backlog);
+		if (r == 0) {
+			ops_set_state(s, OPS_ST_LISTEN);
+			ops_epoll_restack(s);
+			publish_conn(fd, s);
 		}
 	}
-	if (r == 0) {
-		ops_set_state(s, OPS_ST_LISTEN);
-		ops_epoll_restack(s);
-		publish_conn(fd, s);
-	}
-out:
 	pthread_mutex_unlock(&s->lock);
 	ops_sock_put(s);
 	return r;
@@ -628,7 +674,7 @@ static void track_native_accept(int nfd, int domain)
 	if (!n)
 		return;		/* untracked: it is native anyway */
 	n->row = ops_stats_sock_alloc(nfd);
-	ops_set_stack(n, OPS_STACK_TCP, OPS_FB_NONE);
+	ops_set_stack(n, OPS_STACK_TCP);
 	ops_set_state(n, OPS_ST_ESTABLISHED);
 	publish_conn(nfd, n);
 	(void)ops_fd_install(nfd, n);
@@ -657,7 +703,7 @@ static int wrap_sdp_accept(int nsd, int domain, int flags)
 	}
 	n->sd = nsd;
 	n->row = ops_stats_sock_alloc(nfd);
-	ops_set_stack(n, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_stack(n, OPS_STACK_SDP);
 	ops_set_state(n, OPS_ST_ESTABLISHED);
 	publish_conn(nfd, n);
 	r = ops_fd_install(nfd, n);
@@ -693,10 +739,9 @@ static uint64_t rcvtimeo_deadline(int fd)
 	struct timeval tv;
 	socklen_t l = sizeof(tv);
 
-	if (sys.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 ||
-	    (!tv.tv_sec && !tv.tv_usec))
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0)
 		return 0;
-	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+	return ops_deadline_after(&tv);
 }
 
 /* A "both" listener: both queues, fairly, without blocking on either. */
@@ -761,57 +806,63 @@ int ops_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 /* --- connect --------------------------------------------------------------------- */
 
-static enum ops_fallback fallback_reason(int err)
+/* Why the engine's connect on sd failed (include/sdp.h), in the words of
+ * the switch's statistics. */
+static enum ops_fallback engine_reason(int sd)
 {
-	switch (err) {
-	case ECONNREFUSED:
-		return OPS_FB_REFUSED;
-	case ETIMEDOUT:
-		return OPS_FB_TIMEOUT;
-	case ENETUNREACH:
-	case EHOSTUNREACH:
-	case EADDRNOTAVAIL:
-	case ENODEV:
+	switch (sdp_fallback_reason(sd)) {
+	case SDP_FB_NO_ROUTE:
 		return OPS_FB_NO_ROUTE;
-	case ECONNRESET:
-	case ECONNABORTED:
-	case EPROTO:
+	case SDP_FB_REFUSED:
+		return OPS_FB_REFUSED;
+	case SDP_FB_REJECTED:
 		return OPS_FB_REJECTED;
+	case SDP_FB_TIMEOUT:
+		return OPS_FB_TIMEOUT;
+	case SDP_FB_RESOURCE:
+		return OPS_FB_RESOURCE;
 	default:
-		return no_fd_room(-err) ? OPS_FB_RESOURCE : OPS_FB_TRANSPORT_ERROR;
+		/* SDP_FB_TRANSPORT, or no reason: the engine refused the
+		 * attempt's arguments, or its connection was lost once made. */
+		return OPS_FB_TRANSPORT_ERROR;
 	}
 }
 
-/* SDP is given up: the connect goes to the kernel.  Caller holds s->lock,
- * which is dropped around the native connect (s is settled on TCP by then).
- * Returns the native connect's result (0 or -errno; -EINPROGRESS on a
- * non-blocking socket). */
-static int fall_back(int fd, struct ops_sock *s, enum ops_fallback why)
+/*
+ * The kernel's connect, for a socket settled on TCP by this connect (the
+ * policy, or a fallback).  Caller holds s->lock, which is dropped around
+ * the call: a blocking connect can take minutes.  Returns its result (0
+ * or -errno; -EINPROGRESS on a non-blocking socket).
+ */
+static int native_connect(int fd, struct ops_sock *s, const struct sockaddr *addr,
+			  socklen_t len)
 {
-	char buf[80];
-
-	drop_engine_socket(s);
-	s->conn = OPS_CONN_DONE;
-	ops_set_stack(s, OPS_STACK_TCP, why);
-	if (why == OPS_FB_REFUSED || why == OPS_FB_TIMEOUT)
-		ops_peercache_note((void *)&s->conn_addr, s->conn_addrlen, why);
-	sdp_conn_log(LOGSYS, "fd %d: no SDP to %s (%s): connecting over TCP", fd,
-		     addr_str((void *)&s->conn_addr, buf, sizeof(buf)), ops_fallback_name(why));
-	ops_epoll_restack(s);
-	/* A blocking connect can take minutes: not under the lock. */
 	pthread_mutex_unlock(&s->lock);
-	int r = SYS_RET(sys.connect(fd, (void *)&s->conn_addr, s->conn_addrlen));
+	int r = SYS_RET(sys.connect(fd, addr, len));
 
 	pthread_mutex_lock(&s->lock);
-
 	if (r == 0 || r == -EINPROGRESS) {
 		ops_set_state(s, r ? OPS_ST_CONNECTING : OPS_ST_ESTABLISHED);
 		ops_stats_count(OPS_C_CONNECT_TCP, 1);
 		if (!r)
 			publish_conn(fd, s);
-	} else {
-		ops_set_state(s, OPS_ST_CLOSED);
 	}
+	return r;
+}
+
+/* SDP is given up: the connect goes to the kernel.  Caller holds s->lock
+ * (dropped around the native connect; s is settled on TCP by then).
+ * Returns the native connect's result. */
+static int fall_back(int fd, struct ops_sock *s, enum ops_fallback why)
+{
+	s->conn = OPS_CONN_DONE;
+	if (why == OPS_FB_REFUSED || why == OPS_FB_TIMEOUT)
+		ops_peercache_note((void *)&s->conn_addr, s->conn_addrlen, why);
+	ops_fall_back(fd, s, why, 0, (void *)&s->conn_addr, "connecting over TCP");
+	int r = native_connect(fd, s, (void *)&s->conn_addr, s->conn_addrlen);
+
+	if (r < 0 && r != -EINPROGRESS)
+		ops_set_state(s, OPS_ST_CLOSED);
 	return r;
 }
 
@@ -837,7 +888,7 @@ void ops_switch_to_sdp(int fd, struct ops_sock *s, int sd)
 {
 	s->sd = sd;
 	s->conn = OPS_CONN_DONE;
-	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
+	ops_set_stack(s, OPS_STACK_SDP);
 	ops_set_state(s, OPS_ST_ESTABLISHED);
 	(void)sdp_set_nonblock(sd, app_nonblock(fd, s));
 	ops_epoll_restack(s);
@@ -870,7 +921,7 @@ static int advance_locked(int fd, struct ops_sock *s, int *native_r)
 		if (!err) {
 			sdp_connected(fd, s);
 		} else if (s->conn == OPS_CONN_SDP) {
-			*native_r = fall_back(fd, s, fallback_reason(err));
+			*native_r = fall_back(fd, s, engine_reason(s->sd));
 		} else {
 			s->conn = OPS_CONN_DONE;
 			s->conn_error = err;
@@ -912,9 +963,7 @@ static uint64_t sndtimeo_deadline(int fd, struct ops_sock *s)
 	} else if (sys.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) < 0) {
 		return 0;
 	}
-	if (!tv.tv_sec && !tv.tv_usec)
-		return 0;
-	return ops_now_ns() + (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+	return ops_deadline_after(&tv);
 }
 
 /* A blocking connect: wait for the SDP attempt to settle.  Called and
@@ -987,29 +1036,25 @@ static bool ip_family(const struct sockaddr *addr, socklen_t len)
 	       (addr->sa_family == AF_INET || addr->sa_family == AF_INET6);
 }
 
-int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
+/*
+ * connect() on a socket that had one already (in flight or settled), or
+ * that listens: the stack it is on answers.  Caller holds s->lock.
+ * CONNECT_FIRST: none yet, the policy decides (connect_first).
+ */
+#define CONNECT_FIRST 1
+
+static int connect_again(int fd, struct ops_sock *s, const struct sockaddr *addr,
+			 socklen_t len)
 {
-	struct ops_sock *s = ops_fd_get(fd);
 	int r;
 
-	if (!s)
-		return SYS_RET(sys.connect(fd, addr, len));
-	pthread_mutex_lock(&s->lock);
-	r = direct_take_family(fd, s, addr, len);
-	if (r < 0)
-		goto out;
-	if (s->inherited || s->relayed) {
-		r = s->relayed ? -EISCONN : -ENOTCONN;
-		goto out;
-	}
+	if (s->inherited || s->relayed)
+		return s->relayed ? -EISCONN : -ENOTCONN;
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY) {
 		int nr;
 
-		r = advance_locked(fd, s, &nr);
-		if (r == -EINPROGRESS) {
-			r = -EALREADY;
-			goto out;
-		}
+		if (advance_locked(fd, s, &nr) == -EINPROGRESS)
+			return -EALREADY;
 		/* Settled: the stack it settled on answers, below. */
 	}
 	if (s->stack == OPS_STACK_TCP || s->stack == OPS_STACK_BOTH) {
@@ -1020,23 +1065,77 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 			ops_set_state(s, OPS_ST_ESTABLISHED);
 			publish_conn(fd, s);
 		}
-		goto out;
+		return r;
 	}
 	if (s->stack == OPS_STACK_SDP && s->state != OPS_ST_NEW) {
 		if (s->conn_error) {
 			r = -s->conn_error;
 			s->conn_error = 0;
-		} else {
-			r = sdp_connect(s->sd, addr, len);
+			return r;
 		}
-		goto out;
+		return sdp_connect(s->sd, addr, len);
 	}
-	if (s->state == OPS_ST_LISTEN) {
-		r = -EISCONN;	/* what Linux says for connect on a listener */
-		goto out;
-	}
+	if (s->state == OPS_ST_LISTEN)
+		return -EISCONN;	/* what Linux says for connect on a listener */
+	return CONNECT_FIRST;
+}
 
-	/* The decision. */
+/* An SDP-only connect failed at once (no fallback).  Caller holds s->lock. */
+static int sdp_connect_failed(int fd, struct ops_sock *s, int r)
+{
+	ops_set_state(s, OPS_ST_CLOSED);
+	ops_stats_count(OPS_C_CONN_ERRORS, 1);
+	/* Linux reports a refused or reset non-blocking connect later,
+	 * through SO_ERROR, even on loopback. */
+	if ((r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET) && app_nonblock(fd, s)) {
+		s->conn_error = -r;
+		r = -EINPROGRESS;
+	}
+	return r;
+}
+
+/*
+ * The SDP connect to s->conn_addr, with a fallback to TCP when both
+ * says so.  Caller holds s->lock; a blocking socket waits here for the
+ * outcome (wait_connect), a non-blocking one gets -EINPROGRESS and the
+ * waits of poll, epoll and the data calls settle it (ops_connect_advance).
+ */
+static int connect_sdp(int fd, struct ops_sock *s, bool both)
+{
+	int r = ops_engine_up();
+
+	if (r == 0 && s->sd < 0) {
+		r = new_engine_socket(s);
+		if (r == 0)
+			r = name_source(fd, s);
+	}
+	if (r < 0) {
+		if (both)
+			return fall_back(fd, s, no_fd_room(r) ? OPS_FB_RESOURCE : OPS_FB_NO_TRANSPORT);
+		sdp_err(LOGSYS, "fd %d: policy says SDP only, but SDP is not available: %s", fd,
+			strerror(-r));
+		return -ENETUNREACH;
+	}
+	ops_set_stack(s, OPS_STACK_SDP);
+	ops_set_state(s, OPS_ST_CONNECTING);
+	/* The engine socket is non-blocking: an attempt that starts says
+	 * EINPROGRESS, even if the transport finished it at once. */
+	r = sdp_connect(s->sd, (void *)&s->conn_addr, s->conn_addrlen);
+	if (r != -EINPROGRESS)
+		return both ? fall_back(fd, s, engine_reason(s->sd)) : sdp_connect_failed(fd, s, r);
+	s->conn = both ? OPS_CONN_SDP : OPS_CONN_SDP_ONLY;
+	s->conn_deadline_ns = ops_now_ns() + (uint64_t)tun_int(TUN_fallback_timeout_ms) * 1000000ull;
+	ops_epoll_restack(s);
+	if (app_nonblock(fd, s))
+		return -EINPROGRESS;
+	return wait_connect(fd, s);
+}
+
+/* The first connect(): the client rules choose the stack.  Caller holds
+ * s->lock. */
+static int connect_first(int fd, struct ops_sock *s, const struct sockaddr *addr,
+			 socklen_t len)
+{
 	enum conf_use use = CONF_USE_TCP;
 
 	if (s->direct)
@@ -1044,22 +1143,11 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	else if (ip_family(addr, len))
 		use = conf_match(ops_policy, CONF_ROLE_CLIENT, ops_program, addr, len);
 	if (use == CONF_USE_TCP) {
-		ops_set_stack(s, OPS_STACK_TCP, OPS_FB_NONE);
-		pthread_mutex_unlock(&s->lock);
-		r = SYS_RET(sys.connect(fd, addr, len));
-		pthread_mutex_lock(&s->lock);
-		if (r == 0 || r == -EINPROGRESS) {
-			ops_set_state(s, r ? OPS_ST_CONNECTING : OPS_ST_ESTABLISHED);
-			ops_stats_count(OPS_C_CONNECT_TCP, 1);
-			if (!r)
-				publish_conn(fd, s);
-		}
-		goto out;
+		ops_set_stack(s, OPS_STACK_TCP);
+		return native_connect(fd, s, addr, len);
 	}
-	if (!ip_family(addr, len) || len > sizeof(s->conn_addr)) {
-		r = sdp_connect(s->sd, addr, len);	/* the engine's EINVAL/EAFNOSUPPORT */
-		goto out;
-	}
+	if (!ip_family(addr, len) || len > sizeof(s->conn_addr))
+		return sdp_connect(s->sd, addr, len);	/* the engine's EINVAL/EAFNOSUPPORT */
 	memcpy(&s->conn_addr, addr, len);
 	s->conn_addrlen = len;
 	bool both = use == CONF_USE_BOTH;
@@ -1070,55 +1158,24 @@ int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
 		/* It said no a moment ago: not again for every connection. */
 		sdp_dbg(LOGSYS, "fd %d: the SDP side of the destination %s %llu ms ago", fd,
 			said == OPS_FB_TIMEOUT ? "timed out" : "refused", (unsigned long long)age_ms);
-		r = fall_back(fd, s, OPS_FB_REMEMBERED);
-		goto out;
+		return fall_back(fd, s, OPS_FB_REMEMBERED);
 	}
-	r = ops_engine_up();
-	if (r == 0 && s->sd < 0) {
-		r = new_engine_socket(s);
-		if (r == 0)
-			r = name_source(fd, s);
-	}
-	if (r < 0) {
-		if (both) {
-			r = fall_back(fd, s, no_fd_room(r) ? OPS_FB_RESOURCE : OPS_FB_NO_TRANSPORT);
-		} else {
-			sdp_err(LOGSYS, "fd %d: policy says SDP only, but SDP is not available: %s",
-				fd, strerror(-r));
-			r = -ENETUNREACH;
-		}
-		goto out;
-	}
-	ops_set_stack(s, OPS_STACK_SDP, OPS_FB_NONE);
-	ops_set_state(s, OPS_ST_CONNECTING);
-	/* The engine socket is non-blocking: an attempt that starts says
-	 * EINPROGRESS, even if the transport finished it at once. */
-	r = sdp_connect(s->sd, addr, len);
-	if (r != -EINPROGRESS) {
-		if (both) {
-			r = fall_back(fd, s, fallback_reason(-r));
-		} else {
-			ops_set_state(s, OPS_ST_CLOSED);
-			ops_stats_count(OPS_C_CONN_ERRORS, 1);
-			/* Linux reports a refused or reset non-blocking connect
-			 * later, through SO_ERROR, even on loopback. */
-			if ((r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET) &&
-			    app_nonblock(fd, s)) {
-				s->conn_error = -r;
-				r = -EINPROGRESS;
-			}
-		}
-		goto out;
-	}
-	s->conn = both ? OPS_CONN_SDP : OPS_CONN_SDP_ONLY;
-	s->conn_deadline_ns = ops_now_ns() + (uint64_t)tun_int(TUN_fallback_timeout_ms) * 1000000ull;
-	ops_epoll_restack(s);
-	if (app_nonblock(fd, s)) {
-		r = -EINPROGRESS;
-		goto out;
-	}
-	r = wait_connect(fd, s);
-out:
+	return connect_sdp(fd, s, both);
+}
+
+int ops_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct ops_sock *s = ops_fd_get(fd);
+	int r;
+
+	if (!s)
+		return SYS_RET(sys.connect(fd, addr, len));
+	pthread_mutex_lock(&s->lock);
+	r = direct_take_family(fd, s, addr, len);
+	if (r == 0)
+		r = connect_again(fd, s, addr, len);
+	if (r == CONNECT_FIRST)
+		r = connect_first(fd, s, addr, len);
 	pthread_mutex_unlock(&s->lock);
 	ops_sock_put(s);
 	return r;

@@ -357,11 +357,42 @@ static void conn_established(struct sdp_sock *s)
 	sock_changed(s, true);
 }
 
-static void conn_connect_failed(struct sdp_sock *s, int err)
+/* Why a connect failed, from an errno the transport (or the system) gave
+ * for its part of it: the OTI reports failures as errno values. */
+static enum sdp_fallback_reason conn_reason_of(int err)
+{
+	switch (err) {
+	case ECONNREFUSED:
+		return SDP_FB_REFUSED;
+	case ETIMEDOUT:
+		return SDP_FB_TIMEOUT;
+	case ENETUNREACH:
+	case EHOSTUNREACH:
+	case EADDRNOTAVAIL:
+	case ENODEV:
+		return SDP_FB_NO_ROUTE;
+	case ECONNRESET:
+	case ECONNABORTED:
+	case EPROTO:
+		return SDP_FB_REJECTED;
+	case ENOMEM:
+	case ENOBUFS:
+	case EMFILE:
+	case ENFILE:
+		return SDP_FB_RESOURCE;
+	default:
+		return SDP_FB_TRANSPORT;
+	}
+}
+
+/* The attempt failed: err (positive) is what connect() or SO_ERROR
+ * says, why what sdp_fallback_reason() says. */
+static void conn_connect_failed(struct sdp_sock *s, int err, enum sdp_fallback_reason why)
 {
 	SDP_STAT_INC(connect_failures, 1);
 	sdp_conn_log(LOGSYS, "sd %d: SDP connect failed: %s", s->sd, strerror(err));
 	s->so_error = err;
+	s->fb_reason = why;
 	s->state = SDP_S_CLOSED;
 	s->reset = true;
 	conn_transport_down(s);
@@ -389,7 +420,7 @@ static void conn_send_hello(struct sdp_sock *s)
 
 	ret = conn_setup_rx(c, s);
 	if (ret) {
-		conn_connect_failed(s, -ret);
+		conn_connect_failed(s, -ret, conn_reason_of(-ret));
 		return;
 	}
 	h.bsdh.bufs = (uint16_t)c->nrx;
@@ -401,12 +432,13 @@ static void conn_send_hello(struct sdp_sock *s)
 	c->t->query_caps(&caps);
 	len = sdp_hello_encode(pdata, caps.max_private_data, &h);
 	if (len < 0) {
-		conn_connect_failed(s, EPROTO);
+		/* Our Hello does not fit the transport's private data. */
+		conn_connect_failed(s, EPROTO, SDP_FB_TRANSPORT);
 		return;
 	}
 	ret = c->t->connect(c->ep, pdata, (size_t)len);
 	if (ret) {
-		conn_connect_failed(s, -ret);
+		conn_connect_failed(s, -ret, conn_reason_of(-ret));
 		return;
 	}
 	s->state = SDP_S_CONNECTING;
@@ -422,12 +454,16 @@ static void conn_hello_ack_received(struct sdp_sock *s, const struct oti_event *
 	if (ret) {
 		SDP_STAT_INC(protocol_errors, 1);
 		sdp_warn(LOGSYS, "sd %d: peer's HelloAck is invalid (%d)", s->sd, ret);
-		conn_connect_failed(s, ret == -EPROTONOSUPPORT ? ECONNREFUSED : ECONNRESET);
+		/* Another version of SDP is no SDP listener for us. */
+		if (ret == -EPROTONOSUPPORT)
+			conn_connect_failed(s, ECONNREFUSED, SDP_FB_REFUSED);
+		else
+			conn_connect_failed(s, ECONNRESET, SDP_FB_REJECTED);
 		return;
 	}
 	ret = conn_setup_tx(c, ack.actrcvsz, s);
 	if (ret) {
-		conn_connect_failed(s, -ret);
+		conn_connect_failed(s, -ret, conn_reason_of(-ret));
 		return;
 	}
 	c->peer_max_adverts = ack.max_adverts;
@@ -471,12 +507,17 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 	const struct oti_ops *t;
 	int ret;
 
+	s->fb_reason = SDP_FB_NONE;
 	t = oti_select(s->bound ? (const struct sockaddr *)&s->local : NULL, dst);
-	if (!t)
+	if (!t) {
+		s->fb_reason = SDP_FB_NO_ROUTE;
 		return -ENETUNREACH;
+	}
 	c = conn_new();
-	if (!c)
+	if (!c) {
+		s->fb_reason = SDP_FB_RESOURCE;
 		return -ENOMEM;
+	}
 	c->t = t;
 	memcpy(&s->peer, dst, len);
 	s->conn = c;
@@ -506,6 +547,7 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 	return 0;
 
 err_free:
+	s->fb_reason = conn_reason_of(-ret);
 	conn_free(s);
 	memset(&s->peer, 0, sizeof(s->peer));
 	s->state = SDP_S_NEW;
@@ -534,16 +576,21 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 		break;
 	case OTI_EV_REJECTED:
 		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
-			conn_connect_failed(s, ECONNREFUSED);
+			conn_connect_failed(s, ECONNREFUSED, SDP_FB_REFUSED);
 		break;
 	case OTI_EV_UNREACHABLE:
-		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
-			conn_connect_failed(s, ev->status ? -ev->status : EHOSTUNREACH);
+		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING) {
+			int err = ev->status ? -ev->status : EHOSTUNREACH;
+
+			conn_connect_failed(s, err, conn_reason_of(err));
+		}
 		break;
 	case OTI_EV_DISCONNECTED:
 	case OTI_EV_ERROR:
 		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING) {
-			conn_connect_failed(s, ECONNREFUSED);
+			/* The transport went down under the handshake:
+			 * nobody there took the Hello. */
+			conn_connect_failed(s, ECONNREFUSED, SDP_FB_REFUSED);
 			break;
 		}
 		c->disconnected = true;
@@ -625,7 +672,7 @@ void conn_progress(struct sdp_sock *s)
 		conn_transport_down(s);
 	if (s->conn && s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns) {
 		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
-			conn_connect_failed(s, ETIMEDOUT);
+			conn_connect_failed(s, ETIMEDOUT, SDP_FB_TIMEOUT);
 		else if (s->state == SDP_S_ESTABLISHED && s->conn->post_failed &&
 			 !s->conn->transport_down)
 			conn_abort(s, ECONNRESET);	/* no word from the transport */

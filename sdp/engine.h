@@ -262,6 +262,10 @@ struct sdp_sock {
 	bool reset;		/* connection ended abnormally */
 	bool connect_unreported;	/* non-blocking connect not yet confirmed by a
 					 * second connect() (which returns 0 once) */
+	/* Why the last connect attempt failed (sdp_fallback_reason()): set
+	 * with so_error by conn_connect_failed() and conn_start_connect(),
+	 * cleared when an attempt starts. */
+	enum sdp_fallback_reason fb_reason;
 
 	struct sockaddr_storage local, peer;
 

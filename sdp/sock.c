@@ -452,6 +452,18 @@ out:
 	return ret;
 }
 
+int sdp_fallback_reason(int sd)
+{
+	struct sdp_sock *s = sock_lock_sd(sd);
+	int why;
+
+	if (!s)
+		return -EBADF;
+	why = s->fb_reason;
+	sock_unlock_put(s);
+	return why;
+}
+
 /*
  * Busy-poll instead of sleeping, for the spin_us tunable: lets other
  * threads at the socket between polls.  Returns false once the time is

@@ -21,11 +21,11 @@ set -u
 : "${top_builddir:=$(cd "$(dirname "$0")/.." && pwd)/build}"
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 
-DIRS="common conf transports/verbs transports/ib transports/iwarp transports/tcp-fallback
-transports sdp ops preload"
+DIRS="common transports/verbs transports/ib transports/iwarp transports/tcp-fallback
+transports conf sdp ops preload"
 SDP_FILES="wire convert_wire base regcache progress mode post zcopy write_zcopy conn
 sock poll convert"
-OPS_FILES="stats peercache fdtable epoll switch relayed relay fork convert io ctl poll"
+OPS_FILES="clock stats peercache epset fdtable relayed relay switch epoll fork convert io ctl poll"
 
 command -v nm >/dev/null 2>&1 || { echo "lint_layers: SKIP: no nm"; exit 77; }
 

@@ -183,3 +183,8 @@ const struct oti_ops *oti_find(const char *name)
 			return oti_builtin[i];
 	return NULL;
 }
+
+const char *oti_name(unsigned int i)
+{
+	return i < OTI_NBUILTIN ? oti_builtin[i]->name : NULL;
+}

@@ -318,6 +318,11 @@ int oti_select_all(const struct sockaddr *local, const struct sockaddr *remote,
 /* Backend by name ("tcp-fallback"), whether enabled or not; NULL if none. */
 const struct oti_ops *oti_find(const char *name);
 
+/* The name of the i-th backend this build has, in priority order, whether
+ * enabled or not; NULL past the last.  What the "transports" tunable and
+ * sdp.conf's "transport" statements may name. */
+const char *oti_name(unsigned int i);
+
 /* Stock entries for backends' ops tables, here rather than in oti.c (the
  * registry, which sits above the backends it lists). */
 

@@ -127,12 +127,20 @@ if wait_for_file "$TMP/http.port" 20; then
 		bad "the first request did not go over SDP:"
 		sed 's/^/  /' "$TMP/get.1.err" | tail -n 10
 	fi
-	# sdpstat counts the relay in the server (env exec'd python3: same pid).
-	relays=$("$(prog sdpstat)" -p "$HTTP_PID" --json 2>&1 | python3 -c '
+	# sdpstat counts the relay in the server (env exec'd python3: same pid),
+	# and the listener's move to TCP at the first fork, a fallback like
+	# any other (reason "unsupported"), logged as one.
+	counts=$("$(prog sdpstat)" -p "$HTTP_PID" --json 2>&1 | python3 -c '
 import json, sys
-print(json.load(sys.stdin)["processes"][0]["counters"]["relays"])' 2>&1)
+p = json.load(sys.stdin)["processes"][0]
+print(p["counters"]["relays"], p["fallbacks"]["unsupported"])' 2>&1)
+	relays=${counts% *}
 	if [ "$relays" != 1 ]; then
 		bad "sdpstat: the server's relays counter is '$relays', not 1"
+	fi
+	if [ "${counts#* }" != 1 ] ||
+		! grep -q "no SDP on $TEST_HOST:$port (unsupported): a listener shared with a forked child serves TCP only" "$TMP/http.err"; then
+		bad "the listener's move to TCP at the fork: fallbacks unsupported '${counts#* }', log: $(grep 'no SDP' "$TMP/http.err")"
 	fi
 	if accepted_sdp "python3 ForkingMixIn server" "$TMP/http.err" && [ "$ok" -eq 5 ] &&
 		[ "$relays" = 1 ]; then

@@ -8,6 +8,8 @@
 #     connect) when the server has no SDP, with the reason logged;
 #     an "sdp" client does not;
 #   - a fallback on timeout when something that is not SDP answers;
+#   - a "both" listener without a transport serves TCP, with the reason
+#     logged and counted as a client's;
 #   - a broken policy file is reported with file:line and leaves every
 #     socket on TCP;
 #   - the first non-blocking connect of a fresh process says EINPROGRESS;
@@ -102,6 +104,40 @@ elif grep -qi "refused" "$TMP/c5.out"; then
 	log "ok   sdp-only client, native server: connection refused, no fallback"
 else
 	bad "sdp-only client: unexpected error: $(cat "$TMP/c5.out")"
+fi
+
+# --- a "both" listener without its SDP side: TCP only, like a client's fallback ---
+# No transport at all (SDP_TRANSPORTS names none): the listener serves TCP
+# alone, and says why as a connect's fallback does: the log line, its
+# statistics row and the process's fallback counter.  So does the client.
+if command -v python3 >/dev/null 2>&1; then
+	cat >"$TMP/nosdp_listen.py" <<'PYEOF'
+# argv[1] host, argv[2] sdpstat: a listener, one client through it, then
+# what sdpstat says of this process
+import json, os, socket, subprocess, sys
+l = socket.socket(); l.bind((sys.argv[1], 0)); l.listen(8)
+port = l.getsockname()[1]
+c = socket.create_connection((sys.argv[1], port)); a, _ = l.accept()
+c.sendall(b"x"); assert a.recv(1) == b"x"
+env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+st = json.loads(subprocess.run([sys.argv[2], "-p", str(os.getpid()), "--json"], env=env,
+                               capture_output=True, text=True, check=True).stdout)
+p = st["processes"][0]
+row = [k for k in p["sockets"] if k["fd"] == l.fileno()][0]
+print("port=%d fallbacks=%d listen_tcp=%d row=%s/%s" % (port, p["fallbacks"]["no-transport"],
+      p["counters"]["listen_tcp"], row["stack"], row["fallback"]))
+PYEOF
+	out=$(run_with_timeout 60 env $PYENV SDP_TRANSPORTS=none $(preload_env "$both") \
+		python3 "$TMP/nosdp_listen.py" "$TEST_HOST" "$(prog sdpstat)" 2>&1)
+	lport=$(printf '%s\n' "$out" | sed -n 's/^port=\([0-9]*\) .*/\1/p')
+	if [ -n "$lport" ] &&
+		printf '%s\n' "$out" | grep -q "^port=$lport fallbacks=2 listen_tcp=1 row=tcp/no-transport$" &&
+		printf '%s\n' "$out" | grep -q "no SDP on $TEST_HOST:$lport (no-transport): listening on TCP only" &&
+		printf '%s\n' "$out" | grep -q "no SDP to $TEST_HOST:$lport (no-transport): connecting over TCP"; then
+		log "ok   a both listener without a transport: TCP only, reason logged and counted"
+	else
+		bad "a both listener without a transport: $out"
+	fi
 fi
 
 # --- a destination that said no is remembered (fallback_cache_ms) -----------------

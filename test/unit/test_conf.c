@@ -25,6 +25,7 @@
 
 #include "conf.h"
 #include "conf_impl.h"
+#include "oti.h"
 #include "tunables.h"
 
 #define S CONF_ROLE_SERVER
@@ -960,6 +961,34 @@ Test(conf, transports)
 	       "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport disable', got end of line");
 	tc_err("transport on ib", "t.conf:1:11: expected 'enable' or 'disable' after 'transport', got 'on'");
 	tc_err("transport enable ib iwarp", "t.conf:1:21: unexpected 'iwarp' after the transport name");
+}
+
+/* The names a file may use are the transport registry's, every one of
+ * them, and the message for a wrong one lists them all. */
+Test(conf, transport_names_are_the_registrys)
+{
+	char text[128], want[512], list[256] = "";
+	size_t n = 0, o = 0;
+
+	while (oti_name((unsigned int)n))
+		n++;
+	cr_assert_geq(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		const char *name = oti_name((unsigned int)i);
+		struct conf_policy *p;
+
+		cr_assert_not_null(oti_find(name));
+		snprintf(text, sizeof(text), "transport disable ib\ntransport disable iwarp\n"
+			 "transport enable %s", name);
+		p = tc_load(text);
+		cr_assert_str_eq(conf_transports(p), name);
+		conf_free(p);
+		o += (size_t)snprintf(list + o, sizeof(list) - o, "%s'%s'",
+				      !i ? "" : i + 1 == n ? " or " : ", ", name);
+	}
+	snprintf(want, sizeof(want),
+		 "t.conf:1:18: expected a transport (%s) after 'transport enable', got 'rdma'", list);
+	tc_err("transport enable rdma", want);
 }
 
 /* --- errors ---------------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "sdp.h"
+#include "tunables.h"
 
 #define EV_MASK (POLLIN | POLLOUT | POLLRDHUP | POLLHUP | POLLERR)
 
@@ -198,6 +199,74 @@ Test(states, refused_connect)
 	cr_expect_eq(sdp_connect(c, (struct sockaddr *)&sb, sizeof(sb)), 0, "retry");
 	sdp_close(c);
 	sdp_close(ls2);
+}
+
+/* Why an attempt gave no connection (sdp_fallback_reason()): what the
+ * preload reports when it falls back to TCP. */
+Test(states, connect_failure_reason_refused)
+{
+	struct sockaddr_in sa, sb;
+	int ls = listener(&sa), err = 0;
+	int c = sdp_socket(AF_INET, SOCK_STREAM, 0);
+	socklen_t l = sizeof(err);
+
+	cr_expect_eq(sdp_fallback_reason(c), SDP_FB_NONE, "no attempt yet");
+	sdp_close(ls);
+	cr_expect_eq(sdp_connect(c, (struct sockaddr *)&sa, sizeof(sa)), -ECONNREFUSED);
+	cr_expect_eq(sdp_fallback_reason(c), SDP_FB_REFUSED);
+	cr_expect_eq(sdp_getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &l), 0);
+	cr_expect_eq(sdp_fallback_reason(c), SDP_FB_REFUSED, "reading SO_ERROR keeps it");
+	/* The next attempt starts afresh. */
+	ls = listener(&sb);
+	cr_expect_eq(sdp_connect(c, (struct sockaddr *)&sb, sizeof(sb)), 0, "retry");
+	cr_expect_eq(sdp_fallback_reason(c), SDP_FB_NONE);
+	sdp_close(c);
+	sdp_close(ls);
+	cr_expect_eq(sdp_fallback_reason(c), -EBADF);
+}
+
+/* A transport connection to the SDP port that nobody answers on:
+ * tcp-fallback's SDP port for P is P + tcpf_port_offset. */
+Test(states, connect_failure_reason_timeout)
+{
+	if (strcmp(tun_str(TUN_transports), "tcp-fallback"))
+		cr_skip_test("the silent SDP port is tcp-fallback's");
+	setenv("SDP_CONNECT_TIMEOUT_MS", "100", 1);
+	tun_reset();
+	int k = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = loopback(0);
+	socklen_t len = sizeof(sa);
+
+	cr_assert_eq(bind(k, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(k, 8), 0);
+	cr_assert_eq(getsockname(k, (struct sockaddr *)&sa, &len), 0);
+	long q = ntohs(sa.sin_port), p = (q - tun_int(TUN_tcpf_port_offset) + 65536) % 65536;
+
+	if (!p)
+		cr_skip_test("SDP port 0");
+	sa = loopback((uint16_t)p);
+	int c = sdp_socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_expect_eq(sdp_connect(c, (struct sockaddr *)&sa, sizeof(sa)), -ETIMEDOUT);
+	cr_expect_eq(sdp_fallback_reason(c), SDP_FB_TIMEOUT);
+	sdp_close(c);
+	close(k);
+}
+
+/* No enabled transport serves the destination. */
+Test(states, connect_failure_reason_no_route)
+{
+	struct sockaddr_in sa;
+	int ls = listener(&sa);
+	int c = sdp_socket(AF_INET, SOCK_STREAM, 0);
+
+	/* The engine is up; the transports tunable now enables none. */
+	setenv("SDP_TRANSPORTS", "none", 1);
+	tun_reset();
+	cr_expect_eq(sdp_connect(c, (struct sockaddr *)&sa, sizeof(sa)), -ENETUNREACH);
+	cr_expect_eq(sdp_fallback_reason(c), SDP_FB_NO_ROUTE);
+	sdp_close(c);
+	sdp_close(ls);
 }
 
 Test(states, data_makes_readable)

@@ -254,6 +254,48 @@ Test(tunables, set_unknown_name)
 	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
 }
 
+/* tun_check() says what tun_set() would, and sets nothing. */
+Test(tunables, check_agrees_with_set)
+{
+	static const char *const values[] = { "", "0", "1", "16", "0x10", "abc", "-1", "65536" };
+	char longstr[300];
+	struct tun_limits lim;
+
+	memset(longstr, 'y', sizeof(longstr) - 1);
+	longstr[sizeof(longstr) - 1] = '\0';
+	for (int id = 0; id < TUN_COUNT; id++) {
+		const char *name = tt_table[id].name;
+		char v[32];
+
+		cr_assert_neq(tun_check(name, "", &lim), -ENOENT, "%s", name);
+		cr_assert_eq(lim.is_int, tt_table[id].type == TT_INT, "%s", name);
+		if (lim.is_int) {
+			cr_assert_eq(lim.min, tt_table[id].min, "%s", name);
+			cr_assert_eq(lim.max, tt_table[id].max, "%s", name);
+			snprintf(v, sizeof(v), "%ld", tt_table[id].max + 1);
+			cr_assert_eq(tun_check(name, v, NULL), -EINVAL, "%s=%s", name, v);
+			snprintf(v, sizeof(v), "%ld", tt_table[id].min);
+			cr_assert_eq(tun_check(name, v, NULL), 0, "%s=%s", name, v);
+		} else {
+			cr_assert_eq(lim.max_len, 255, "%s", name);
+			cr_assert_eq(tun_check(name, longstr, NULL), -EINVAL, "%s", name);
+		}
+		for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+			int checked = tun_check(name, values[i], NULL);
+
+			tun_reset();
+			cr_assert_eq(checked, tun_set(name, values[i]), "%s=\"%s\"", name,
+				     values[i]);
+		}
+	}
+	tun_reset();
+	cr_assert_eq(tun_check("no_such_tunable", "1", &lim), -ENOENT);
+	cr_assert_eq(tun_check("recv_bufs", "32", NULL), 0);
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16, "tun_check set a value");
+	cr_assert_eq(tun_check("transports", "ib", NULL), 0);
+	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback", "tun_check set a value");
+}
+
 Test(tunables, environment_wins_over_set)
 {
 	setenv("SDP_RECV_BUFS", "64", 1);

@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * epoll over any mix of native and SDP sockets.
+ *
+ * The application's epoll fd stays a real epoll instance: native sockets
+ * are registered in it as usual and the kernel reports them.  An SDP
+ * socket cannot be (its readiness is the engine's), so for an epoll fd
+ * that has SDP members the switch keeps a record (struct ops_ep) with:
+ *   - a doorbell eventfd, registered in the epoll set itself, that the
+ *     engine rings on every change of an SDP member (sdp_watch_add); so
+ *     the epoll fd becomes readable for a poll() on it, and a thread
+ *     asleep in epoll_wait wakes up;
+ *   - the members (struct ops_epi) with the application's events and
+ *     data: level-triggered ones are reported while ready, edge-triggered
+ *     ones once per change, one-shot ones once until EPOLL_CTL_MOD.
+ * epoll_wait then reports the SDP members (scanned) and the kernel's
+ * events in one array.  The doorbell and the kernel half of a "both"
+ * listener carry our own marker as epoll data (a pointer with a tag bit)
+ * and are never shown to the application.  A socket registered before
+ * its stack is chosen (socket, epoll_ctl, then connect) is a native
+ * member until then, and moves when the stack is known (restack).
+ *
+ * This file is that registry: the memberships, kept right as sockets
+ * change stack, are relayed or go away (the switch, relay.c, the fd
+ * table call it), and what the members report.  It knows sockets but not
+ * the fd table, nor how a connect in flight is settled: the application's
+ * calls, epoll_ctl and epoll_wait, are epoll.c, above the switch.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "fdmap.h"
+#include "fdspace.h"
+#include "log.h"
+#include "ops.h"
+#include "sdp.h"
+#include "sock.h"
+#include "sys.h"
+
+#define LOGSYS "epoll"
+
+enum epi_mode {
+	EPI_NATIVE,		/* registered in the kernel with the app's data */
+	EPI_SDP,		/* watched on the engine */
+	EPI_BOTH,		/* a "both" listener: kernel half (marker) + engine half */
+};
+
+struct ops_ep;
+
+struct ops_epi {
+	struct ops_ep *ep;
+	struct ops_sock *sock;	/* no reference: ops_epoll_forget() unlinks */
+	int fd;			/* the fd given to EPOLL_CTL_ADD */
+	uint32_t events;	/* the application's, EPOLLET/ONESHOT included */
+	epoll_data_t data;
+	enum epi_mode mode;
+	bool disabled;		/* EPOLLONESHOT fired */
+	/* EPOLLET: the events seen at the last scan, and the arrivals
+	 * (sdp_watch_edges) already reported.  A member is reported when
+	 * an event appears that was not there, or when new data (or a
+	 * connection) arrived: what wakes an edge-triggered waiter on
+	 * Linux, where space freed on the send side does not re-report
+	 * EPOLLIN. */
+	uint32_t last_mask;
+	unsigned seen_edges;
+	struct sdp_watch *watch;
+	struct ops_epi *next_in_ep, *next_in_sock;
+};
+
+struct ops_ep {
+	int epfd;
+	int doorbell;
+	int ref;		/* registry table + epoll_wait callers */
+	struct ops_epi *members;
+};
+
+/* The registry: reg_lock protects every ops_ep and ops_epi, and each
+ * socket's epis list.  Order: an ops_sock lock, then reg_lock. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fdmap eps;
+
+static fdmap_slot_t *ep_slot(int fd, bool create)
+{
+	return fdmap_slot(&eps, fd, create);
+}
+
+bool ops_fd_is_emulated_epoll(int fd)
+{
+	return fdmap_peek(&eps, fd) != NULL;
+}
+
+int ops_epoll_end(void)
+{
+	return fdmap_end(&eps);
+}
+
+static uint64_t doorbell_marker(const struct ops_ep *ep)
+{
+	return (uint64_t)(uintptr_t)ep | 1;
+}
+
+static uint64_t both_marker(const struct ops_epi *epi)
+{
+	return (uint64_t)(uintptr_t)epi | 2;
+}
+
+static void ring(struct ops_ep *ep)
+{
+	uint64_t one = 1;
+
+	if (sys.write(ep->doorbell, &one, sizeof(one)) < 0) {
+		/* saturated: it is ringing anyway */
+	}
+}
+
+static void drain(struct ops_ep *ep)
+{
+	uint64_t v;
+
+	if (sys.read(ep->doorbell, &v, sizeof(v)) < 0) {
+		/* was not ringing */
+	}
+}
+
+static void ep_put_locked(struct ops_ep *ep)
+{
+	if (--ep->ref)
+		return;
+	fdspace_close(ep->doorbell);
+	free(ep);
+}
+
+/* --- membership changes (reg_lock held) ------------------------------------------- */
+
+static enum epi_mode mode_of(const struct ops_sock *s)
+{
+	if (s->inherited || s->relayed || s->sd < 0)
+		return EPI_NATIVE;
+	if (s->stack == OPS_STACK_SDP)
+		return EPI_SDP;
+	if (s->stack == OPS_STACK_BOTH)
+		return EPI_BOTH;
+	return EPI_NATIVE;
+}
+
+/* The kernel half's registration. */
+static int native_part(struct ops_epi *epi, int op)
+{
+	struct epoll_event ev = { .events = epi->events, .data = epi->data };
+
+	if (epi->mode == EPI_BOTH) {
+		/* Our marker; one-shot is ours to apply to both halves. */
+		ev.events &= ~EPOLLONESHOT;
+		if (epi->disabled)
+			ev.events = 0;
+		ev.data.u64 = both_marker(epi);
+	}
+	return sys.epoll_ctl(epi->ep->epfd, op, epi->fd, op == EPOLL_CTL_DEL ? NULL : &ev) < 0
+		       ? -errno
+		       : 0;
+}
+
+/* Put epi in place for its mode: kernel registration and/or watch. */
+static int epi_attach(struct ops_epi *epi)
+{
+	int r = 0;
+
+	if (epi->mode != EPI_SDP) {
+		r = native_part(epi, EPOLL_CTL_ADD);
+		if (r < 0)
+			return r;
+	}
+	if (epi->mode != EPI_NATIVE) {
+		epi->watch = sdp_watch_add(epi->sock->sd, epi->ep->doorbell, &r);
+		if (!epi->watch) {
+			if (epi->mode == EPI_BOTH)
+				(void)native_part(epi, EPOLL_CTL_DEL);
+			return r;
+		}
+		/* Linux reports an edge-triggered member that is ready when
+		 * it is added: every ready event is new to the first scan. */
+		epi->last_mask = 0;
+		epi->seen_edges = sdp_watch_edges(epi->watch);
+		ring(epi->ep);
+	}
+	return 0;
+}
+
+static void epi_detach(struct ops_epi *epi)
+{
+	if (epi->mode != EPI_SDP)
+		(void)native_part(epi, EPOLL_CTL_DEL);
+	if (epi->watch) {
+		sdp_watch_del(epi->watch);
+		epi->watch = NULL;
+	}
+}
+
+static void epi_unlink(struct ops_epi *epi)
+{
+	struct ops_epi **pp;
+
+	for (pp = &epi->ep->members; *pp; pp = &(*pp)->next_in_ep)
+		if (*pp == epi) {
+			*pp = epi->next_in_ep;
+			break;
+		}
+	for (pp = &epi->sock->epis; *pp; pp = &(*pp)->next_in_sock)
+		if (*pp == epi) {
+			*pp = epi->next_in_sock;
+			break;
+		}
+}
+
+void ops_epoll_restack(struct ops_sock *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct ops_epi *epi = s->epis; epi; epi = epi->next_in_sock) {
+		enum epi_mode m = mode_of(s);
+
+		if (m == epi->mode)
+			continue;
+		epi_detach(epi);
+		epi->mode = m;
+		if (epi_attach(epi) < 0 && m != EPI_NATIVE) {
+			/* No watch (out of memory): keep it visible natively
+			 * rather than lose it. */
+			epi->mode = EPI_NATIVE;
+			(void)epi_attach(epi);
+		}
+		if (epi->mode != EPI_NATIVE)
+			ring(epi->ep);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_detach_all(struct ops_sock *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (struct ops_epi *epi = s->epis; epi; epi = epi->next_in_sock) {
+		epi_detach(epi);
+		/* Reported by nobody until ops_epoll_to_native() gives it to
+		 * the kernel; ops_epoll_restack() would put it back. */
+		epi->mode = EPI_NATIVE;
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_to_native(struct ops_sock *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	while (s->epis) {
+		struct ops_epi *epi = s->epis;
+		/* A one-shot member that fired stays disarmed until MOD. */
+		struct epoll_event ev = {
+			.events = epi->disabled ? epi->events & (EPOLLONESHOT | EPOLLET) : epi->events,
+			.data = epi->data,
+		};
+
+		if (sys.epoll_ctl(epi->ep->epfd, EPOLL_CTL_ADD, epi->fd, &ev) < 0 && errno != EEXIST)
+			sdp_err(LOGSYS, "fd %d: relayed, but lost from epoll set %d: %s", epi->fd,
+				epi->ep->epfd, strerror(errno));
+		epi_unlink(epi);
+		free(epi);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_forget(struct ops_sock *s)
+{
+	if (!s->epis)
+		return;
+	pthread_mutex_lock(&reg_lock);
+	while (s->epis) {
+		struct ops_epi *epi = s->epis;
+
+		epi_detach(epi);
+		epi_unlink(epi);
+		free(epi);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_closing(int epfd)
+{
+	fdmap_slot_t *slot = ep_slot(epfd, false);
+
+	if (!slot)
+		return;
+	pthread_mutex_lock(&reg_lock);
+	struct ops_ep *ep = atomic_exchange(slot, NULL);
+
+	if (ep) {
+		while (ep->members) {
+			struct ops_epi *epi = ep->members;
+
+			/* The kernel drops its registrations with the epoll
+			 * fd; only the watches are ours to end. */
+			if (epi->watch)
+				sdp_watch_del(epi->watch);
+			epi_unlink(epi);
+			free(epi);
+		}
+		ep_put_locked(ep);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_atfork_child(void)
+{
+	/* The parent's threads may have held the lock; the records stay as
+	 * they are (the engine sockets they watch are the parent's). */
+	pthread_mutex_init(&reg_lock, NULL);
+}
+
+/* --- membership by epoll_ctl --------------------------------------------------------- */
+
+static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
+{
+	fdmap_slot_t *slot = ep_slot(epfd, true);
+
+	*err = -ENOMEM;
+	if (!slot)
+		return NULL;
+	struct ops_ep *ep = atomic_load(slot);
+
+	if (ep)
+		return ep;
+	ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return NULL;
+	ep->epfd = epfd;
+	ep->ref = 1;
+	ep->doorbell = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (ep->doorbell < 0) {
+		*err = ep->doorbell;
+		free(ep);
+		return NULL;
+	}
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = doorbell_marker(ep) };
+
+	/* Also checks that epfd is an epoll fd (EBADF, EINVAL). */
+	if (sys.epoll_ctl(epfd, EPOLL_CTL_ADD, ep->doorbell, &ev) < 0) {
+		*err = -errno;
+		fdspace_close(ep->doorbell);
+		free(ep);
+		return NULL;
+	}
+	atomic_store(slot, ep);
+	return ep;
+}
+
+static struct ops_epi *find_epi(struct ops_ep *ep, struct ops_sock *s, int fd)
+{
+	for (struct ops_epi *epi = ep ? ep->members : NULL; epi; epi = epi->next_in_ep)
+		if (epi->sock == s && epi->fd == fd)
+			return epi;
+	return NULL;
+}
+
+int ops_epset_ctl(int epfd, int op, int fd, struct ops_sock *s, struct epoll_event *ev)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&reg_lock);
+	fdmap_slot_t *slot = ep_slot(epfd, false);
+	struct ops_ep *ep = slot ? atomic_load(slot) : NULL;
+	struct ops_epi *epi = find_epi(ep, s, fd);
+
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (epi) {
+			r = -EEXIST;
+			break;
+		}
+		if (!ep && !(ep = ep_get_or_make_locked(epfd, &r)))
+			break;
+		epi = calloc(1, sizeof(*epi));
+		if (!epi) {
+			r = -ENOMEM;
+			break;
+		}
+		*epi = (struct ops_epi){ .ep = ep, .sock = s, .fd = fd, .events = ev->events,
+					 .data = ev->data, .mode = mode_of(s) };
+		r = epi_attach(epi);
+		if (r < 0) {
+			free(epi);
+			break;
+		}
+		epi->next_in_ep = ep->members;
+		ep->members = epi;
+		epi->next_in_sock = s->epis;
+		s->epis = epi;
+		break;
+	case EPOLL_CTL_MOD:
+		if (!epi) {
+			/* Maybe registered natively before we knew it. */
+			r = ep ? -ENOENT : OPS_PASS;
+			break;
+		}
+		epi->events = ev->events;
+		epi->data = ev->data;
+		epi->disabled = false;
+		if (epi->mode != EPI_SDP)
+			r = native_part(epi, EPOLL_CTL_MOD);
+		if (epi->watch) {
+			/* MOD re-arms: what is ready now is reported again. */
+			epi->last_mask = 0;
+			ring(ep);
+		}
+		break;
+	case EPOLL_CTL_DEL:
+		if (!epi) {
+			r = ep ? -ENOENT : OPS_PASS;
+			break;
+		}
+		epi_detach(epi);
+		epi_unlink(epi);
+		free(epi);
+		break;
+	default:
+		r = -EINVAL;
+		break;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return r;
+}
+
+/* --- reporting --------------------------------------------------------------------- */
+
+/* The events member epi would report now (0: none).  With update, the
+ * report is taken: edge and one-shot state move on.  reg_lock held. */
+static uint32_t member_report(struct ops_epi *epi, bool update)
+{
+	if (epi->mode == EPI_NATIVE || epi->disabled || !epi->watch)
+		return 0;
+	struct ops_sock *s = epi->sock;
+
+	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
+		return 0;	/* settled by the caller first */
+	/* sdp_events() drives the connection: arrivals it processes are
+	 * part of what it reports, so the edge count is read after it. */
+	int ev = sdp_events(s->sd);
+	unsigned edges = sdp_watch_edges(epi->watch);
+
+	if (ev < 0)
+		return 0;
+	if (s->conn_error)
+		ev |= POLLERR;
+	uint32_t want = (epi->events & ~(EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)) |
+			EPOLLHUP | EPOLLERR;
+	uint32_t got = (uint32_t)ev & want;
+
+	if (epi->events & EPOLLET) {
+		bool fresh = got & ~epi->last_mask;
+		bool arrival = (got & (EPOLLIN | EPOLLRDNORM)) && edges != epi->seen_edges;
+
+		if (update)
+			epi->last_mask = got;
+		if (!fresh && !arrival)
+			return 0;
+		if (update)
+			epi->seen_edges = edges;
+	}
+	if (got && update && (epi->events & EPOLLONESHOT)) {
+		epi->disabled = true;
+		if (epi->mode == EPI_BOTH)
+			(void)native_part(epi, EPOLL_CTL_MOD);
+	}
+	return got;
+}
+
+void ops_epoll_settle(int epfd)
+{
+	fdmap_slot_t *slot = ep_slot(epfd, false);
+	bool any = false;
+
+	if (!slot)
+		return;
+	pthread_mutex_lock(&reg_lock);
+	struct ops_ep *ep = atomic_load(slot);
+
+	if (ep) {
+		drain(ep);
+		for (struct ops_epi *epi = ep->members; epi && !any; epi = epi->next_in_ep)
+			any = member_report(epi, false) != 0;
+		if (any)
+			ring(ep);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* Take our markers out of a kernel result (in place); returns the count
+ * left.  A "both" listener's kernel half becomes the member's event, or
+ * is merged into the member's SDP event, one of sdp_evs.  reg_lock held. */
+static int filter_native(struct ops_ep *ep, struct epoll_event *evs, int n,
+			 struct epoll_event *sdp_evs, int nsdp)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		uint64_t d = evs[i].data.u64;
+
+		if (d == doorbell_marker(ep))
+			continue;
+		if ((d & 3) == 2) {
+			struct ops_epi *epi;
+
+			for (epi = ep->members; epi; epi = epi->next_in_ep)
+				if (epi->mode == EPI_BOTH && both_marker(epi) == d)
+					break;
+			if (epi) {
+				if (epi->disabled)
+					continue;
+				/* Merged with the engine half when both spoke. */
+				bool merged = false;
+
+				for (int j = 0; j < nsdp; j++)
+					if (sdp_evs[j].data.u64 == epi->data.u64) {
+						sdp_evs[j].events |= evs[i].events;
+						merged = true;
+					}
+				if (merged)
+					continue;
+				if (epi->events & EPOLLONESHOT) {
+					epi->disabled = true;
+					(void)native_part(epi, EPOLL_CTL_MOD);
+				}
+				evs[i].data = epi->data;
+			}
+		}
+		evs[k++] = evs[i];
+	}
+	return k;
+}
+
+
+int ops_epset_filter(struct ops_ep *ep, struct epoll_event *evs, int n)
+{
+	pthread_mutex_lock(&reg_lock);
+	n = filter_native(ep, evs, n, NULL, 0);
+	pthread_mutex_unlock(&reg_lock);
+	return n;
+}
+
+int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevents)
+{
+	bool lt_ready = false;	/* a level-triggered SDP member is ready */
+	int n = 0, m = 0;
+
+	drain(ep);
+	pthread_mutex_lock(&reg_lock);
+	for (struct ops_epi *epi = ep->members; epi && n < maxevents; epi = epi->next_in_ep) {
+		uint32_t got = member_report(epi, true);
+
+		if (!got)
+			continue;
+		if (!(epi->events & (EPOLLET | EPOLLONESHOT)))
+			lt_ready = true;
+		events[n].events = got;
+		events[n].data = epi->data;
+		n++;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	if (n < maxevents) {
+		m = sys.epoll_wait(ep->epfd, events + n, maxevents - n, 0);
+		if (m < 0)
+			return -errno;
+		pthread_mutex_lock(&reg_lock);
+		m = filter_native(ep, events + n, m, events, n);
+		pthread_mutex_unlock(&reg_lock);
+	}
+	/* Still ready: the doorbell rings again, so that epfd stays
+	 * readable for a poll() on it.  Only now: rung earlier, it would
+	 * take a place in the kernel's result above. */
+	if (lt_ready)
+		ring(ep);
+	return n + m;
+}
+
+/* --- an epoll_wait's hold on a set ------------------------------------------------- */
+
+struct ops_ep *ops_epset_get(int epfd)
+{
+	fdmap_slot_t *slot = ep_slot(epfd, false);
+	struct ops_ep *ep = NULL;
+
+	if (!slot)
+		return NULL;
+	pthread_mutex_lock(&reg_lock);
+	ep = atomic_load(slot);
+	if (ep)
+		ep->ref++;
+	pthread_mutex_unlock(&reg_lock);
+	return ep;
+}
+
+void ops_epset_put(struct ops_ep *ep)
+{
+	pthread_mutex_lock(&reg_lock);
+	ep_put_locked(ep);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+int ops_epset_connecting(struct ops_ep *ep, struct ops_sock **socks, int *fds, int max)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&reg_lock);
+	for (struct ops_epi *epi = ep->members; epi && n < max; epi = epi->next_in_ep) {
+		struct ops_sock *s = epi->sock;
+
+		if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY) {
+			ops_sock_get(s);
+			socks[n] = s;
+			fds[n++] = epi->fd;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return n;
+}
