@@ -19,16 +19,16 @@
 #ifndef SDP_COMMON_INTERNAL_H
 #define SDP_COMMON_INTERNAL_H
 
-extern __thread unsigned sdp_internal __attribute__((tls_model("initial-exec")));
+extern __thread unsigned libsdp_internal __attribute__((tls_model("initial-exec")));
 
 static inline void sdp_internal_enter(void)
 {
-	sdp_internal++;
+	libsdp_internal++;
 }
 
 static inline void sdp_internal_leave(void)
 {
-	sdp_internal--;
+	libsdp_internal--;
 }
 
 #endif

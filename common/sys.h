@@ -19,7 +19,7 @@
  * same table.  make check runs a lint (test/lint_syscalls.sh) that fails
  * if an object of the library calls one of these functions directly.
  *
- * The per-thread flag sdp_internal (internal.h) is left for the code of
+ * The per-thread flag libsdp_internal (internal.h) is left for the code of
  * other libraries that libsdp calls (librdmacm, libibverbs), whose own
  * calls reach the preload's wrappers: the transports raise it around them.
  *

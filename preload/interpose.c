@@ -62,7 +62,7 @@ static inline bool bypass(void)
 {
 	if (__builtin_expect(!sys.close, 0))
 		sys_resolve();
-	return sdp_internal != 0;
+	return libsdp_internal != 0;
 }
 
 static inline bool fd_bypass(int fd)
@@ -307,7 +307,7 @@ EXPORT int dup(int fd)
  * it, and it is the application's from then on. */
 EXPORT int dup2(int oldfd, int newfd)
 {
-	if (!sdp_internal)
+	if (!libsdp_internal)
 		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
 			 !ops_fd_is_emulated_epoll(newfd)))
@@ -317,7 +317,7 @@ EXPORT int dup2(int oldfd, int newfd)
 
 EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	if (!sdp_internal)
+	if (!libsdp_internal)
 		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
 			 !ops_fd_is_emulated_epoll(newfd)))
@@ -456,7 +456,7 @@ static mode_t open_mode(int flags, va_list ap)
 		va_end(ap);                                                          \
 		if (!sys.name)                                                    \
 			sys_resolve();                                            \
-		if (sdp_internal && own_path(path))                                  \
+		if (libsdp_internal && own_path(path))                                  \
 			return own(sys.name(__VA_ARGS__, flags | O_CLOEXEC, mode)); \
 		return sys.name(__VA_ARGS__, flags, mode);                        \
 	} while (0)
