@@ -405,6 +405,13 @@ int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 
 	if (!s)
 		return OPS_PASS;
+	if (s->state == OPS_ST_NEW) {
+		/* The program has seen the port bind(0) gave it: listen()
+		 * may no longer move the socket to another one. */
+		pthread_mutex_lock(&s->lock);
+		s->any_port = false;
+		pthread_mutex_unlock(&s->lock);
+	}
 	/* A listener's name is the kernel socket's (both stacks share the
 	 * port); a connection's is its own stack's. */
 	if (s->relayed)

@@ -74,8 +74,9 @@ struct ops_sock {
 	 * emulates the application's O_NONBLOCK. */
 	bool both_nonblock;
 	unsigned accept_turn;	/* alternates which stack accept() tries first */
-	bool any_port;		/* bound to port 0: the kernel chose the port, so
-				 * listen() may choose another one */
+	bool any_port;		/* bound to port 0: the kernel chose the port, and
+				 * the program has not looked at it (getsockname),
+				 * so listen() may choose another one */
 
 	/* Connect with fallback. */
 	enum ops_connect conn;

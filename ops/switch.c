@@ -478,11 +478,14 @@ static int sdp_listen_on(int fd, struct ops_sock *s, const struct sockaddr_stora
 
 /*
  * The kernel chose port P for fd, but the SDP listener cannot have it
- * (on the software transport P + offset is another socket's).  Since the
- * application asked for any port, fd gets a fresh kernel socket bound to
- * another one, with the same flags and the options it was given.  The
- * ports tried stay bound until the end, so that the kernel offers a new
- * one each time.
+ * (on the software transport P + offset is another socket's, or
+ * privileged).  Since the application asked for any port and has not
+ * looked at the one it got (s->any_port), fd gets a fresh kernel socket
+ * bound to another one, with the same flags and the options it was
+ * given.  The ports tried stay bound until the end, so that the kernel
+ * offers a new one each time.  A program that has seen its port keeps
+ * it: the listener then serves TCP only, like any listener whose SDP
+ * side cannot be had.
  */
 #define REBIND_TRIES 32
 
@@ -492,7 +495,8 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 	int held[REBIND_TRIES], nheld = 0;
 	int r = sdp_listen_on(fd, s, l, *ll, backlog);
 
-	while (r == -EADDRINUSE && s->any_port && nheld < REBIND_TRIES) {
+	/* -EACCES: P + offset is a privileged port. */
+	while ((r == -EADDRINUSE || r == -EACCES) && s->any_port && nheld < REBIND_TRIES) {
 		int nfd = sys.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 		drop_engine_socket(s);

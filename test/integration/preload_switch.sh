@@ -439,6 +439,64 @@ else
 	log "not root or no unshare: the port-0 relocation case is not run"
 fi
 
+# --- port 0 seen by the program, its SDP side taken: the port stays, TCP only -------
+# python's http.server reads the port right after bind(0), then listens:
+# a listener moved to another port at listen() would leave its clients
+# knocking at the old one.  Here the SDP side of the port is taken
+# between the two (on the software transport: P + 20000, the tcpf offset).
+if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
+	cat >"$TMP/seen.py" <<'PYEOF'
+import os, socket, sys, time
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+port = s.getsockname()[1]
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(port))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
+s.listen(1)
+print("listening on", s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.sendall(c.recv(100))
+c.close()
+PYEOF
+	cat >"$TMP/seen_block.py" <<'PYEOF'
+import socket, sys, time
+b = socket.socket()
+try:
+    b.bind((sys.argv[1], int(sys.argv[2]))); b.listen(1)
+except OSError as e:
+    print("taken already:", e, flush=True)
+open(sys.argv[3], "w").write("go")
+time.sleep(60)
+PYEOF
+	start_bg "$TMP/seen.out" env $PYENV $(preload_env "$both") python3 "$TMP/seen.py" "$TEST_HOST" "$TMP/seen.port" "$TMP/seen.go"
+	SEEN_PID=$BG_PID
+	if wait_for_file "$TMP/seen.port" 30; then
+		SPORT=$(cat "$TMP/seen.port")
+		start_bg "$TMP/seen_block.out" python3 "$TMP/seen_block.py" "$TEST_HOST" $(((SPORT + 20000) % 65536)) "$TMP/seen.go"
+		out=$(run_with_timeout 30 python3 -c '
+import socket, sys, time
+for i in range(300):
+    try:
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+        break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+c.sendall(b"seen"); print(c.recv(100).decode())' "$TEST_HOST" "$SPORT" 2>&1)
+		wait_pid "$SEEN_PID" 30 || bad "seen-port server exit status $?: $(cat "$TMP/seen.out")"
+		if [ "$out" = seen ] && grep -q "^listening on $SPORT\$" "$TMP/seen.out" &&
+			grep -q "no SDP on .*:$SPORT (transport-error: Address already in use): listening on TCP only" "$TMP/seen.out"; then
+			log "ok   port 0 the program has seen stays when its SDP side is taken (TCP only)"
+		else
+			bad "port $SPORT seen, SDP side taken: client '$out'; server: $(cat "$TMP/seen.out")"
+		fi
+	else
+		bad "the seen-port server did not start: $(cat "$TMP/seen.out")"
+	fi
+fi
+
 # --- a pre-forked server: workers accept on the listener they inherited -------------
 # At fork the "both" listener turns TCP only, so no SDP client is left
 # waiting for a parent that never accepts: clients fall back at once.
