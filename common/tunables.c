@@ -47,11 +47,14 @@ enum tun_note {
 /* Variables other than SDP_<NAME> that tun_getenv() ignored. */
 #define TUN_OTHER_MAX 4
 
-/* Protects everything below; values are read far more often than set,
- * but a set only happens at start-up, so one mutex is enough. */
+/* Protects everything below but the readers' path: values are read on
+ * every message and set only at start-up, so once tun_loaded is set a
+ * read takes no lock (tun_get): an integer is loaded atomically, and a
+ * string is copied by its reader (the buffer may be rewritten by a late
+ * tun_set()). */
 static pthread_mutex_t tun_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tun_value tun_values[TUN_COUNT];
-static int tun_loaded;
+static atomic_int tun_loaded;
 /* Secure execution (AT_SECURE: set-user-ID, set-group-ID, file
  * capabilities): whoever set the environment has fewer rights than the
  * process, so no variable of ours is taken from it. */
@@ -115,6 +118,15 @@ static void tun_show(const char *text, char *out, size_t cap)
 	out[o] = '\0';
 }
 
+/* Publish v as tunable id's value (tun_lock held): the integer with an
+ * atomic store, for the readers that take no lock. */
+static void tun_store(int id, const struct tun_value *v)
+{
+	__atomic_store_n(&tun_values[id].i, v->i, __ATOMIC_RELAXED);
+	memcpy(tun_values[id].s, v->s, sizeof(v->s));
+	tun_values[id].from_env = v->from_env;
+}
+
 static void tun_load_locked(void)
 {
 	char env[64];
@@ -122,7 +134,7 @@ static void tun_load_locked(void)
 	tun_secure = tun_secure_forced >= 0 ? tun_secure_forced : getauxval(AT_SECURE) != 0;
 	for (int id = 0; id < TUN_COUNT; id++) {
 		const struct tun_desc *d = &tun_table[id];
-		struct tun_value *v = &tun_values[id];
+		struct tun_value val, *v = &val;
 
 		/* Defaults are ours and always parse. */
 		(void)tun_parse(d, d->def, v);
@@ -131,12 +143,15 @@ static void tun_load_locked(void)
 		tun_env_name(d->name, env, sizeof(env));
 		const char *e = getenv(env);
 
-		if (!e)
+		if (!e) {
+			tun_store(id, v);
 			continue;
+		}
 		if (tun_secure) {
 			tun_notes[id] = TUN_NOTE_IGNORED;
 		} else if (tun_parse(d, e, v) == 0) {
 			v->from_env = 1;
+			tun_store(id, v);
 			continue;
 		} else {
 			/* The default stays (or what sdp.conf sets). */
@@ -144,23 +159,26 @@ static void tun_load_locked(void)
 			tun_notes[id] = TUN_NOTE_BAD;
 			tun_show(e, tun_bad[id], sizeof(tun_bad[id]));
 		}
+		tun_store(id, v);
 		atomic_store(&tun_notes_pending, true);
 	}
-	tun_loaded = 1;
+	atomic_store_explicit(&tun_loaded, 1, memory_order_release);
 }
 
 static struct tun_value *tun_get(enum tun_id id)
 {
-	pthread_mutex_lock(&tun_lock);
-	if (!tun_loaded)
-		tun_load_locked();
-	pthread_mutex_unlock(&tun_lock);
+	if (!atomic_load_explicit(&tun_loaded, memory_order_acquire)) {
+		pthread_mutex_lock(&tun_lock);
+		if (!atomic_load_explicit(&tun_loaded, memory_order_relaxed))
+			tun_load_locked();
+		pthread_mutex_unlock(&tun_lock);
+	}
 	return &tun_values[id];
 }
 
 long tun_int(enum tun_id id)
 {
-	return tun_get(id)->i;
+	return __atomic_load_n(&tun_get(id)->i, __ATOMIC_RELAXED);
 }
 
 const char *tun_str(enum tun_id id)
@@ -182,14 +200,14 @@ int tun_set(const char *name, const char *value)
 	int id = tun_find(name), ret = -ENOENT;
 
 	pthread_mutex_lock(&tun_lock);
-	if (!tun_loaded)
+	if (!atomic_load_explicit(&tun_loaded, memory_order_relaxed))
 		tun_load_locked();
 	if (id >= 0) {
 		struct tun_value v = tun_values[id];
 
 		ret = tun_parse(&tun_table[id], value, &v);
 		if (ret == 0 && !tun_values[id].from_env)
-			tun_values[id] = v;
+			tun_store(id, &v);
 	}
 	pthread_mutex_unlock(&tun_lock);
 	return ret;
@@ -253,7 +271,7 @@ const char *tun_getenv(const char *name)
 	if (!v)
 		return NULL;
 	pthread_mutex_lock(&tun_lock);
-	if (!tun_loaded)
+	if (!atomic_load_explicit(&tun_loaded, memory_order_relaxed))
 		tun_load_locked();
 	bool secure = tun_secure;
 

@@ -341,10 +341,7 @@ static void conn_fill_names(struct sdp_sock *s)
 
 static bool conn_iwarp_rules(const struct sdp_conn *c)
 {
-	struct oti_caps caps;
-
-	c->t->query_caps(&caps);
-	return caps.flags & OTI_CAP_IWARP_RULES;
+	return c->caps.flags & OTI_CAP_IWARP_RULES;
 }
 
 static void conn_established(struct sdp_sock *s)
@@ -405,7 +402,6 @@ static void conn_connect_failed(struct sdp_sock *s, int err, enum sdp_fallback_r
 static void conn_send_hello(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
-	struct oti_caps caps;
 	struct sdp_hello h = {
 		.bsdh = { .mid = SDP_MID_HELLO },
 		.major = SDP_MAJOR_VERSION,
@@ -429,8 +425,7 @@ static void conn_send_hello(struct sdp_sock *s)
 	h.src_port = addr_port(&s->local);
 	addr_to_in6(&s->local, &h.src_addr);
 	addr_to_in6(&s->peer, &h.dst_addr);
-	c->t->query_caps(&caps);
-	len = sdp_hello_encode(pdata, caps.max_private_data, &h);
+	len = sdp_hello_encode(pdata, c->caps.max_private_data, &h);
 	if (len < 0) {
 		/* Our Hello does not fit the transport's private data. */
 		conn_connect_failed(s, EPROTO, SDP_FB_TRANSPORT);
@@ -519,6 +514,7 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 		return -ENOMEM;
 	}
 	c->t = t;
+	t->query_caps(&c->caps);
 	memcpy(&s->peer, dst, len);
 	s->conn = c;
 
@@ -701,7 +697,6 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 		.max_adverts = 1,
 	};
 	uint8_t out[OTI_MAX_PRIVATE_DATA];
-	struct oti_caps caps;
 	struct sdp_sock *child;
 	struct sdp_conn *c;
 	int ret, len;
@@ -732,6 +727,7 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 		return;
 	}
 	c->t = l->t;
+	c->t->query_caps(&c->caps);
 	child->conn = c;
 	child->is_child = true;
 	child->parent = s;
@@ -767,8 +763,7 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	c->peer_max_adverts = hello.max_adverts;
 	ack.bsdh.bufs = (uint16_t)c->nrx;
 	ack.actrcvsz = c->rx_size;
-	c->t->query_caps(&caps);
-	len = sdp_hello_ack_encode(out, caps.max_private_data, &ack);
+	len = sdp_hello_ack_encode(out, c->caps.max_private_data, &ack);
 	if (len < 0) {
 		ret = len;
 		goto err_child;

@@ -95,6 +95,7 @@ enum {
 
 struct sdp_conn {
 	const struct oti_ops *t;
+	struct oti_caps caps;	/* t's, read once: it never changes */
 	struct oti_ep *ep;
 	int ep_fd;
 	bool in_progress_set;	/* ep_fd is in the progress thread's epoll */
@@ -419,10 +420,7 @@ static inline bool conn_fits(const struct sdp_conn *c, size_t extlen)
 /* The transport can RDMA write (Write Zcopy is possible at all). */
 static inline bool wz_transport_writes(const struct sdp_conn *c)
 {
-	struct oti_caps caps;
-
-	c->t->query_caps(&caps);
-	return caps.flags & OTI_CAP_RDMA_WRITE;
+	return c->caps.flags & OTI_CAP_RDMA_WRITE;
 }
 /* Our SinkAvail is out and the source may still use it. */
 static inline bool wz_advert_live(const struct sdp_conn *c)

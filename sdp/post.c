@@ -174,18 +174,16 @@ void conn_rcvbuf_changed(struct sdp_sock *s)
 
 int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 {
-	struct oti_caps caps;
 	int ret;
 
-	c->t->query_caps(&caps);
 	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
 	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
 	if (s->rcvbuf_set) {
 		c->rx_size = rx_size_for((uint64_t)s->rcvbuf);
 		c->nrx = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
 	}
-	if (caps.max_recv_wr && c->nrx > caps.max_recv_wr)
-		c->nrx = caps.max_recv_wr;
+	if (c->caps.max_recv_wr && c->nrx > c->caps.max_recv_wr)
+		c->nrx = c->caps.max_recv_wr;
 	c->rx_max = c->nrx;
 	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
 	c->rxq_cap = c->nrx + 2;
@@ -511,12 +509,9 @@ static int flush_data(struct sdp_sock *s, struct sdp_conn *c)
 		struct oti_sge sge = {
 			.addr = buf, .len = SDP_BSDH_LEN + c->tx_len[slot], .mr = c->tx_mr,
 		};
-		struct oti_caps caps;
-
 		conn_fill_bsdh(c, buf, SDP_MID_DATA, 0, sge.len);
-		c->t->query_caps(&caps);
 		int ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot,
-					  sge.len <= caps.max_inline ? OTI_SEND_INLINE : 0);
+					  sge.len <= c->caps.max_inline ? OTI_SEND_INLINE : 0);
 		if (ret) {
 			conn_post_failed(s, ret, true);
 			return -1;

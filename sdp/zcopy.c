@@ -67,20 +67,15 @@
 
 static bool zc_transport_reads(const struct sdp_conn *c)
 {
-	struct oti_caps caps;
-
-	c->t->query_caps(&caps);
-	return caps.flags & OTI_CAP_RDMA_READ;
+	return c->caps.flags & OTI_CAP_RDMA_READ;
 }
 
 uint64_t zc_op_max(const struct sdp_conn *c)
 {
-	struct oti_caps caps;
 	uint64_t max = (uint64_t)tun_int(TUN_zcopy_max);
 
-	c->t->query_caps(&caps);
-	if (caps.max_msg_size && max > caps.max_msg_size)
-		max = caps.max_msg_size;
+	if (c->caps.max_msg_size && max > c->caps.max_msg_size)
+		max = c->caps.max_msg_size;
 	return max > UINT32_MAX ? UINT32_MAX : max;
 }
 
@@ -554,10 +549,7 @@ void zc_cancel_rcvd(struct sdp_sock *s)
  * peer's into it can do no more than its data could. */
 static unsigned zc_sink_access(const struct sdp_conn *c)
 {
-	struct oti_caps caps;
-
-	c->t->query_caps(&caps);
-	if (caps.flags & OTI_CAP_IWARP_RULES)
+	if (c->caps.flags & OTI_CAP_IWARP_RULES)
 		return OTI_ACCESS_LOCAL_WRITE | OTI_ACCESS_REMOTE_WRITE;
 	return OTI_ACCESS_LOCAL_WRITE;
 }
