@@ -10,7 +10,6 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -26,6 +25,7 @@
 #include "conf.h"
 #include "conf_impl.h"
 #include "oti.h"
+#include "scratch_dir.h"
 #include "tunables.h"
 
 #define S CONF_ROLE_SERVER
@@ -50,28 +50,11 @@ static void tc_clean_env(void)
 
 static char tc_dir[64];
 
-static void tc_remove_dir(void)
-{
-	DIR *d;
-	struct dirent *e;
-	char path[384];
-
-	if (!tc_dir[0] || !(d = opendir(tc_dir)))
-		return;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", tc_dir, e->d_name);
-		unlink(path);
-	}
-	closedir(d);
-	rmdir(tc_dir);
-	tc_dir[0] = '\0';
-}
-
 static void tc_fini(void)
 {
-	tc_remove_dir();
+	if (tc_dir[0])
+		ut_scratch_dir_remove(tc_dir);
+	tc_dir[0] = '\0';
 	tc_clean_env();
 }
 

@@ -28,26 +28,9 @@
 #include "stats.h"
 #include "stats_read.h"
 #include "stats_shm.h"
+#include "scratch_dir.h"
 
 static char ts_dir[PATH_MAX];
-
-static void ts_rm_dir(void)
-{
-	DIR *d = opendir(ts_dir);
-	struct dirent *e;
-	char path[PATH_MAX + 300];
-
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", ts_dir, e->d_name);
-		unlink(path);
-	}
-	closedir(d);
-	rmdir(ts_dir);
-}
 
 static void ts_setup(void)
 {
@@ -63,7 +46,7 @@ static void ts_setup(void)
 static void ts_teardown(void)
 {
 	ops_stats_reset_for_tests();
-	ts_rm_dir();
+	ut_scratch_dir_remove(ts_dir);
 	unsetenv(SDP_STATS_DIR_ENV);
 }
 
