@@ -100,16 +100,56 @@ static struct conf_policy *tc_load(const char *text)
 	return p;
 }
 
+/* A connection a policy is asked about, and the answer it must give. */
+struct tc_conn {
+	enum conf_role role;
+	const char *prog, *ip;
+	unsigned int port;
+	enum conf_use want;
+};
+
+static const char *tc_use_name(enum conf_use u)
+{
+	return u == TCP ? "tcp" : u == SDP ? "sdp" : u == BOTH ? "both" : "?";
+}
+
+/* Every row of conns, asked of p. */
+static void tc_check(const struct conf_policy *p, const struct tc_conn *conns, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct tc_conn *c = &conns[i];
+		enum conf_use got = tc_m(p, c->role, c->prog, c->ip, c->port);
+
+		cr_assert_eq(got, c->want, "row %zu: %s \"%s\" %s port %u: %s, want %s", i,
+			     c->role == S ? "server" : "client", c->prog, c->ip, c->port,
+			     tc_use_name(got), tc_use_name(c->want));
+	}
+}
+#define TC_CHECK(p, conns) tc_check(p, conns, NELEM(conns))
+
+/* The policy in text must give every row of conns its answer. */
+static void tc_policy(const char *text, const struct tc_conn *conns, size_t n)
+{
+	struct conf_policy *p = tc_load(text);
+
+	tc_check(p, conns, n);
+	conf_free(p);
+}
+#define TC_POLICY(text, conns) tc_policy(text, conns, NELEM(conns))
+
 /* The safe policy: TCP for everything, nothing applied. */
 static void tc_assert_safe(const struct conf_policy *p)
 {
+	static const struct tc_conn conns[] = {
+		{ S, "prog", "10.0.0.1", 80, TCP },
+		{ C, "prog", "10.0.0.1", 80, TCP },
+		{ C, "prog", "::1", 0, TCP },
+		{ S, "", "0.0.0.0", 65535, TCP },
+	};
 	const char *path = "x";
 
 	cr_assert_not_null(p);
-	cr_assert_eq(tc_m(p, S, "prog", "10.0.0.1", 80), TCP);
-	cr_assert_eq(tc_m(p, C, "prog", "10.0.0.1", 80), TCP);
-	cr_assert_eq(tc_m(p, C, "prog", "::1", 0), TCP);
-	cr_assert_eq(tc_m(p, S, "", "0.0.0.0", 65535), TCP);
+	TC_CHECK(p, conns);
 	cr_assert(!conf_may_use_sdp(p, S, "prog"));
 	cr_assert(!conf_may_use_sdp(p, C, "prog"));
 	cr_assert_eq(conf_log_min_level(p), 0);
@@ -131,6 +171,18 @@ static void tc_err(const char *text, const char *want)
 	tc_assert_safe(p);
 	conf_free(p);
 }
+
+/* A text the parser must refuse, and its whole message. */
+struct tc_bad {
+	const char *text, *err;
+};
+
+static void tc_refused(const struct tc_bad *bad, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		tc_err(bad[i].text, bad[i].err);
+}
+#define TC_REFUSED(bad) tc_refused(bad, NELEM(bad))
 
 static const char *tc_file(const char *name, const void *data, size_t len)
 {
@@ -185,44 +237,47 @@ Test(conf, use_every_form)
 
 Test(conf, blanks_tabs_and_comments)
 {
-	struct conf_policy *p = tc_load(
-		"# a comment\n"
-		"\n"
-		"   \t  \n"
-		"   # an indented comment\n"
-		"\tuse\tsdp   server\t a  *:1   # trailing comment\n"
-		"use sdp server b *:2# no blank before it\n"
-		"use sdp server c *:3 #\n"
-		"#use sdp server d *:4\n");
+	static const struct tc_conn conns[] = {
+		{ S, "a", "1.2.3.4", 1, SDP },
+		{ S, "b", "1.2.3.4", 2, SDP },
+		{ S, "c", "1.2.3.4", 3, SDP },
+		{ S, "d", "1.2.3.4", 4, BOTH },
+	};
 
-	cr_assert_eq(tc_m(p, S, "a", "1.2.3.4", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "b", "1.2.3.4", 2), SDP);
-	cr_assert_eq(tc_m(p, S, "c", "1.2.3.4", 3), SDP);
-	cr_assert_eq(tc_m(p, S, "d", "1.2.3.4", 4), BOTH);
-	conf_free(p);
+	TC_POLICY("# a comment\n"
+		  "\n"
+		  "   \t  \n"
+		  "   # an indented comment\n"
+		  "\tuse\tsdp   server\t a  *:1   # trailing comment\n"
+		  "use sdp server b *:2# no blank before it\n"
+		  "use sdp server c *:3 #\n"
+		  "#use sdp server d *:4\n",
+		  conns);
 }
 
 Test(conf, crlf_and_last_line_without_newline)
 {
-	struct conf_policy *p = tc_load("use sdp server a *:1\r\n"
-					"# comment\r\n"
-					"\r\n"
-					"use tcp server b *:2");
+	static const struct tc_conn ab[] = {
+		{ S, "a", "1.2.3.4", 1, SDP },
+		{ S, "b", "1.2.3.4", 2, TCP },
+	};
+	static const struct tc_conn x[] = {
+		{ C, "x", "1.2.3.4", 9, SDP },
+	};
 
-	cr_assert_eq(tc_m(p, S, "a", "1.2.3.4", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "b", "1.2.3.4", 2), TCP);
-	conf_free(p);
+	TC_POLICY("use sdp server a *:1\r\n"
+		  "# comment\r\n"
+		  "\r\n"
+		  "use tcp server b *:2",
+		  ab);
 
-	p = tc_load("log min-level 7");
+	struct conf_policy *p = tc_load("log min-level 7");
+
 	cr_assert_eq(conf_log_min_level(p), 7);
 	conf_free(p);
-	p = tc_load("use sdp client x *:*\r");
-	cr_assert_eq(tc_m(p, C, "x", "1.2.3.4", 9), SDP);
-	conf_free(p);
+	TC_POLICY("use sdp client x *:*\r", x);
 	/* A byte order mark is not part of the first word. */
-	p = tc_load("\xef\xbb\xbfuse sdp client x *:*\n");
-	cr_assert_eq(tc_m(p, C, "x", "1.2.3.4", 9), SDP);
-	conf_free(p);
+	TC_POLICY("\xef\xbb\xbfuse sdp client x *:*\n", x);
 	/* A CR anywhere else is not a line end. */
 	tc_err("use sdp\rclient x *:*\n", "t.conf:1:8: control character 0x0d");
 }
@@ -282,6 +337,25 @@ Test(conf, programs_named_like_keywords)
 
 Test(conf, program_globs)
 {
+	static const struct tc_conn conns[] = {
+		{ S, "ttcp", "1.1.1.1", 1, SDP },
+		{ S, "ttcp-server", "1.1.1.1", 1, SDP },
+		{ S, "attcp", "1.1.1.1", 1, TCP },
+		{ S, "xping", "1.1.1.1", 1, SDP },
+		{ S, "ping", "1.1.1.1", 1, TCP },
+		{ S, "xxping", "1.1.1.1", 1, TCP },
+		{ S, "srv7", "1.1.1.1", 1, SDP },
+		{ S, "srv", "1.1.1.1", 1, TCP },
+		{ S, "srv77", "1.1.1.1", 1, TCP },
+		{ S, "Ax", "1.1.1.1", 1, SDP },
+		{ S, "ax", "1.1.1.1", 1, TCP },
+		{ S, "d1z", "1.1.1.1", 1, SDP },
+		{ S, "dz1", "1.1.1.1", 1, TCP },
+		{ S, "lit*", "1.1.1.1", 1, SDP },
+		{ S, "litx", "1.1.1.1", 1, TCP },
+		{ S, "with blank#and hash", "1.1.1.1", 1, SDP },
+		{ S, "anything", "10.0.0.1", 1, SDP },
+	};
 	struct conf_policy *p = tc_load(
 		"use sdp server ttcp* *:*\n"
 		"use sdp server ?ping *:*\n"
@@ -293,23 +367,7 @@ Test(conf, program_globs)
 		"use sdp server \"*\" 10.0.0.1:*\n"
 		"use tcp server * *:*\n");
 
-	cr_assert_eq(tc_m(p, S, "ttcp", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "ttcp-server", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "attcp", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "xping", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "ping", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "xxping", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "srv7", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "srv", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "srv77", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "Ax", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "ax", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "d1z", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "dz1", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "lit*", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "litx", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "with blank#and hash", "1.1.1.1", 1), SDP);
-	cr_assert_eq(tc_m(p, S, "anything", "10.0.0.1", 1), SDP);
+	TC_CHECK(p, conns);
 	/* A NULL program is the empty name: only "*" and the like match it. */
 	cr_assert_eq(conf_match(p, S, NULL, NULL, 0), TCP);
 	struct sockaddr_storage ss;
@@ -366,6 +424,17 @@ Test(conf, glob_agrees_with_fnmatch)
 
 Test(conf, malformed_globs)
 {
+	static const struct tc_bad refused[] = {
+		{ "use sdp server abc[ *:*",
+		  "t.conf:1:19: program pattern 'abc[': unterminated '[' (write \\[ for a literal bracket)" },
+		{ "use sdp server \"x y\\\" *:*",
+		  "t.conf:1:20: program pattern 'x y\\': a trailing '\\' quotes nothing" },
+		{ "use sdp server a[[:foo:]] *:*",
+		  "t.conf:1:18: program pattern 'a[[:foo:]]': unknown character class (alnum, alpha, blank, cntrl, digit, graph, lower, print, punct, space, upper, xdigit)" },
+		{ "use sdp server [[.a.]] *:*",
+		  "t.conf:1:17: program pattern '[[.a.]]': collating elements [. .] and [= =] are not supported" },
+		{ "use sdp server \"\" *:*", "t.conf:1:16: the program name is empty" },
+	};
 	static const struct {
 		const char *pat;
 		size_t bad;
@@ -385,146 +454,144 @@ Test(conf, malformed_globs)
 		cr_assert_eq(bad, cases[i].bad, "%s: %zu", cases[i].pat, bad);
 		cr_assert_not_null(why);
 	}
-	tc_err("use sdp server abc[ *:*",
-	       "t.conf:1:19: program pattern 'abc[': unterminated '[' (write \\[ for a literal bracket)");
-	tc_err("use sdp server \"x y\\\" *:*",
-	       "t.conf:1:20: program pattern 'x y\\': a trailing '\\' quotes nothing");
-	tc_err("use sdp server a[[:foo:]] *:*",
-	       "t.conf:1:18: program pattern 'a[[:foo:]]': unknown character class (alnum, alpha, blank, cntrl, digit, graph, lower, print, punct, space, upper, xdigit)");
-	tc_err("use sdp server [[.a.]] *:*",
-	       "t.conf:1:17: program pattern '[[.a.]]': collating elements [. .] and [= =] are not supported");
-	tc_err("use sdp server \"\" *:*", "t.conf:1:16: the program name is empty");
+	TC_REFUSED(refused);
 }
 
 /* --- addresses ------------------------------------------------------------- */
 
 Test(conf, ipv4_prefixes)
 {
-	struct conf_policy *p = tc_load(
-		"use sdp client * 10.0.0.1:*\n"		/* /32 by default */
-		"use sdp client * 10.0.0.2/32:*\n"
-		"use sdp client * 10.0.0.4/31:*\n"
-		"use sdp client * 192.168.7.200/24:*\n"	/* host bits ignored */
-		"use sdp client * 172.16.0.0/12:*\n"
-		"use tcp client * 0.0.0.0/0:*\n");
+	static const struct tc_conn conns[] = {
+		{ C, "a", "10.0.0.1", 1, SDP },
+		{ C, "a", "10.0.0.2", 1, SDP },
+		{ C, "a", "10.0.0.3", 1, TCP },
+		{ C, "a", "10.0.0.4", 1, SDP },
+		{ C, "a", "10.0.0.5", 1, SDP },
+		{ C, "a", "10.0.0.6", 1, TCP },
+		{ C, "a", "192.168.7.0", 1, SDP },
+		{ C, "a", "192.168.7.255", 1, SDP },
+		{ C, "a", "192.168.8.1", 1, TCP },
+		{ C, "a", "172.31.255.255", 1, SDP },
+		{ C, "a", "172.32.0.0", 1, TCP },
+		{ C, "a", "172.15.255.255", 1, TCP },
+		/* /0 covers all of IPv4 and nothing of IPv6. */
+		{ C, "a", "255.255.255.255", 1, TCP },
+		{ C, "a", "0.0.0.0", 1, TCP },
+		{ C, "a", "::1", 1, BOTH },
+	};
+	static const struct tc_bad refused[] = {
+		{ "use sdp client * 10.0.0.0/33:*",
+		  "t.conf:1:27: prefix length /33 is too long for an IPv4 address (at most /32)" },
+		{ "use sdp client * 10.0.0.0/:*",
+		  "t.conf:1:27: expected a prefix length (decimal digits) after '/'" },
+		{ "use sdp client * 10.0.0.0/-1:*",
+		  "t.conf:1:27: expected a prefix length (decimal digits) after '/'" },
+		{ "use sdp client * 10.0.0.0/8/8:*",
+		  "t.conf:1:27: expected a prefix length (decimal digits) after '/'" },
+		{ "use sdp client * 10.0.0.0/99999999999:*",
+		  "t.conf:1:27: prefix length /99999999999 is too long for an IPv4 address (at most /32)" },
+		{ "use sdp client * 10.0.0/8:*",
+		  "t.conf:1:18: '10.0.0' is not an IPv4 or IPv6 address" },
+		{ "use sdp client * 10.0.0.256:*",
+		  "t.conf:1:18: '10.0.0.256' is not an IPv4 or IPv6 address" },
+		{ "use sdp client * host.example.com:*",
+		  "t.conf:1:18: 'host.example.com' is not an IPv4 or IPv6 address" },
+		{ "use sdp client * */8:*",
+		  "t.conf:1:18: '*' (any address) takes no prefix length" },
+		{ "use sdp client * :80", "t.conf:1:18: expected an address or '*' before ':PORT'" },
+	};
 
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.1", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.2", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.3", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.4", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.5", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.6", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "192.168.7.0", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "192.168.7.255", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "192.168.8.1", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "172.31.255.255", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "172.32.0.0", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "172.15.255.255", 1), TCP);
-	/* /0 covers all of IPv4 and nothing of IPv6. */
-	cr_assert_eq(tc_m(p, C, "a", "255.255.255.255", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "0.0.0.0", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "::1", 1), BOTH);
-	conf_free(p);
-
-	tc_err("use sdp client * 10.0.0.0/33:*",
-	       "t.conf:1:27: prefix length /33 is too long for an IPv4 address (at most /32)");
-	tc_err("use sdp client * 10.0.0.0/:*",
-	       "t.conf:1:27: expected a prefix length (decimal digits) after '/'");
-	tc_err("use sdp client * 10.0.0.0/-1:*",
-	       "t.conf:1:27: expected a prefix length (decimal digits) after '/'");
-	tc_err("use sdp client * 10.0.0.0/8/8:*",
-	       "t.conf:1:27: expected a prefix length (decimal digits) after '/'");
-	tc_err("use sdp client * 10.0.0.0/99999999999:*",
-	       "t.conf:1:27: prefix length /99999999999 is too long for an IPv4 address (at most /32)");
-	tc_err("use sdp client * 10.0.0/8:*",
-	       "t.conf:1:18: '10.0.0' is not an IPv4 or IPv6 address");
-	tc_err("use sdp client * 10.0.0.256:*",
-	       "t.conf:1:18: '10.0.0.256' is not an IPv4 or IPv6 address");
-	tc_err("use sdp client * host.example.com:*",
-	       "t.conf:1:18: 'host.example.com' is not an IPv4 or IPv6 address");
-	tc_err("use sdp client * */8:*",
-	       "t.conf:1:18: '*' (any address) takes no prefix length");
-	tc_err("use sdp client * :80", "t.conf:1:18: expected an address or '*' before ':PORT'");
+	TC_POLICY("use sdp client * 10.0.0.1:*\n"		/* /32 by default */
+		  "use sdp client * 10.0.0.2/32:*\n"
+		  "use sdp client * 10.0.0.4/31:*\n"
+		  "use sdp client * 192.168.7.200/24:*\n"	/* host bits ignored */
+		  "use sdp client * 172.16.0.0/12:*\n"
+		  "use tcp client * 0.0.0.0/0:*\n", conns);
+	TC_REFUSED(refused);
 }
 
 Test(conf, ipv6_prefixes)
 {
-	struct conf_policy *p = tc_load(
-		"use sdp client * 1234:5678::0/64:*\n"		/* OFED's own example */
-		"use sdp client * FD00:ABCD::1:80\n"		/* upper case, /128 */
-		"use sdp client * [fd00:1::]/127:*\n"
-		"use sdp client * [fd00:2::/48]:*\n"
-		"use sdp client * [fd00:3::5]:7\n"
-		"use sdp client * ::ffff:10.9.0.0/112:*\n"
-		"use sdp client * 2001:db8::/128:*\n"
-		"use tcp client * ::/0:*\n");
+	static const struct tc_conn conns[] = {
+		{ C, "a", "1234:5678::1", 1, SDP },
+		{ C, "a", "1234:5678:0:0:ffff:ffff:ffff:ffff", 1, SDP },
+		{ C, "a", "1234:5678:0:1::", 1, TCP },
+		{ C, "a", "fd00:abcd::1", 80, SDP },
+		{ C, "a", "fd00:abcd::1", 81, TCP },
+		{ C, "a", "fd00:abcd::2", 80, TCP },
+		{ C, "a", "fd00:1::", 1, SDP },
+		{ C, "a", "fd00:1::1", 1, SDP },
+		{ C, "a", "fd00:1::2", 1, TCP },
+		{ C, "a", "fd00:2:0:ffff::9", 1, SDP },
+		{ C, "a", "fd00:2:1::", 1, TCP },
+		{ C, "a", "fd00:3::5", 7, SDP },
+		{ C, "a", "fd00:3::5", 8, TCP },
+		{ C, "a", "::ffff:10.9.200.1", 1, SDP },
+		{ C, "a", "2001:db8::", 1, SDP },
+		{ C, "a", "2001:db8::1", 1, TCP },
+		/* ::/0 covers all of IPv6 and nothing of IPv4. */
+		{ C, "a", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1, TCP },
+		{ C, "a", "::", 1, TCP },
+		{ C, "a", "10.0.0.1", 1, BOTH },
+	};
+	static const struct tc_conn any[] = {
+		{ S, "a", "::", 5000, SDP },
+		{ S, "a", "::", 5001, SDP },
+		{ S, "a", "::1", 5000, BOTH },
+	};
+	static const struct tc_bad refused[] = {
+		{ "use sdp client * fd00::/129:*",
+		  "t.conf:1:25: prefix length /129 is too long for an IPv6 address (at most /128)" },
+		{ "use sdp client * [fd00::]/129:*",
+		  "t.conf:1:27: prefix length /129 is too long for an IPv6 address (at most /128)" },
+		{ "use sdp client * [fd00::/200]:*",
+		  "t.conf:1:26: prefix length /200 is too long for an IPv6 address (at most /128)" },
+		{ "use sdp client * [fd00::/64]/64:*", "t.conf:1:25: two prefix lengths" },
+		{ "use sdp client * [fd00::]x:*",
+		  "t.conf:1:26: expected '/PREFIX' or ':PORT' after ']'" },
+		{ "use sdp client * [fd00:::*", "t.conf:1:18: unterminated '['" },
+		{ "use sdp client * [fd00::]", "t.conf:1:18: expected ADDRESS:PORT (the port after the last ':'), got '[fd00::]'" },
+		{ "use sdp client * [10.0.0.1]:*",
+		  "t.conf:1:18: brackets are for IPv6 addresses, got '[10.0.0.1]'" },
+		{ "use sdp client * fd00::1::2:*",
+		  "t.conf:1:18: 'fd00::1::2' is not an IPv4 or IPv6 address" },
+		{ "use sdp client * fe80::1%eth0:*",
+		  "t.conf:1:18: 'fe80::1%eth0' is not an IPv4 or IPv6 address" },
+		/* Without a port the last group would be read as one: say so. */
+		{ "use sdp client * ::1",
+		  "t.conf:1:18: '::1' has no port: the port follows the last ':' (write [::1]:PORT or ::1:*)" },
+		{ "use sdp client * 1234:5678::",
+		  "t.conf:1:18: '1234:5678::' has no port: the port follows the last ':' (write [1234:5678::]:PORT or 1234:5678:::*)" },
+	};
 
-	cr_assert_eq(tc_m(p, C, "a", "1234:5678::1", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "1234:5678:0:0:ffff:ffff:ffff:ffff", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "1234:5678:0:1::", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:abcd::1", 80), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:abcd::1", 81), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:abcd::2", 80), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:1::", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:1::1", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:1::2", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:2:0:ffff::9", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:2:1::", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:3::5", 7), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00:3::5", 8), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "::ffff:10.9.200.1", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "2001:db8::", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "2001:db8::1", 1), TCP);
-	/* ::/0 covers all of IPv6 and nothing of IPv4. */
-	cr_assert_eq(tc_m(p, C, "a", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "::", 1), TCP);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.1", 1), BOTH);
-	conf_free(p);
-
+	TC_POLICY("use sdp client * 1234:5678::0/64:*\n"		/* OFED's own example */
+		  "use sdp client * FD00:ABCD::1:80\n"		/* upper case, /128 */
+		  "use sdp client * [fd00:1::]/127:*\n"
+		  "use sdp client * [fd00:2::/48]:*\n"
+		  "use sdp client * [fd00:3::5]:7\n"
+		  "use sdp client * ::ffff:10.9.0.0/112:*\n"
+		  "use sdp client * 2001:db8::/128:*\n"
+		  "use tcp client * ::/0:*\n", conns);
 	/* "::" and the any address with a port, unbracketed. */
-	p = tc_load("use sdp server * :::5000\nuse sdp server * [::]:5001\n");
-	cr_assert_eq(tc_m(p, S, "a", "::", 5000), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "::", 5001), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "::1", 5000), BOTH);
-	conf_free(p);
+	TC_POLICY("use sdp server * :::5000\nuse sdp server * [::]:5001\n", any);
 
-	tc_err("use sdp client * fd00::/129:*",
-	       "t.conf:1:25: prefix length /129 is too long for an IPv6 address (at most /128)");
-	tc_err("use sdp client * [fd00::]/129:*",
-	       "t.conf:1:27: prefix length /129 is too long for an IPv6 address (at most /128)");
-	tc_err("use sdp client * [fd00::/200]:*",
-	       "t.conf:1:26: prefix length /200 is too long for an IPv6 address (at most /128)");
-	tc_err("use sdp client * [fd00::/64]/64:*", "t.conf:1:25: two prefix lengths");
-	tc_err("use sdp client * [fd00::]x:*",
-	       "t.conf:1:26: expected '/PREFIX' or ':PORT' after ']'");
-	tc_err("use sdp client * [fd00:::*", "t.conf:1:18: unterminated '['");
-	tc_err("use sdp client * [fd00::]", "t.conf:1:18: expected ADDRESS:PORT (the port after the last ':'), got '[fd00::]'");
-	tc_err("use sdp client * [10.0.0.1]:*",
-	       "t.conf:1:18: brackets are for IPv6 addresses, got '[10.0.0.1]'");
-	tc_err("use sdp client * fd00::1::2:*",
-	       "t.conf:1:18: 'fd00::1::2' is not an IPv4 or IPv6 address");
-	tc_err("use sdp client * fe80::1%eth0:*",
-	       "t.conf:1:18: 'fe80::1%eth0' is not an IPv4 or IPv6 address");
-	/* Without a port the last group would be read as one: say so. */
-	tc_err("use sdp client * ::1",
-	       "t.conf:1:18: '::1' has no port: the port follows the last ':' (write [::1]:PORT or ::1:*)");
-	tc_err("use sdp client * 1234:5678::",
-	       "t.conf:1:18: '1234:5678::' has no port: the port follows the last ':' (write [1234:5678::]:PORT or 1234:5678:::*)");
+	TC_REFUSED(refused);
 }
 
 Test(conf, ipv4_mapped_addresses)
 {
-	struct conf_policy *p = tc_load("use sdp client * 10.1.0.0/16:*\n"
-					"use tcp client * ::ffff:192.168.0.0/120:*\n");
+	static const struct tc_conn conns[] = {
+		{ C, "a", "::ffff:10.1.2.3", 1, SDP },
+		{ C, "a", "10.1.2.3", 1, SDP },
+		{ C, "a", "::ffff:192.168.0.9", 1, TCP },
+		/* The IPv6 rule does not turn into an IPv4 one. */
+		{ C, "a", "192.168.0.9", 1, BOTH },
+		/* Only ::ffff:0:0/96 is mapped, not the deprecated compatible form. */
+		{ C, "a", "::10.1.2.3", 1, BOTH },
+	};
 
-	cr_assert_eq(tc_m(p, C, "a", "::ffff:10.1.2.3", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "10.1.2.3", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "::ffff:192.168.0.9", 1), TCP);
-	/* The IPv6 rule does not turn into an IPv4 one. */
-	cr_assert_eq(tc_m(p, C, "a", "192.168.0.9", 1), BOTH);
-	/* Only ::ffff:0:0/96 is mapped, not the deprecated compatible form. */
-	cr_assert_eq(tc_m(p, C, "a", "::10.1.2.3", 1), BOTH);
-	conf_free(p);
+	TC_POLICY("use sdp client * 10.1.0.0/16:*\n"
+		  "use tcp client * ::ffff:192.168.0.0/120:*\n", conns);
 }
 
 Test(conf, addresses_that_are_not_ip)
@@ -556,105 +623,110 @@ Test(conf, addresses_that_are_not_ip)
 
 Test(conf, port_ranges)
 {
-	struct conf_policy *p = tc_load(
-		"use sdp server * *:22-25\n"
-		"use sdp server * *:0\n"
-		"use sdp server * *:65535\n"
-		"use sdp server * *:1000-1000\n"
-		"use sdp server * *:0080\n"
-		"use tcp server * *:*\n");
+	static const struct tc_conn conns[] = {
+		{ S, "a", "1.1.1.1", 21, TCP },
+		{ S, "a", "1.1.1.1", 22, SDP },
+		{ S, "a", "1.1.1.1", 25, SDP },
+		{ S, "a", "1.1.1.1", 26, TCP },
+		{ S, "a", "1.1.1.1", 0, SDP },
+		{ S, "a", "1.1.1.1", 1, TCP },
+		{ S, "a", "1.1.1.1", 65535, SDP },
+		{ S, "a", "1.1.1.1", 65534, TCP },
+		{ S, "a", "1.1.1.1", 1000, SDP },
+		{ S, "a", "1.1.1.1", 80, SDP },
+	};
+	static const struct tc_conn spaced[] = {
+		{ S, "a", "1.1.1.1", 5000, SDP },
+		{ S, "a", "1.1.1.1", 5010, SDP },
+		{ S, "a", "1.1.1.1", 5011, BOTH },
+		{ C, "a", "10.0.0.1", 7, SDP },
+		{ C, "a", "fd00::1", 9, SDP },
+	};
+	static const struct tc_bad refused[] = {
+		{ "use sdp server * *:65536", "t.conf:1:20: port '65536' is out of range (0 to 65535)" },
+		{ "use sdp server * *:1-65536", "t.conf:1:22: port '65536' is out of range (0 to 65535)" },
+		{ "use sdp server * *:99999999999999999999",
+		  "t.conf:1:20: port '99999999999999999999' is out of range (0 to 65535)" },
+		{ "use sdp server * *:25-22",
+		  "t.conf:1:20: port range 25-22 is reversed (the first port must not be above the second)" },
+		{ "use sdp server * *:",
+		  "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got nothing" },
+		{ "use sdp server * *:-5",
+		  "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '-5'" },
+		{ "use sdp server * *:5-",
+		  "t.conf:1:22: expected a port number after '-', got nothing" },
+		{ "use sdp server * *:5-x",
+		  "t.conf:1:22: expected a port number after '-', got 'x'" },
+		{ "use sdp server * *:*-5",
+		  "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '*-5'" },
+		{ "use sdp server * *:+5",
+		  "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '+5'" },
+		{ "use sdp server * *:0x50",
+		  "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '0x50'" },
+		{ "use sdp server * *:5-6-7",
+		  "t.conf:1:22: expected a port number after '-', got '6-7'" },
+		{ "use sdp server * *:80 extra", "t.conf:1:23: unexpected 'extra' after ADDRESS:PORT" },
+		{ "use sdp server * *:80 *:81", "t.conf:1:23: unexpected '*:81' after ADDRESS:PORT" },
+		{ "use sdp server * *", "t.conf:1:18: expected ADDRESS:PORT (the port after the last ':'), got '*'" },
+		{ "use sdp server * 10.0.0.1",
+		  "t.conf:1:18: expected ADDRESS:PORT (the port after the last ':'), got '10.0.0.1'" },
+	};
 
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 21), TCP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 22), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 25), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 26), TCP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 0), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 1), TCP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 65535), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 65534), TCP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 1000), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 80), SDP);
-	conf_free(p);
-
+	TC_POLICY("use sdp server * *:22-25\n"
+		  "use sdp server * *:0\n"
+		  "use sdp server * *:65535\n"
+		  "use sdp server * *:1000-1000\n"
+		  "use sdp server * *:0080\n"
+		  "use tcp server * *:*\n", conns);
 	/* OFED's lexer skipped blanks between ADDRESS, ':' and the ports. */
-	p = tc_load("use sdp server * * : 5000 - 5010\n"
-		    "use sdp client * 10.0.0.1 :7\n"
-		    "use sdp client * fd00::1: 8-\t9 # c\n");
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 5000), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 5010), SDP);
-	cr_assert_eq(tc_m(p, S, "a", "1.1.1.1", 5011), BOTH);
-	cr_assert_eq(tc_m(p, C, "a", "10.0.0.1", 7), SDP);
-	cr_assert_eq(tc_m(p, C, "a", "fd00::1", 9), SDP);
-	conf_free(p);
+	TC_POLICY("use sdp server * * : 5000 - 5010\n"
+		  "use sdp client * 10.0.0.1 :7\n"
+		  "use sdp client * fd00::1: 8-\t9 # c\n", spaced);
 
-	tc_err("use sdp server * *:65536", "t.conf:1:20: port '65536' is out of range (0 to 65535)");
-	tc_err("use sdp server * *:1-65536", "t.conf:1:22: port '65536' is out of range (0 to 65535)");
-	tc_err("use sdp server * *:99999999999999999999",
-	       "t.conf:1:20: port '99999999999999999999' is out of range (0 to 65535)");
-	tc_err("use sdp server * *:25-22",
-	       "t.conf:1:20: port range 25-22 is reversed (the first port must not be above the second)");
-	tc_err("use sdp server * *:",
-	       "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got nothing");
-	tc_err("use sdp server * *:-5",
-	       "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '-5'");
-	tc_err("use sdp server * *:5-",
-	       "t.conf:1:22: expected a port number after '-', got nothing");
-	tc_err("use sdp server * *:5-x",
-	       "t.conf:1:22: expected a port number after '-', got 'x'");
-	tc_err("use sdp server * *:*-5",
-	       "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '*-5'");
-	tc_err("use sdp server * *:+5",
-	       "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '+5'");
-	tc_err("use sdp server * *:0x50",
-	       "t.conf:1:20: expected a port, a port range N-M or '*' after ':', got '0x50'");
-	tc_err("use sdp server * *:5-6-7",
-	       "t.conf:1:22: expected a port number after '-', got '6-7'");
-	tc_err("use sdp server * *:80 extra", "t.conf:1:23: unexpected 'extra' after ADDRESS:PORT");
-	tc_err("use sdp server * *:80 *:81", "t.conf:1:23: unexpected '*:81' after ADDRESS:PORT");
-	tc_err("use sdp server * *", "t.conf:1:18: expected ADDRESS:PORT (the port after the last ':'), got '*'");
-	tc_err("use sdp server * 10.0.0.1",
-	       "t.conf:1:18: expected ADDRESS:PORT (the port after the last ':'), got '10.0.0.1'");
+	TC_REFUSED(refused);
 }
 
 /* --- matching ---------------------------------------------------------------- */
 
 Test(conf, first_match_wins_per_role)
 {
-	struct conf_policy *p = tc_load(
-		"use tcp server sshd *:*\n"
-		"use sdp client * 10.0.0.0/8:*\n"
-		"use sdp server * *:5000-6000\n"
-		"use tcp client * 10.0.0.0/16:*\n"	/* hidden by the /8 rule */
-		"use both server * *:5500\n"		/* hidden by the range */
-		"use tcp server * *:*\n"
-		"use sdp server * *:7000\n");		/* hidden by the line above */
+	static const struct tc_conn conns[] = {
+		{ S, "sshd", "1.1.1.1", 5500, TCP },
+		{ S, "web", "1.1.1.1", 5500, SDP },
+		{ S, "web", "1.1.1.1", 7000, TCP },
+		{ C, "web", "10.0.5.5", 1, SDP },
+		{ C, "sshd", "10.0.5.5", 1, SDP },
+		/* Nothing in the client list matched: the default. */
+		{ C, "web", "11.0.0.1", 1, BOTH },
+	};
 
-	cr_assert_eq(tc_m(p, S, "sshd", "1.1.1.1", 5500), TCP);
-	cr_assert_eq(tc_m(p, S, "web", "1.1.1.1", 5500), SDP);
-	cr_assert_eq(tc_m(p, S, "web", "1.1.1.1", 7000), TCP);
-	cr_assert_eq(tc_m(p, C, "web", "10.0.5.5", 1), SDP);
-	cr_assert_eq(tc_m(p, C, "sshd", "10.0.5.5", 1), SDP);
-	/* Nothing in the client list matched: the default. */
-	cr_assert_eq(tc_m(p, C, "web", "11.0.0.1", 1), BOTH);
-	conf_free(p);
+	TC_POLICY("use tcp server sshd *:*\n"
+		  "use sdp client * 10.0.0.0/8:*\n"
+		  "use sdp server * *:5000-6000\n"
+		  "use tcp client * 10.0.0.0/16:*\n"	/* hidden by the /8 rule */
+		  "use both server * *:5500\n"		/* hidden by the range */
+		  "use tcp server * *:*\n"
+		  "use sdp server * *:7000\n",		/* hidden by the line above */
+		  conns);
 }
 
 Test(conf, default_when_nothing_matches)
 {
+	static const struct tc_conn conns[] = {
+		{ S, "y", "1.1.1.1", 1, BOTH },
+		{ S, "x", "1.1.1.1", 2, BOTH },
+		/* No client rules: both, not OFED's simple SDP mode. */
+		{ C, "x", "1.1.1.1", 1, BOTH },
+	};
+	static const struct tc_conn no_rules[] = {
+		{ S, "any", "0.0.0.0", 0, BOTH },
+		{ C, "any", "::1", 65535, BOTH },
+	};
+
 	/* OFED: "If no match is made libsdp will default to 'both'". */
-	struct conf_policy *p = tc_load("use sdp server x *:1\n");
-
-	cr_assert_eq(tc_m(p, S, "y", "1.1.1.1", 1), BOTH);
-	cr_assert_eq(tc_m(p, S, "x", "1.1.1.1", 2), BOTH);
-	/* No client rules: both, not OFED's simple SDP mode. */
-	cr_assert_eq(tc_m(p, C, "x", "1.1.1.1", 1), BOTH);
-	conf_free(p);
-
+	TC_POLICY("use sdp server x *:1\n", conns);
 	/* A file with log lines but no rules at all: both everywhere. */
-	p = tc_load("log min-level 9\nset recv_bufs 32\n");
-	cr_assert_eq(tc_m(p, S, "any", "0.0.0.0", 0), BOTH);
-	cr_assert_eq(tc_m(p, C, "any", "::1", 65535), BOTH);
-	conf_free(p);
+	TC_POLICY("log min-level 9\nset recv_bufs 32\n", no_rules);
 }
 
 Test(conf, may_use_sdp)
@@ -689,6 +761,19 @@ Test(conf, may_use_sdp)
 
 Test(conf, log_statement)
 {
+	static const struct tc_bad refused[] = {
+		{ "log min-level 0", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got '0'" },
+		{ "log min-level 10", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got '10'" },
+		{ "log min-level -1", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got '-1'" },
+		{ "log min-level", "t.conf:1:14: expected a level from 1 to 9 after 'min-level', got end of line" },
+		{ "log min-level # 5", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got end of line" },
+		{ "log destination", "t.conf:1:16: expected 'stderr', 'syslog' or 'file' after 'destination', got end of line" },
+		{ "log destination stdout", "t.conf:1:17: expected 'stderr', 'syslog' or 'file' after 'destination', got 'stdout'" },
+		{ "log destination file", "t.conf:1:21: expected a file name after 'destination file', got end of line" },
+		{ "log destination file \"\"", "t.conf:1:22: the log file name is empty" },
+		{ "log level 9", "t.conf:1:5: expected 'min-level' or 'destination' in a 'log' statement, got 'level'" },
+		{ "log min-level 5 verbose", "t.conf:1:17: expected 'min-level' or 'destination' in a 'log' statement, got 'verbose'" },
+	};
 	const char *path = "untouched";
 	struct conf_policy *p = tc_load("log min-level 7 destination stderr\n");
 
@@ -726,17 +811,7 @@ Test(conf, log_statement)
 	cr_assert_eq(conf_log_min_level(p), 0);
 	conf_free(p);
 
-	tc_err("log min-level 0", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got '0'");
-	tc_err("log min-level 10", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got '10'");
-	tc_err("log min-level -1", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got '-1'");
-	tc_err("log min-level", "t.conf:1:14: expected a level from 1 to 9 after 'min-level', got end of line");
-	tc_err("log min-level # 5", "t.conf:1:15: expected a level from 1 to 9 after 'min-level', got end of line");
-	tc_err("log destination", "t.conf:1:16: expected 'stderr', 'syslog' or 'file' after 'destination', got end of line");
-	tc_err("log destination stdout", "t.conf:1:17: expected 'stderr', 'syslog' or 'file' after 'destination', got 'stdout'");
-	tc_err("log destination file", "t.conf:1:21: expected a file name after 'destination file', got end of line");
-	tc_err("log destination file \"\"", "t.conf:1:22: the log file name is empty");
-	tc_err("log level 9", "t.conf:1:5: expected 'min-level' or 'destination' in a 'log' statement, got 'level'");
-	tc_err("log min-level 5 verbose", "t.conf:1:17: expected 'min-level' or 'destination' in a 'log' statement, got 'verbose'");
+	TC_REFUSED(refused);
 }
 
 /* A relative log file name is a file in /var/log itself; no name climbs
@@ -822,30 +897,33 @@ Test(conf, set_environment_still_wins)
 
 Test(conf, set_bad)
 {
-	char text[400], want[512];
+	static const struct tc_bad refused[] = {
+		{ "set no_such_tunable 1",
+		  "t.conf:1:5: unknown tunable 'no_such_tunable' (sdp_tool --list-tunables lists them)" },
+		{ "set RECV_BUFS 32",
+		  "t.conf:1:5: unknown tunable 'RECV_BUFS' (sdp_tool --list-tunables lists them)" },
+		{ "set recv_bufs 5000",
+		  "t.conf:1:15: bad value '5000' for tunable 'recv_bufs': expected an integer from 4 to 1024" },
+		{ "set recv_bufs abc",
+		  "t.conf:1:15: bad value 'abc' for tunable 'recv_bufs': expected an integer from 4 to 1024" },
+		{ "set recv_bufs \"\"",
+		  "t.conf:1:15: bad value '' for tunable 'recv_bufs': expected an integer from 4 to 1024" },
+		{ "set recv_bufs 16k",
+		  "t.conf:1:15: bad value '16k' for tunable 'recv_bufs': expected an integer from 4 to 1024" },
+		{ "set recv_bufs 3",
+		  "t.conf:1:15: bad value '3' for tunable 'recv_bufs': expected an integer from 4 to 1024" },
+		{ "set recv_bufs", "t.conf:1:14: expected a value after 'set recv_bufs', got end of line (write \"\" for an empty value)" },
+		{ "set", "t.conf:1:4: expected a tunable name after 'set', got end of line" },
+		{ "set recv_bufs 16 17",
+		  "t.conf:1:18: unexpected '17' after the value (quote a value that has blanks or '#')" },
+		{ "set transports ib",
+		  "t.conf:1:5: write 'transport enable NAME' or 'transport disable NAME' rather than 'set transports'" },
+		{ "set log_file \"/tmp/x\"y", "t.conf:1:22: expected a blank after the closing '\"'" },
+		{ "set log_file \"/tmp/x", "t.conf:1:14: unterminated quoted string" },
+	};
+	char text[400];
 
-	tc_err("set no_such_tunable 1",
-	       "t.conf:1:5: unknown tunable 'no_such_tunable' (sdp_tool --list-tunables lists them)");
-	tc_err("set RECV_BUFS 32",
-	       "t.conf:1:5: unknown tunable 'RECV_BUFS' (sdp_tool --list-tunables lists them)");
-	tc_err("set recv_bufs 5000",
-	       "t.conf:1:15: bad value '5000' for tunable 'recv_bufs': expected an integer from 4 to 1024");
-	tc_err("set recv_bufs abc",
-	       "t.conf:1:15: bad value 'abc' for tunable 'recv_bufs': expected an integer from 4 to 1024");
-	tc_err("set recv_bufs \"\"",
-	       "t.conf:1:15: bad value '' for tunable 'recv_bufs': expected an integer from 4 to 1024");
-	tc_err("set recv_bufs 16k",
-	       "t.conf:1:15: bad value '16k' for tunable 'recv_bufs': expected an integer from 4 to 1024");
-	tc_err("set recv_bufs 3",
-	       "t.conf:1:15: bad value '3' for tunable 'recv_bufs': expected an integer from 4 to 1024");
-	tc_err("set recv_bufs", "t.conf:1:14: expected a value after 'set recv_bufs', got end of line (write \"\" for an empty value)");
-	tc_err("set", "t.conf:1:4: expected a tunable name after 'set', got end of line");
-	tc_err("set recv_bufs 16 17",
-	       "t.conf:1:18: unexpected '17' after the value (quote a value that has blanks or '#')");
-	tc_err("set transports ib",
-	       "t.conf:1:5: write 'transport enable NAME' or 'transport disable NAME' rather than 'set transports'");
-	tc_err("set log_file \"/tmp/x\"y", "t.conf:1:22: expected a blank after the closing '\"'");
-	tc_err("set log_file \"/tmp/x", "t.conf:1:14: unterminated quoted string");
+	TC_REFUSED(refused);
 
 	/* A string value as long as tunables.c takes, and one byte more. */
 	memset(text, 0, sizeof(text));
@@ -854,9 +932,7 @@ Test(conf, set_bad)
 	struct conf_policy *p = tc_load(text);
 	conf_free(p);
 	strcat(text, "y");
-	snprintf(want, sizeof(want),
-		 "t.conf:1:14: bad value for tunable 'log_file': longer than 255 bytes");
-	tc_err(text, want);
+	tc_err(text, "t.conf:1:14: bad value for tunable 'log_file': longer than 255 bytes");
 }
 
 /* The parser checks "set" values without calling tun_set(): it must say
@@ -928,6 +1004,14 @@ Test(conf, transports)
 		{ "transport enable tcp-fallback\ntransport enable tcp-fallback",
 		  "ib,iwarp,tcp-fallback" },
 	};
+	static const struct tc_bad refused[] = {
+		{ "transport enable rxe",
+		  "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport enable', got 'rxe'" },
+		{ "transport disable",
+		  "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport disable', got end of line" },
+		{ "transport on ib", "t.conf:1:11: expected 'enable' or 'disable' after 'transport', got 'on'" },
+		{ "transport enable ib iwarp", "t.conf:1:21: unexpected 'iwarp' after the transport name" },
+	};
 
 	for (size_t i = 0; i < NELEM(cases); i++) {
 		struct conf_policy *p = tc_load(cases[i].text);
@@ -938,12 +1022,7 @@ Test(conf, transports)
 		cr_assert_str_eq(tun_str(TUN_transports), cases[i].want);
 		conf_free(p);
 	}
-	tc_err("transport enable rxe",
-	       "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport enable', got 'rxe'");
-	tc_err("transport disable",
-	       "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport disable', got end of line");
-	tc_err("transport on ib", "t.conf:1:11: expected 'enable' or 'disable' after 'transport', got 'on'");
-	tc_err("transport enable ib iwarp", "t.conf:1:21: unexpected 'iwarp' after the transport name");
+	TC_REFUSED(refused);
 }
 
 /* The names a file may use are the transport registry's, every one of
@@ -978,50 +1057,56 @@ Test(conf, transport_names_are_the_registrys)
 
 Test(conf, statement_errors)
 {
-	tc_err("usr both server * *:*",
-	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'usr'");
-	tc_err("USE both server * *:*",
-	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'USE'");
-	tc_err("\"use\" both server * *:*",
-	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'use'");
-	tc_err("  *:*", "t.conf:1:3: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 3 bytes that is no keyword (not shown: is this an sdp.conf?)");
-	tc_err("use", "t.conf:1:4: expected 'tcp', 'sdp' or 'both' after 'use', got end of line");
-	tc_err("use rdma server * *:*", "t.conf:1:5: expected 'tcp', 'sdp' or 'both' after 'use', got 'rdma'");
-	tc_err("use both", "t.conf:1:9: expected 'server', 'listen', 'client' or 'connect' after 'use both', got end of line");
-	tc_err("use both servr * *:*",
-	       "t.conf:1:10: expected 'server', 'listen', 'client' or 'connect' after 'use both', got 'servr'");
-	tc_err("use tcp listen", "t.conf:1:15: expected a program name or '*' after 'use tcp listen', got end of line");
-	tc_err("use tcp listen # x", "t.conf:1:16: expected a program name or '*' after 'use tcp listen', got end of line");
-	tc_err("use sdp connect ssh", "t.conf:1:20: expected ADDRESS:PORT after 'use sdp connect ssh', got end of line");
-	tc_err("use sdp connect ssh  ", "t.conf:1:22: expected ADDRESS:PORT after 'use sdp connect ssh', got end of line");
-	tc_err("use sdp connect \"a b\"",
-	       "t.conf:1:22: expected ADDRESS:PORT after 'use sdp connect a b', got end of line");
-	/* Only the first error is reported, and nothing of the file is kept. */
-	tc_err("use sdp server * *:*\nbad one\nbad two\n",
-	       "t.conf:2:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'bad'");
+	static const struct tc_bad refused[] = {
+		{ "usr both server * *:*",
+		  "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'usr'" },
+		{ "USE both server * *:*",
+		  "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'USE'" },
+		{ "\"use\" both server * *:*",
+		  "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'use'" },
+		{ "  *:*", "t.conf:1:3: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 3 bytes that is no keyword (not shown: is this an sdp.conf?)" },
+		{ "use", "t.conf:1:4: expected 'tcp', 'sdp' or 'both' after 'use', got end of line" },
+		{ "use rdma server * *:*", "t.conf:1:5: expected 'tcp', 'sdp' or 'both' after 'use', got 'rdma'" },
+		{ "use both", "t.conf:1:9: expected 'server', 'listen', 'client' or 'connect' after 'use both', got end of line" },
+		{ "use both servr * *:*",
+		  "t.conf:1:10: expected 'server', 'listen', 'client' or 'connect' after 'use both', got 'servr'" },
+		{ "use tcp listen", "t.conf:1:15: expected a program name or '*' after 'use tcp listen', got end of line" },
+		{ "use tcp listen # x", "t.conf:1:16: expected a program name or '*' after 'use tcp listen', got end of line" },
+		{ "use sdp connect ssh", "t.conf:1:20: expected ADDRESS:PORT after 'use sdp connect ssh', got end of line" },
+		{ "use sdp connect ssh  ", "t.conf:1:22: expected ADDRESS:PORT after 'use sdp connect ssh', got end of line" },
+		{ "use sdp connect \"a b\"",
+		  "t.conf:1:22: expected ADDRESS:PORT after 'use sdp connect a b', got end of line" },
+		/* Only the first error is reported, and nothing of the file is kept. */
+		{ "use sdp server * *:*\nbad one\nbad two\n",
+		  "t.conf:2:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'bad'" },
+	};
+
+	TC_REFUSED(refused);
 }
 
 Test(conf, what_error_messages_show)
 {
-	char text[300];
+	static const struct tc_bad refused[] = {
+		/* Long words are cut, bytes that are not printable ASCII escaped. */
+		{ "use frobnicate0123456789012345678901234567890123456789",
+		  "t.conf:1:5: expected 'tcp', 'sdp' or 'both' after 'use', got 'frobnicate012345678901234567890123456789...'" },
+		/* A statement's first word is shown only if it could be a
+		 * misspelt keyword: another file named by mistake (here the
+		 * start of a shadow(5) line) keeps its content out of the log. */
+		{ "root:$6$salt$hash:19000:0:99999:7:::",
+		  "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 36 bytes that is no keyword (not shown: is this an sdp.conf?)" },
+		{ "# a comment, then a secret\nhunter2hunter2hunter2 x",
+		  "t.conf:2:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 21 bytes that is no keyword (not shown: is this an sdp.conf?)" },
+		{ "password=secret", "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 15 bytes that is no keyword (not shown: is this an sdp.conf?)" },
+		{ "transprot enable ib",
+		  "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'transprot'" },
+		{ "use both serv\xc3\xa9r * *:*",
+		  "t.conf:1:10: expected 'server', 'listen', 'client' or 'connect' after 'use both', got 'serv\\xc3\\xa9r'" },
+		{ "use both server \xff *",
+		  "t.conf:1:19: expected ADDRESS:PORT (the port after the last ':'), got '*'" },
+	};
 
-	/* Long words are cut, bytes that are not printable ASCII escaped. */
-	snprintf(text, sizeof(text), "use frobnicate%s", "0123456789012345678901234567890123456789");
-	tc_err(text, "t.conf:1:5: expected 'tcp', 'sdp' or 'both' after 'use', got 'frobnicate012345678901234567890123456789...'");
-	/* A statement's first word is shown only if it could be a misspelt
-	 * keyword: another file named by mistake (here the start of a
-	 * shadow(5) line) keeps its content out of the log. */
-	tc_err("root:$6$salt$hash:19000:0:99999:7:::",
-	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 36 bytes that is no keyword (not shown: is this an sdp.conf?)");
-	tc_err("# a comment, then a secret\nhunter2hunter2hunter2 x",
-	       "t.conf:2:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 21 bytes that is no keyword (not shown: is this an sdp.conf?)");
-	tc_err("password=secret", "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got a word of 15 bytes that is no keyword (not shown: is this an sdp.conf?)");
-	tc_err("transprot enable ib",
-	       "t.conf:1:1: expected 'use', 'log', 'set' or 'transport' at the start of a statement, got 'transprot'");
-	tc_err("use both serv\xc3\xa9r * *:*",
-	       "t.conf:1:10: expected 'server', 'listen', 'client' or 'connect' after 'use both', got 'serv\\xc3\\xa9r'");
-	tc_err("use both server \xff *",
-	       "t.conf:1:19: expected ADDRESS:PORT (the port after the last ':'), got '*'");
+	TC_REFUSED(refused);
 }
 
 Test(conf, errbuf_and_errno_contract)
@@ -1239,6 +1324,25 @@ Test(conf, line_and_file_limits)
 /* The file installed with libsdp, and the man page's examples. */
 Test(conf, shipped_file_and_examples)
 {
+	static const struct tc_conn man[] = {
+		{ S, "sshd", "0.0.0.0", 22, TCP },
+		{ C, "ssh", "192.168.10.1", 22, TCP },
+		{ C, "scp", "192.168.10.1", 22, SDP },
+		{ C, "scp", "1234:5678::9", 22, SDP },
+	};
+	static const struct tc_conn man_tcpf[] = {
+		{ S, "memcached", "::", 11211, SDP },
+		{ C, "x", "fd00:10::1", 11211, SDP },
+		{ C, "x", "fd00:10::1", 11212, TCP },
+	};
+	static const struct tc_conn ofed[] = {
+		{ S, "ttcp", "0.0.0.0", 5001, SDP },
+		{ S, "ttcp-x", "0.0.0.0", 23, TCP },
+	};
+	static const struct tc_conn shipped[] = {
+		{ S, "anything", "0.0.0.0", 80, BOTH },
+		{ C, "anything", "fd00::1", 80, BOTH },
+	};
 	const char *srcdir = getenv("top_srcdir");
 	char path[512], err[256];
 	const char *logpath;
@@ -1250,44 +1354,33 @@ Test(conf, shipped_file_and_examples)
 		cr_assert_eq(conf_log_min_level(p), 9);
 		cr_assert_eq(conf_log_destination(p, &logpath), CONF_LOG_DEST_STDERR);
 		cr_assert_str_eq(conf_transports(p), "ib,iwarp");
-		cr_assert_eq(tc_m(p, S, "anything", "0.0.0.0", 80), BOTH);
-		cr_assert_eq(tc_m(p, C, "anything", "fd00::1", 80), BOTH);
+		TC_CHECK(p, shipped);
 		conf_free(p);
 	}
 
-	p = tc_load("log min-level 7 destination file libsdp.log\n"
-		    "use tcp server sshd *:*\n"
-		    "use tcp client ssh *:22\n"
-		    "use sdp client * 192.168.10.0/24:*\n"
-		    "use sdp client * 1234:5678::0/64:*\n"
-		    "use both server * *:*\n"
-		    "use both client * *:*\n");
-	cr_assert_eq(tc_m(p, S, "sshd", "0.0.0.0", 22), TCP);
-	cr_assert_eq(tc_m(p, C, "ssh", "192.168.10.1", 22), TCP);
-	cr_assert_eq(tc_m(p, C, "scp", "192.168.10.1", 22), SDP);
-	cr_assert_eq(tc_m(p, C, "scp", "1234:5678::9", 22), SDP);
-	conf_free(p);
+	TC_POLICY("log min-level 7 destination file libsdp.log\n"
+		  "use tcp server sshd *:*\n"
+		  "use tcp client ssh *:22\n"
+		  "use sdp client * 192.168.10.0/24:*\n"
+		  "use sdp client * 1234:5678::0/64:*\n"
+		  "use both server * *:*\n"
+		  "use both client * *:*\n", man);
 	p = tc_load("transport enable tcp-fallback\n"
 		    "set connect_timeout_ms 2000\n"
 		    "use sdp server memcached *:11211\n"
 		    "use sdp client * [fd00:10::]/64:11211\n"
 		    "use tcp client * *:*\n");
-	cr_assert_eq(tc_m(p, S, "memcached", "::", 11211), SDP);
-	cr_assert_eq(tc_m(p, C, "x", "fd00:10::1", 11211), SDP);
-	cr_assert_eq(tc_m(p, C, "x", "fd00:10::1", 11212), TCP);
+	TC_CHECK(p, man_tcpf);
 	cr_assert_str_eq(conf_transports(p), "ib,iwarp,tcp-fallback");
 	conf_free(p);
 	/* OFED's documented examples, unchanged. */
-	p = tc_load("use sdp connect * 192.168.1.0/24:*\n"
-		    "use sdp connect * 1234:5678::0/64:*\n"
-		    "use sdp listen ttcp *:5001\n"
-		    "use tcp server ttcp* *:22-25\n"
-		    "use both server * *:8080\n"
-		    "use both connect * 11.4.8.0/24:22\n"
-		    "log min-level 9 destination file libsdp.log\n");
-	cr_assert_eq(tc_m(p, S, "ttcp", "0.0.0.0", 5001), SDP);
-	cr_assert_eq(tc_m(p, S, "ttcp-x", "0.0.0.0", 23), TCP);
-	conf_free(p);
+	TC_POLICY("use sdp connect * 192.168.1.0/24:*\n"
+		  "use sdp connect * 1234:5678::0/64:*\n"
+		  "use sdp listen ttcp *:5001\n"
+		  "use tcp server ttcp* *:22-25\n"
+		  "use both server * *:8080\n"
+		  "use both connect * 11.4.8.0/24:22\n"
+		  "log min-level 9 destination file libsdp.log\n", ofed);
 }
 
 /* --- fuzz ---------------------------------------------------------------------------- */
