@@ -64,6 +64,23 @@ static long tt_default_int(int id)
 	return strtol(tt_table[id].def, NULL, 0);
 }
 
+/* tun_set() of integer tunable id to v, written in decimal. */
+static int tt_set_int(int id, long v)
+{
+	char text[32];
+
+	snprintf(text, sizeof(text), "%ld", v);
+	return tun_set(tt_table[id].name, text);
+}
+
+/* After tun_reset(), with nothing in the environment: the defaults again. */
+static void tt_assert_reset_to_defaults(void)
+{
+	tun_reset();
+	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
+	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+}
+
 TestSuite(tunables, .init = tt_clean_env, .fini = tt_clean_env);
 
 Test(tunables, defaults)
@@ -119,9 +136,7 @@ Test(tunables, environment_overrides_default)
 	/* Unsetting and resetting goes back to the default. */
 	unsetenv("SDP_RECV_BUFS");
 	unsetenv("SDP_TRANSPORTS");
-	tun_reset();
-	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
-	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+	tt_assert_reset_to_defaults();
 }
 
 Test(tunables, every_tunable_has_its_variable)
@@ -193,9 +208,7 @@ Test(tunables, set_by_name)
 	cr_assert_eq(tun_set("recv_bufs", "8"), 0);
 	cr_assert_eq(tun_int(TUN_recv_bufs), 8);
 	/* And tun_reset forgets all of them. */
-	tun_reset();
-	cr_assert_eq(tun_int(TUN_recv_bufs), 16);
-	cr_assert_str_eq(tun_str(TUN_transports), "tcp-fallback");
+	tt_assert_reset_to_defaults();
 }
 
 Test(tunables, set_checks_range_and_syntax)
@@ -203,24 +216,18 @@ Test(tunables, set_checks_range_and_syntax)
 	char longstr[300];
 
 	for (int id = 0; id < TUN_COUNT; id++) {
-		char v[32];
+		long min = tt_table[id].min, max = tt_table[id].max;
 
 		if (tt_table[id].type != TT_INT)
 			continue;
-		snprintf(v, sizeof(v), "%ld", tt_table[id].min - 1);
-		cr_assert_eq(tun_set(tt_table[id].name, v), -EINVAL, "%s=%s",
-			     tt_table[id].name, v);
-		snprintf(v, sizeof(v), "%ld", tt_table[id].max + 1);
-		cr_assert_eq(tun_set(tt_table[id].name, v), -EINVAL, "%s=%s",
-			     tt_table[id].name, v);
+		cr_assert_eq(tt_set_int(id, min - 1), -EINVAL, "%s=%ld", tt_table[id].name, min - 1);
+		cr_assert_eq(tt_set_int(id, max + 1), -EINVAL, "%s=%ld", tt_table[id].name, max + 1);
 		cr_assert_eq(tun_int(id), tt_default_int(id), "%s changed by a refused set",
 			     tt_table[id].name);
-		snprintf(v, sizeof(v), "%ld", tt_table[id].min);
-		cr_assert_eq(tun_set(tt_table[id].name, v), 0);
-		cr_assert_eq(tun_int(id), tt_table[id].min);
-		snprintf(v, sizeof(v), "%ld", tt_table[id].max);
-		cr_assert_eq(tun_set(tt_table[id].name, v), 0);
-		cr_assert_eq(tun_int(id), tt_table[id].max);
+		cr_assert_eq(tt_set_int(id, min), 0);
+		cr_assert_eq(tun_int(id), min);
+		cr_assert_eq(tt_set_int(id, max), 0);
+		cr_assert_eq(tun_int(id), max);
 	}
 
 	tun_reset();

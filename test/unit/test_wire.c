@@ -43,6 +43,14 @@ static int wire_has_payload(uint8_t mid)
 	       mid == SDP_MID_SINK_AVAIL;
 }
 
+static void wire_put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
 /* Hand-rolled big-endian BSDH, independent of the encoder under test. */
 static void wire_put_bsdh(uint8_t *p, uint8_t mid, uint8_t flags,
 			  uint16_t bufs, uint32_t len, uint32_t mseq,
@@ -52,18 +60,9 @@ static void wire_put_bsdh(uint8_t *p, uint8_t mid, uint8_t flags,
 	p[1] = flags;
 	p[2] = (uint8_t)(bufs >> 8);
 	p[3] = (uint8_t)bufs;
-	p[4] = (uint8_t)(len >> 24);
-	p[5] = (uint8_t)(len >> 16);
-	p[6] = (uint8_t)(len >> 8);
-	p[7] = (uint8_t)len;
-	p[8] = (uint8_t)(mseq >> 24);
-	p[9] = (uint8_t)(mseq >> 16);
-	p[10] = (uint8_t)(mseq >> 8);
-	p[11] = (uint8_t)mseq;
-	p[12] = (uint8_t)(mseq_ack >> 24);
-	p[13] = (uint8_t)(mseq_ack >> 16);
-	p[14] = (uint8_t)(mseq_ack >> 8);
-	p[15] = (uint8_t)mseq_ack;
+	wire_put_be32(p + 4, len);
+	wire_put_be32(p + 8, mseq);
+	wire_put_be32(p + 12, mseq_ack);
 }
 
 static uint32_t wire_be32(const uint8_t *p)
@@ -95,6 +94,42 @@ static int wire_try(uint8_t mid, uint8_t flags, uint32_t len, size_t buflen)
 static int wire_try_msg(uint8_t mid, uint8_t flags, uint32_t len)
 {
 	return wire_try(mid, flags, len, len);
+}
+
+static void wire_assert_bsdh_eq(const struct sdp_bsdh *a, const struct sdp_bsdh *b)
+{
+	cr_assert_eq(a->mid, b->mid);
+	cr_assert_eq(a->flags, b->flags);
+	cr_assert_eq(a->bufs, b->bufs);
+	cr_assert_eq(a->len, b->len);
+	cr_assert_eq(a->mseq, b->mseq);
+	cr_assert_eq(a->mseq_ack, b->mseq_ack);
+}
+
+/*
+ * An exact-size heap copy of buf, so that under ASan a decoder reading
+ * past len is caught; the caller frees it.
+ */
+static uint8_t *wire_heap_copy(const uint8_t *buf, size_t len)
+{
+	uint8_t *copy = malloc(len ? len : 1);
+
+	cr_assert_not_null(copy);
+	memcpy(copy, buf, len);
+	return copy;
+}
+
+/*
+ * buf (cap bytes, all WIRE_GUARD before the encoder ran) holds want at
+ * off, and the bytes on either side are untouched.
+ */
+#define WIRE_GUARD 0xee
+static void wire_assert_encoded_at(const uint8_t *buf, size_t cap, size_t off,
+				   const uint8_t *want, size_t len)
+{
+	cr_assert_arr_eq(buf + off, want, len);
+	cr_assert_eq(buf[off - 1], WIRE_GUARD);
+	cr_assert_eq(buf[cap - 1], WIRE_GUARD);
 }
 
 /* --- BSDH ----------------------------------------------------------------- */
@@ -160,12 +195,7 @@ Test(wire_bsdh, round_trip_every_in_band_mid)
 		sdp_bsdh_encode(buf, &in);
 		cr_assert_eq(sdp_bsdh_decode(buf, len, &out), 0, "%s",
 			     sdp_mid_name(mid));
-		cr_assert_eq(out.mid, in.mid);
-		cr_assert_eq(out.flags, in.flags);
-		cr_assert_eq(out.bufs, in.bufs);
-		cr_assert_eq(out.len, in.len);
-		cr_assert_eq(out.mseq, in.mseq);
-		cr_assert_eq(out.mseq_ack, in.mseq_ack);
+		wire_assert_bsdh_eq(&out, &in);
 	}
 }
 
@@ -430,19 +460,20 @@ static struct sdp_hello wire_hello6(void)
 	return h;
 }
 
+/* The fields a Hello and a HelloAck share; a and b are both one or the other. */
+#define WIRE_ASSERT_HH_EQ(a, b)						\
+	do {								\
+		wire_assert_bsdh_eq(&(a)->bsdh, &(b)->bsdh);		\
+		cr_assert_eq((a)->major, (b)->major);			\
+		cr_assert_eq((a)->minor, (b)->minor);			\
+		cr_assert_eq((a)->ip_version, (b)->ip_version);		\
+		cr_assert_eq((a)->caps, (b)->caps);			\
+		cr_assert_eq((a)->max_adverts, (b)->max_adverts);	\
+	} while (0)
+
 static void wire_assert_hello_eq(const struct sdp_hello *a, const struct sdp_hello *b)
 {
-	cr_assert_eq(a->bsdh.mid, b->bsdh.mid);
-	cr_assert_eq(a->bsdh.flags, b->bsdh.flags);
-	cr_assert_eq(a->bsdh.bufs, b->bsdh.bufs);
-	cr_assert_eq(a->bsdh.len, b->bsdh.len);
-	cr_assert_eq(a->bsdh.mseq, b->bsdh.mseq);
-	cr_assert_eq(a->bsdh.mseq_ack, b->bsdh.mseq_ack);
-	cr_assert_eq(a->major, b->major);
-	cr_assert_eq(a->minor, b->minor);
-	cr_assert_eq(a->ip_version, b->ip_version);
-	cr_assert_eq(a->caps, b->caps);
-	cr_assert_eq(a->max_adverts, b->max_adverts);
+	WIRE_ASSERT_HH_EQ(a, b);
 	cr_assert_eq(a->desremrcvsz, b->desremrcvsz);
 	cr_assert_eq(a->localrcvsz, b->localrcvsz);
 	cr_assert_eq(a->src_port, b->src_port);
@@ -453,26 +484,35 @@ static void wire_assert_hello_eq(const struct sdp_hello *a, const struct sdp_hel
 
 static int wire_hello_decode_copy(const uint8_t *buf, size_t len, struct sdp_hello *h)
 {
-	uint8_t *copy = malloc(len ? len : 1);
-	int ret;
+	uint8_t *copy = wire_heap_copy(buf, len);
+	int ret = sdp_hello_decode(copy, len, h);
 
-	cr_assert_not_null(copy);
-	memcpy(copy, buf, len);
-	ret = sdp_hello_decode(copy, len, h);
 	free(copy);
 	return ret;
 }
 
 static int wire_ack_decode_copy(const uint8_t *buf, size_t len, struct sdp_hello_ack *h)
 {
-	uint8_t *copy = malloc(len ? len : 1);
-	int ret;
+	uint8_t *copy = wire_heap_copy(buf, len);
+	int ret = sdp_hello_ack_decode(copy, len, h);
 
-	cr_assert_not_null(copy);
-	memcpy(copy, buf, len);
-	ret = sdp_hello_ack_decode(copy, len, h);
 	free(copy);
 	return ret;
+}
+
+/*
+ * buf (cap bytes, all WIRE_GUARD before) holds the compact form of the
+ * message whose full form is in full: the same bytes but for the length
+ * field that tells them apart, and nothing written after.
+ */
+static void wire_assert_compact_of(const uint8_t *buf, size_t cap, const uint8_t *full,
+				   size_t compact_len)
+{
+	cr_assert_eq(wire_be32(buf + 4), compact_len);
+	cr_assert_arr_eq(buf, full, 4);
+	cr_assert_arr_eq(buf + 8, full + 8, compact_len - 8);
+	for (size_t i = compact_len; i < cap; i++)
+		cr_assert_eq(buf[i], WIRE_GUARD, "byte %zu written", i);
 }
 
 Test(wire_hello, full_ipv4_exact_bytes)
@@ -532,16 +572,11 @@ Test(wire_hello, compact_when_cap_is_rdma_cm_limit)
 	struct sdp_hello h = wire_hello4(), d;
 	uint8_t buf[56], full[SDP_HELLO_FULL_LEN];
 
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, WIRE_GUARD, sizeof(buf));
 	cr_assert_eq(sdp_hello_encode(buf, 56, &h), SDP_HELLO_COMPACT_LEN);
-	/* The compact form is the first 32 bytes of the full one, down to
-	 * the length field that tells them apart. */
+	/* The compact form is the first 32 bytes of the full one. */
 	cr_assert_eq(sdp_hello_encode(full, sizeof(full), &h), SDP_HELLO_FULL_LEN);
-	cr_assert_eq(wire_be32(buf + 4), SDP_HELLO_COMPACT_LEN);
-	cr_assert_arr_eq(buf + 8, full + 8, SDP_HELLO_COMPACT_LEN - 8);
-	cr_assert_arr_eq(buf, full, 4);
-	for (size_t i = SDP_HELLO_COMPACT_LEN; i < sizeof(buf); i++)
-		cr_assert_eq(buf[i], 0xee, "byte %zu written", i);
+	wire_assert_compact_of(buf, sizeof(buf), full, SDP_HELLO_COMPACT_LEN);
 
 	cr_assert_eq(wire_hello_decode_copy(buf, SDP_HELLO_COMPACT_LEN, &d), 0);
 	cr_assert_eq(d.has_addrs, 0);
@@ -761,17 +796,7 @@ static struct sdp_hello_ack wire_ack(void)
 
 static void wire_assert_ack_eq(const struct sdp_hello_ack *a, const struct sdp_hello_ack *b)
 {
-	cr_assert_eq(a->bsdh.mid, b->bsdh.mid);
-	cr_assert_eq(a->bsdh.flags, b->bsdh.flags);
-	cr_assert_eq(a->bsdh.bufs, b->bsdh.bufs);
-	cr_assert_eq(a->bsdh.len, b->bsdh.len);
-	cr_assert_eq(a->bsdh.mseq, b->bsdh.mseq);
-	cr_assert_eq(a->bsdh.mseq_ack, b->bsdh.mseq_ack);
-	cr_assert_eq(a->major, b->major);
-	cr_assert_eq(a->minor, b->minor);
-	cr_assert_eq(a->ip_version, b->ip_version);
-	cr_assert_eq(a->caps, b->caps);
-	cr_assert_eq(a->max_adverts, b->max_adverts);
+	WIRE_ASSERT_HH_EQ(a, b);
 	cr_assert_eq(a->actrcvsz, b->actrcvsz);
 }
 
@@ -803,14 +828,10 @@ Test(wire_hello_ack, compact_round_trip)
 	struct sdp_hello_ack a = wire_ack(), d;
 	uint8_t buf[56], full[SDP_HELLO_ACK_FULL_LEN];
 
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, WIRE_GUARD, sizeof(buf));
 	cr_assert_eq(sdp_hello_ack_encode(buf, 56, &a), SDP_HELLO_ACK_COMPACT_LEN);
 	cr_assert_eq(sdp_hello_ack_encode(full, sizeof(full), &a), SDP_HELLO_ACK_FULL_LEN);
-	cr_assert_eq(wire_be32(buf + 4), SDP_HELLO_ACK_COMPACT_LEN);
-	cr_assert_arr_eq(buf, full, 4);
-	cr_assert_arr_eq(buf + 8, full + 8, SDP_HELLO_ACK_COMPACT_LEN - 8);
-	for (size_t i = SDP_HELLO_ACK_COMPACT_LEN; i < sizeof(buf); i++)
-		cr_assert_eq(buf[i], 0xee, "byte %zu written", i);
+	wire_assert_compact_of(buf, sizeof(buf), full, SDP_HELLO_ACK_COMPACT_LEN);
 	cr_assert_eq(wire_ack_decode_copy(buf, SDP_HELLO_ACK_COMPACT_LEN, &d), 0);
 	a.bsdh.len = SDP_HELLO_ACK_COMPACT_LEN;
 	wire_assert_ack_eq(&d, &a);
@@ -907,11 +928,9 @@ Test(wire_ext, srcah_exact_bytes)
 	uint8_t buf[1 + SDP_SRCAH_LEN + 1];
 	struct sdp_srcah d;
 
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, WIRE_GUARD, sizeof(buf));
 	sdp_srcah_encode(buf + 1, &a);
-	cr_assert_arr_eq(buf + 1, want, sizeof(want));
-	cr_assert_eq(buf[0], 0xee);
-	cr_assert_eq(buf[sizeof(buf) - 1], 0xee);
+	wire_assert_encoded_at(buf, sizeof(buf), 1, want, sizeof(want));
 	sdp_srcah_decode(buf + 1, &d);
 	cr_assert_eq(d.len, a.len);
 	cr_assert_eq(d.rkey, a.rkey);
@@ -932,11 +951,9 @@ Test(wire_ext, sinkah_exact_bytes)
 	uint8_t buf[3 + SDP_SINKAH_LEN + 1];
 	struct sdp_sinkah d;
 
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, WIRE_GUARD, sizeof(buf));
 	sdp_sinkah_encode(buf + 3, &a);
-	cr_assert_arr_eq(buf + 3, want, sizeof(want));
-	cr_assert_eq(buf[2], 0xee);
-	cr_assert_eq(buf[sizeof(buf) - 1], 0xee);
+	wire_assert_encoded_at(buf, sizeof(buf), 3, want, sizeof(want));
 	sdp_sinkah_decode(buf + 3, &d);
 	cr_assert_eq(d.len, a.len);
 	cr_assert_eq(d.rkey, a.rkey);
@@ -949,11 +966,9 @@ Test(wire_ext, u32h_exact_bytes)
 	const uint8_t want[SDP_U32H_LEN] = { 0xde, 0xad, 0xbe, 0xef };
 	uint8_t buf[1 + SDP_U32H_LEN + 1];
 
-	memset(buf, 0xee, sizeof(buf));
+	memset(buf, WIRE_GUARD, sizeof(buf));
 	sdp_u32h_encode(buf + 1, 0xdeadbeef);
-	cr_assert_arr_eq(buf + 1, want, sizeof(want));
-	cr_assert_eq(buf[0], 0xee);
-	cr_assert_eq(buf[5], 0xee);
+	wire_assert_encoded_at(buf, sizeof(buf), 1, want, sizeof(want));
 	cr_assert_eq(sdp_u32h_decode(buf + 1), 0xdeadbeefu);
 	sdp_u32h_encode(buf, 0);
 	cr_assert_eq(sdp_u32h_decode(buf), 0);
