@@ -71,116 +71,155 @@ static int send_and_wait(struct pair *p, const char *data)
 	return 0;
 }
 
-static int check_epoll_lt(void)
+/*
+ * The checks that are one body: a pair with p.s in an epoll set, then
+ * steps run in order; the first that goes wrong fails the check.
+ */
+enum ep_op {
+	EP_END,
+	EP_SEND,	/* p.c sends .data */
+	EP_READ,	/* p.s reads .n bytes (at most 16) */
+	EP_SHUT_WR,	/* p.c shuts down writing */
+	EP_MOD,		/* EPOLL_CTL_MOD of p.s to .events */
+	EP_DEL,		/* EPOLL_CTL_DEL of p.s, noted; a failure gives no reason */
+	EP_POLL_IN,	/* poll() finds p.s readable */
+	EP_WAIT,	/* epoll_wait, noted as .data: .n events, and
+			 * (events & .mask) == .events */
+};
+
+struct ep_step {
+	enum ep_op op;
+	const char *data;
+	int ms, n;
+	uint32_t events, mask;
+	const char *why;	/* EP_WAIT's failure */
+};
+
+#define SEND(d)		{ .op = EP_SEND, .data = (d) }
+#define READ(len)	{ .op = EP_READ, .n = (len) }
+#define PEER_SHUT_WR	{ .op = EP_SHUT_WR }
+#define MOD(ev)		{ .op = EP_MOD, .events = (ev) }
+#define DEL		{ .op = EP_DEL }
+#define READABLE	{ .op = EP_POLL_IN }
+/* count events within time ms, noted as tag; else the check fails: reason. */
+#define WAIT(tag, time, count, reason) \
+	{ .op = EP_WAIT, .data = (tag), .ms = (time), .n = (count), .why = (reason) }
+/* One event within time ms whose bits under bits are ev. */
+#define WAIT_EV(tag, time, bits, ev, reason) \
+	{ .op = EP_WAIT, .data = (tag), .ms = (time), .n = 1, .events = (ev), .mask = (bits), \
+	  .why = (reason) }
+
+struct ep_scenario {
+	const char *name;		/* the check's */
+	uint32_t events;		/* p.s's mask when added */
+	struct ep_step steps[8];	/* up to EP_END */
+};
+
+static int ep_step(const struct ep_step *st, struct pair *p, int ep)
 {
-	struct pair p = { -1, -1 };
 	char buf[16];
-	int ep = -1, rc = -1;
-
-	if (setup(&p, &ep, EPOLLIN) < 0 || send_and_wait(&p, "lt") < 0)
-		goto out;
-	if (ep_wait(ep, 5000, NULL, "wait1") != 1 ||
-	    ep_wait(ep, 100, NULL, "wait2") != 1)
-		FAIL("level-triggered event not reported twice");
-	if (read_exact(p.s, buf, 2, 10000) < 0)
-		FAIL("read: %s", errname(errno));
-	if (ep_wait(ep, 100, NULL, "drained") != 0)
-		FAIL("event after the data was read");
-	rc = 0;
-out:
-	xclose(&ep);
-	pair_close(&p);
-	return rc;
-}
-
-static int check_epoll_et(void)
-{
-	struct pair p = { -1, -1 };
-	int ep = -1, rc = -1;
-
-	if (setup(&p, &ep, EPOLLIN | EPOLLET) < 0 || send_and_wait(&p, "a") < 0)
-		goto out;
-	if (ep_wait(ep, 5000, NULL, "wait1") != 1)
-		FAIL("no event");
-	if (ep_wait(ep, 100, NULL, "wait2") != 0)
-		FAIL("edge-triggered event reported again without new data");
-	if (send_and_wait(&p, "b") < 0)
-		goto out;
-	if (ep_wait(ep, 5000, NULL, "new-data") != 1)
-		FAIL("no event for new data");
-	if (ep_wait(ep, 100, NULL, "wait4") != 0)
-		FAIL("reported again");
-	rc = 0;
-out:
-	xclose(&ep);
-	pair_close(&p);
-	return rc;
-}
-
-static int check_epoll_oneshot(void)
-{
-	struct pair p = { -1, -1 };
-	int ep = -1, rc = -1;
-
-	if (setup(&p, &ep, EPOLLIN | EPOLLONESHOT) < 0 ||
-	    send_and_wait(&p, "a") < 0)
-		goto out;
-	if (ep_wait(ep, 5000, NULL, "wait1") != 1)
-		FAIL("no event");
-	if (send_and_wait(&p, "b") < 0)
-		goto out;
-	if (ep_wait(ep, 100, NULL, "disarmed") != 0)
-		FAIL("event after EPOLLONESHOT fired");
-	if (ep_ctl(ep, EPOLL_CTL_MOD, p.s, EPOLLIN | EPOLLONESHOT) < 0)
-		FAIL_ERRNO("EPOLL_CTL_MOD");
-	if (ep_wait(ep, 5000, NULL, "rearmed") != 1)
-		FAIL("no event after EPOLL_CTL_MOD");
-	if (ep_wait(ep, 100, NULL, "disarmed") != 0)
-		FAIL("event after EPOLLONESHOT fired again");
-	rc = 0;
-out:
-	xclose(&ep);
-	pair_close(&p);
-	return rc;
-}
-
-static int check_epoll_rdhup(void)
-{
-	struct pair p = { -1, -1 };
-	int ep = -1, rc = -1;
 	uint32_t ev;
+	int r;
 
-	if (setup(&p, &ep, EPOLLIN | EPOLLRDHUP) < 0)
-		goto out;
-	if (ep_wait(ep, 100, NULL, "idle") != 0)
-		FAIL("event on an idle socket");
-	if (shutdown(p.c, SHUT_WR) < 0)
-		FAIL_ERRNO("shutdown");
-	if (ep_wait(ep, 5000, &ev, "shut") != 1 || !(ev & EPOLLRDHUP))
-		FAIL("no EPOLLRDHUP");
-	rc = 0;
-out:
-	xclose(&ep);
-	pair_close(&p);
-	return rc;
+	switch (st->op) {
+	case EP_SEND:
+		return send_and_wait(p, st->data);
+	case EP_READ:
+		if (read_exact(p->s, buf, (size_t)st->n, 10000) < 0)
+			return fail("read: %s", errname(errno));
+		return 0;
+	case EP_SHUT_WR:
+		if (shutdown(p->c, SHUT_WR) < 0)
+			return fail("shutdown: %s", errname(errno));
+		return 0;
+	case EP_MOD:
+		if (ep_ctl(ep, EPOLL_CTL_MOD, p->s, st->events) < 0)
+			return fail("EPOLL_CTL_MOD: %s", errname(errno));
+		return 0;
+	case EP_DEL:
+		r = ep_ctl(ep, EPOLL_CTL_DEL, p->s, 0);
+		note("del=%s", r == 0 ? "0" : errname(errno));
+		return r;
+	case EP_POLL_IN:
+		if (wait_fd(p->s, POLLIN, 5000) <= 0)
+			return fail("no data");
+		return 0;
+	case EP_WAIT:
+		if (ep_wait(ep, st->ms, &ev, st->data) != st->n || (ev & st->mask) != st->events)
+			return fail("%s", st->why);
+		return 0;
+	case EP_END:
+		break;
+	}
+	return fail("bad step %d", (int)st->op);
 }
 
-static int check_epoll_out(void)
+static const struct ep_scenario ep_scenarios[] = {
+	{ "epoll_lt", EPOLLIN, {
+		SEND("lt"),
+		WAIT("wait1", 5000, 1, "level-triggered event not reported twice"),
+		WAIT("wait2", 100, 1, "level-triggered event not reported twice"),
+		READ(2),
+		WAIT("drained", 100, 0, "event after the data was read"),
+	} },
+	{ "epoll_et", EPOLLIN | EPOLLET, {
+		SEND("a"),
+		WAIT("wait1", 5000, 1, "no event"),
+		WAIT("wait2", 100, 0, "edge-triggered event reported again without new data"),
+		SEND("b"),
+		WAIT("new-data", 5000, 1, "no event for new data"),
+		WAIT("wait4", 100, 0, "reported again"),
+	} },
+	{ "epoll_oneshot", EPOLLIN | EPOLLONESHOT, {
+		SEND("a"),
+		WAIT("wait1", 5000, 1, "no event"),
+		SEND("b"),
+		WAIT("disarmed", 100, 0, "event after EPOLLONESHOT fired"),
+		MOD(EPOLLIN | EPOLLONESHOT),
+		WAIT("rearmed", 5000, 1, "no event after EPOLL_CTL_MOD"),
+		WAIT("disarmed", 100, 0, "event after EPOLLONESHOT fired again"),
+	} },
+	{ "epoll_rdhup", EPOLLIN | EPOLLRDHUP, {
+		WAIT("idle", 100, 0, "event on an idle socket"),
+		PEER_SHUT_WR,
+		WAIT_EV("shut", 5000, EPOLLRDHUP, EPOLLRDHUP, "no EPOLLRDHUP"),
+	} },
+	{ "epoll_out", EPOLLIN | EPOLLOUT, {
+		WAIT_EV("wait", 5000, ~0u, EPOLLOUT, "expected EPOLLOUT alone"),
+		MOD(EPOLLOUT | EPOLLET),
+		WAIT_EV("et", 5000, ~0u, EPOLLOUT, "expected EPOLLOUT after MOD"),
+		WAIT("et-again", 100, 0, "edge-triggered EPOLLOUT reported twice"),
+	} },
+	{ "epoll_del", EPOLLIN, {
+		DEL,
+		SEND("x"),
+		READABLE,
+		WAIT("wait", 100, 0, "event after EPOLL_CTL_DEL"),
+	} },
+};
+
+/* The row of the check that runs, or NULL. */
+static const struct ep_scenario *ep_scenario(void)
 {
+	for (size_t i = 0; i < sizeof(ep_scenarios) / sizeof(ep_scenarios[0]); i++)
+		if (strcmp(ep_scenarios[i].name, check_name()) == 0)
+			return &ep_scenarios[i];
+	return NULL;
+}
+
+static int check_epoll_scenario(void)
+{
+	const struct ep_scenario *sc = ep_scenario();
 	struct pair p = { -1, -1 };
 	int ep = -1, rc = -1;
-	uint32_t ev;
 
-	if (setup(&p, &ep, EPOLLIN | EPOLLOUT) < 0)
+	if (!sc)
+		return fail("no scenario for %s", check_name());
+	if (setup(&p, &ep, sc->events) < 0)
 		goto out;
-	if (ep_wait(ep, 5000, &ev, "wait") != 1 || ev != EPOLLOUT)
-		FAIL("expected EPOLLOUT alone");
-	if (ep_ctl(ep, EPOLL_CTL_MOD, p.s, EPOLLOUT | EPOLLET) < 0)
-		FAIL_ERRNO("EPOLL_CTL_MOD");
-	if (ep_wait(ep, 5000, &ev, "et") != 1 || ev != EPOLLOUT)
-		FAIL("expected EPOLLOUT after MOD");
-	if (ep_wait(ep, 100, &ev, "et-again") != 0)
-		FAIL("edge-triggered EPOLLOUT reported twice");
+	for (const struct ep_step *st = sc->steps; st->op != EP_END; st++)
+		if (ep_step(st, &p, ep) < 0)
+			goto out;
 	rc = 0;
 out:
 	xclose(&ep);
@@ -209,28 +248,6 @@ static int check_epoll_reset(void)
 	note("recv=%s", n < 0 ? errname(errno) : n ? "data" : "EOF");
 	if (n >= 0 || errno != ECONNRESET)
 		FAIL("expected ECONNRESET");
-	rc = 0;
-out:
-	xclose(&ep);
-	pair_close(&p);
-	return rc;
-}
-
-static int check_epoll_del(void)
-{
-	struct pair p = { -1, -1 };
-	int ep = -1, rc = -1, r;
-
-	if (setup(&p, &ep, EPOLLIN) < 0)
-		goto out;
-	r = ep_ctl(ep, EPOLL_CTL_DEL, p.s, 0);
-	note("del=%s", r == 0 ? "0" : errname(errno));
-	if (r < 0 || send_and_wait(&p, "x") < 0)
-		goto out;
-	if (wait_fd(p.s, POLLIN, 5000) <= 0)
-		FAIL("no data");
-	if (ep_wait(ep, 100, NULL, "wait") != 0)
-		FAIL("event after EPOLL_CTL_DEL");
 	rc = 0;
 out:
 	xclose(&ep);
@@ -596,15 +613,14 @@ out:
 }
 
 const struct check checks_epoll[] = {
-	{ "epoll_lt", check_epoll_lt, "level-triggered EPOLLIN reported twice" },
-	{ "epoll_et", check_epoll_et, "edge-triggered: once per arrival" },
-	{ "epoll_oneshot", check_epoll_oneshot,
-	  "EPOLLONESHOT, re-armed by EPOLL_CTL_MOD" },
-	{ "epoll_rdhup", check_epoll_rdhup, "EPOLLRDHUP after peer SHUT_WR" },
-	{ "epoll_out", check_epoll_out, "EPOLLOUT on a connected socket" },
+	{ "epoll_lt", check_epoll_scenario, "level-triggered EPOLLIN reported twice" },
+	{ "epoll_et", check_epoll_scenario, "edge-triggered: once per arrival" },
+	{ "epoll_oneshot", check_epoll_scenario, "EPOLLONESHOT, re-armed by EPOLL_CTL_MOD" },
+	{ "epoll_rdhup", check_epoll_scenario, "EPOLLRDHUP after peer SHUT_WR" },
+	{ "epoll_out", check_epoll_scenario, "EPOLLOUT on a connected socket" },
 	{ "epoll_reset", check_epoll_reset,
 	  "EPOLLHUP/EPOLLERR after the peer's reset, then ECONNRESET" },
-	{ "epoll_del", check_epoll_del, "no events after EPOLL_CTL_DEL" },
+	{ "epoll_del", check_epoll_scenario, "no events after EPOLL_CTL_DEL" },
 	{ "epoll_ctl_errors", check_epoll_ctl_errors,
 	  "EEXIST on double ADD, ENOENT on MOD/DEL of a non-member" },
 	{ "epoll_closed_fd", check_epoll_closed_fd,

@@ -47,6 +47,11 @@ static unsigned char selected[MAX_CHECKS];
 static volatile size_t running = (size_t)-1;
 static unsigned timeout_s = 20;
 
+const char *check_name(void)
+{
+	return running < n_all ? all[running]->name : "";
+}
+
 static void add_group(const struct check *g)
 {
 	for (; g->name; g++) {

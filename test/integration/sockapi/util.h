@@ -45,6 +45,9 @@ extern const char *self_exe;
 
 /* --- the result of the running check --------------------------------- */
 
+/* The name of the check that runs: checks that are rows of one table
+ * share a fn, which finds its row by the name. */
+const char *check_name(void);
 /* Start a new check: clears the trace and the reason. */
 void result_reset(void);
 /* Append a word or words to the trace (printed on success and failure). */
