@@ -167,28 +167,6 @@ static void set_nodelay(const struct xsock_ops *o, int sd)
 	(void)o->setsockopt(sd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static int make_listener(const struct xsock_ops *o, int *port)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET,
-				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sin);
-	int ls = o->socket(AF_INET, SOCK_STREAM, 0), ret;
-
-	if (ls < 0)
-		return ls;
-	ret = o->bind(ls, (struct sockaddr *)&sin, sizeof(sin));
-	if (!ret)
-		ret = o->listen(ls, 16);
-	if (!ret)
-		ret = o->getsockname(ls, (struct sockaddr *)&sin, &len);
-	if (ret) {
-		o->close(ls);
-		return ret;
-	}
-	*port = ntohs(sin.sin_port);
-	return ls;
-}
-
 /* --- server child ------------------------------------------------------- */
 
 /* Read sd in calls of `size` bytes until EOF, then answer with the byte
@@ -314,12 +292,17 @@ static int server_main(int cmd_fd, int res_fd)
 		return 1;
 	}
 	for (int a = 0; a < API_COUNT; a++) {
-		ls[a] = make_listener(apis[a], &ports[a]);
+		struct sockaddr_in sin = { .sin_family = AF_INET,
+					   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+		ls[a] = xfer_listen(apis[a], (struct sockaddr *)&sin, sizeof(sin), 0, 16, false,
+				    NULL);
 		if (ls[a] < 0) {
 			fprintf(stderr, "sdp_bench: server: %s listener: %s\n", apis[a]->name,
 				strerror(-ls[a]));
 			return 1;
 		}
+		ports[a] = ntohs(sin.sin_port);
 	}
 	if (write(res_fd, ports, sizeof(ports)) != (ssize_t)sizeof(ports))
 		return 1;
@@ -386,16 +369,14 @@ static int connect_to(int api, int kind, size_t size)
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
 				   .sin_port = htons((uint16_t)ports[api]) };
-	int sd, ret;
+	const char *step;
+	int sd;
 
 	if (write(cmd_fd, &c, sizeof(c)) != (ssize_t)sizeof(c))
 		die("server is gone");
-	sd = o->socket(AF_INET, SOCK_STREAM, 0);
+	sd = xfer_dial(o, (struct sockaddr *)&sin, sizeof(sin), 30000, &step);
 	if (sd < 0)
-		die("%s socket: %s", o->name, strerror(-sd));
-	ret = xfer_connect(o, sd, (struct sockaddr *)&sin, sizeof(sin), 30000);
-	if (ret)
-		die("%s connect: %s", o->name, strerror(-ret));
+		die("%s %s: %s", o->name, step, strerror(-sd));
 	set_nodelay(o, sd);
 	return sd;
 }

@@ -324,7 +324,8 @@ static int run_server(void)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	int ls, ret, one = 1;
+	const char *step;
+	int ls, ret;
 	long served = 0, failed = 0;
 	struct conn *conns = NULL;
 
@@ -337,25 +338,12 @@ static int run_server(void)
 		msg("bad listen address '%s': %s", opt.addr, strerror(-ret));
 		return 2;
 	}
-	ls = lops->socket(ss.ss_family, SOCK_STREAM, 0);
+	ls = xfer_listen(lops, (struct sockaddr *)&ss, len, 0, 128, true, &step);
 	if (ls < 0) {
-		msg("socket: %s", strerror(-ls));
-		return 1;
-	}
-	(void)lops->setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	ret = lops->bind(ls, (struct sockaddr *)&ss, len);
-	if (!ret)
-		ret = lops->listen(ls, 128);
-	if (ret) {
-		msg("listen on %s: %s", opt.addr, strerror(-ret));
-		lops->close(ls);
-		return 1;
-	}
-	len = sizeof(ss);
-	ret = lops->getsockname(ls, (struct sockaddr *)&ss, &len);
-	if (ret) {
-		msg("getsockname: %s", strerror(-ret));
-		lops->close(ls);
+		if (!strcmp(step, "bind") || !strcmp(step, "listen"))
+			msg("listen on %s: %s", opt.addr, strerror(-ls));
+		else
+			msg("%s: %s", step, strerror(-ls));
 		return 1;
 	}
 	char name[80];
@@ -450,18 +438,15 @@ static int run_server(void)
 static int connect_converted(const struct sockaddr_storage *ss, socklen_t len)
 {
 	char greeting[CONVERT_GREETING_LEN];
-	int fd = xsock_tcp.socket(ss->ss_family, SOCK_STREAM, 0), ret;
+	int fd = xfer_dial(&xsock_tcp, (const struct sockaddr *)ss, len, opt.timeout_ms, NULL);
+	int ret = 0;
 
 	if (fd < 0)
 		return fd;
-	ret = xfer_connect(&xsock_tcp, fd, (const struct sockaddr *)ss, len, opt.timeout_ms);
-	if (!ret) {
-		ssize_t n = xfer_recv_all(&xsock_tcp, fd, greeting, sizeof(greeting),
-					  opt.timeout_ms);
+	ssize_t n = xfer_recv_all(&xsock_tcp, fd, greeting, sizeof(greeting), opt.timeout_ms);
 
-		if (n != (ssize_t)sizeof(greeting) || memcmp(greeting, convert_greeting, n))
-			ret = n < 0 ? (int)n : -EPROTO;
-	}
+	if (n != (ssize_t)sizeof(greeting) || memcmp(greeting, convert_greeting, n))
+		ret = n < 0 ? (int)n : -EPROTO;
 	if (!ret) {
 		int sd = sdp_convert_connect(fd, opt.timeout_ms > 0 ? opt.timeout_ms : 30000);
 

@@ -751,6 +751,57 @@ int xfer_connect(const struct xsock_ops *o, int sd, const struct sockaddr *sa,
 	return -err;
 }
 
+/* --- listening and connecting ---------------------------------------------- */
+
+/* err, from the call named what, which *step (if step) tells the caller. */
+static int failed_at(int err, const char *what, const char **step)
+{
+	if (step)
+		*step = what;
+	return err;
+}
+
+int xfer_listen(const struct xsock_ops *o, struct sockaddr *sa, socklen_t len, int flags,
+		int backlog, bool reuse, const char **step)
+{
+	int ls = o->socket(sa->sa_family, SOCK_STREAM | flags, 0), one = 1, ret;
+	const char *what = "bind";
+
+	if (ls < 0)
+		return failed_at(ls, "socket", step);
+	if (reuse)
+		(void)o->setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	ret = o->bind(ls, sa, len);
+	if (!ret) {
+		what = "listen";
+		ret = o->listen(ls, backlog);
+	}
+	if (!ret) {
+		what = "getsockname";
+		ret = o->getsockname(ls, sa, &len);
+	}
+	if (ret) {
+		o->close(ls);
+		return failed_at(ret, what, step);
+	}
+	return ls;
+}
+
+int xfer_dial(const struct xsock_ops *o, const struct sockaddr *sa, socklen_t len,
+	      int timeout_ms, const char **step)
+{
+	int sd = o->socket(sa->sa_family, SOCK_STREAM, 0), ret;
+
+	if (sd < 0)
+		return failed_at(sd, "socket", step);
+	ret = xfer_connect(o, sd, sa, len, timeout_ms);
+	if (ret) {
+		o->close(sd);
+		return failed_at(ret, "connect", step);
+	}
+	return sd;
+}
+
 /* --- protocol -------------------------------------------------------------- */
 
 static void put32(uint8_t *p, uint32_t v)

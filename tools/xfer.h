@@ -139,6 +139,26 @@ ssize_t xfer_recv_all(const struct xsock_ops *o, int sd, void *buf, size_t len,
 int xfer_connect(const struct xsock_ops *o, int sd, const struct sockaddr *sa,
 		 socklen_t len, int timeout_ms);
 
+/* --- listening and connecting -------------------------------------------- */
+
+/*
+ * A listening socket: o->socket() of sa's family, type SOCK_STREAM | flags,
+ * with SO_REUSEADDR first when reuse, bound to sa (port 0: one the system
+ * picks) and listening with backlog.  sa (len bytes) then holds the
+ * address bound, the picked port with it.  Returns the socket, or -errno
+ * with *step (if step is not NULL) naming the call that failed: "socket",
+ * "bind", "listen" or "getsockname".
+ */
+int xfer_listen(const struct xsock_ops *o, struct sockaddr *sa, socklen_t len, int flags,
+		int backlog, bool reuse, const char **step);
+/*
+ * A stream socket of o's, connected to sa with xfer_connect() (timeout_ms
+ * -1: none).  Returns the socket, or -errno with *step (if not NULL)
+ * naming the call that failed, "socket" or "connect".
+ */
+int xfer_dial(const struct xsock_ops *o, const struct sockaddr *sa, socklen_t len,
+	      int timeout_ms, const char **step);
+
 /* --- the sdpcat protocol ------------------------------------------------- */
 
 /*

@@ -217,43 +217,26 @@ static void check_transport(const struct xsock_ops *o, int sd)
 static int mk_listener(const struct xsock_ops *o, int flags, int *port)
 {
 	struct sockaddr_in sin = host_sin(0);
-	socklen_t len = sizeof(sin);
-	int ls = o->socket(AF_INET, SOCK_STREAM | flags, 0), r;
+	int ls = xfer_listen(o, (struct sockaddr *)&sin, sizeof(sin), flags, 128, false, NULL);
 
-	if (ls < 0)
-		return ls;
-	r = o->bind(ls, (struct sockaddr *)&sin, sizeof(sin));
-	if (!r)
-		r = o->listen(ls, 128);
-	if (!r)
-		r = o->getsockname(ls, (struct sockaddr *)&sin, &len);
-	if (r) {
-		o->close(ls);
-		return r;
-	}
-	*port = ntohs(sin.sin_port);
+	if (ls >= 0)
+		*port = ntohs(sin.sin_port);
 	return ls;
 }
 
 /* A connected pair through a temporary listener; 0 or -errno. */
 static int mk_pair(const struct xsock_ops *o, int *cli, int *srv)
 {
-	int port, ls = mk_listener(o, 0, &port), r;
+	int port, ls = mk_listener(o, 0, &port);
 
 	if (ls < 0)
 		return ls;
 	struct sockaddr_in sin = host_sin(port);
 
-	*cli = o->socket(AF_INET, SOCK_STREAM, 0);
+	*cli = xfer_dial(o, (struct sockaddr *)&sin, sizeof(sin), -1, NULL);
 	if (*cli < 0) {
 		o->close(ls);
 		return *cli;
-	}
-	r = o->connect(*cli, (struct sockaddr *)&sin, sizeof(sin));
-	if (r) {
-		o->close(*cli);
-		o->close(ls);
-		return r;
 	}
 	*srv = o->accept(ls, NULL, NULL, 0);
 	o->close(ls);
@@ -540,21 +523,17 @@ static void *client_main(void *arg)
 	struct sockaddr_in sin = host_sin(st.port);
 	uint8_t hdr[XFER_HDR_LEN], verdict[XFER_VERDICT_LEN + 1];
 	struct xfer_pump p;
+	const char *step;
 	int sd, r;
 
 	pthread_barrier_wait(&st.start);
 	c->stage = 1;
-	sd = o->socket(AF_INET, SOCK_STREAM, 0);
+	sd = xfer_dial(o, (struct sockaddr *)&sin, sizeof(sin), -1, &step);
 	if (sd < 0) {
-		client_fail(c, "socket: %s", rv(sd));
+		client_fail(c, "%s: %s", step, rv(sd));
 		return NULL;
 	}
 	xfer_pump_init(&p, o, sd);
-	r = xfer_connect(o, sd, (struct sockaddr *)&sin, sizeof(sin), -1);
-	if (r) {
-		client_fail(c, "connect: %s", rv(r));
-		goto out;
-	}
 	check_transport(o, sd);
 	if (st.greet) {
 		char g[sizeof(greeting)];

@@ -575,7 +575,6 @@ static int victim_main(int ctl_fd, int port_fd)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_addr = host_addr };
-	socklen_t len = sizeof(sin);
 	struct vconn *conns = NULL;
 	int ls, r, bad = 0, good = 0, hostile = 0, headerless = 0;
 
@@ -583,14 +582,10 @@ static int victim_main(int ctl_fd, int port_fd)
 		say("victim: sdp_init: no transport");
 		return 1;
 	}
-	ls = sdp_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-	r = ls < 0 ? ls : sdp_bind(ls, (struct sockaddr *)&sin, sizeof(sin));
-	if (!r)
-		r = sdp_listen(ls, 64);
-	if (!r)
-		r = sdp_getsockname(ls, (struct sockaddr *)&sin, &len);
-	if (r) {
-		say("victim: listener: %s", strerror(-r));
+	ls = xfer_listen(&xsock_sdp, (struct sockaddr *)&sin, sizeof(sin), SOCK_NONBLOCK, 64,
+			 false, NULL);
+	if (ls < 0) {
+		say("victim: listener: %s", strerror(-ls));
 		return 1;
 	}
 	int port = ntohs(sin.sin_port);
@@ -3085,12 +3080,12 @@ static int good_open(struct good_xfer *gx, uint32_t magic, bool check_transport,
 				   .sin_addr = host_addr,
 				   .sin_port = htons((uint16_t)victim_port) };
 	uint8_t hb[XFER_HDR_LEN];
-	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
+	int sd = xfer_dial(&xsock_sdp, (struct sockaddr *)&sin, sizeof(sin), -1, NULL);
 	ssize_t n;
 
-	r = sd < 0 ? sd : sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
-	if (r || !buf) {
-		snprintf(gx->result, sizeof(gx->result), "connect: %s", strerror(-r));
+	if (sd < 0 || !buf) {
+		snprintf(gx->result, sizeof(gx->result), "connect: %s",
+			 strerror(sd < 0 ? -sd : 0));
 		goto fail;
 	}
 	if (check_transport) {

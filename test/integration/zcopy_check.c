@@ -2971,17 +2971,12 @@ struct sres {
 static int open_listener(int *port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = host_addr };
-	socklen_t len = sizeof(sin);
-	int ls = sdp_socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), r;
+	int ls = xfer_listen(&xsock_sdp, (struct sockaddr *)&sin, sizeof(sin), SOCK_NONBLOCK, 16,
+			     false, NULL);
 
-	r = ls < 0 ? ls : sdp_bind(ls, (struct sockaddr *)&sin, sizeof(sin));
-	if (!r)
-		r = sdp_listen(ls, 16);
-	if (!r)
-		r = sdp_getsockname(ls, (struct sockaddr *)&sin, &len);
-	if (r) {
-		say("server: listener: %s", errname(r));
-		return r;
+	if (ls < 0) {
+		say("server: listener: %s", errname(ls));
+		return ls;
 	}
 	*port = ntohs(sin.sin_port);
 	return ls;
@@ -3125,15 +3120,10 @@ static int connect_to(int port, int *out)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = host_addr,
 				   .sin_port = htons((uint16_t)port) };
-	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), r;
+	int sd = xfer_dial(&xsock_sdp, (struct sockaddr *)&sin, sizeof(sin), -1, NULL);
 
 	if (sd < 0)
 		return sd;
-	r = sdp_connect(sd, (struct sockaddr *)&sin, sizeof(sin));
-	if (r) {
-		sdp_close(sd);
-		return r;
-	}
 	*out = sd;
 	return 0;
 }
