@@ -31,6 +31,7 @@
  */
 
 #include "sdp.h"
+#include "say.h"
 #include "xfer.h"
 
 #include <arpa/inet.h>
@@ -53,20 +54,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
-static const char *prog_name = "conn_storm";
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	printf("%s: %s\n", prog_name, line);
-	fflush(stdout);
-}
+const char *say_prefix = "conn_storm";
 
 static const char *errname(int e)
 {
@@ -145,7 +133,7 @@ static void on_alarm(int sig)
 	int n;
 
 	(void)sig;
-	n = snprintf(m, sizeof(m), "%s: FAIL: timed out in: %s\n", prog_name, watch_what);
+	n = snprintf(m, sizeof(m), "%s: FAIL: timed out in: %s\n", say_prefix, watch_what);
 	(void)!write(STDOUT_FILENO, m, (size_t)n);
 	_exit(1);
 }
@@ -1467,11 +1455,11 @@ int main(int argc, char **argv)
 	}
 	switch (mode) {
 	case 'a':
-		prog_name = "api_errors";
+		say_prefix = "api_errors";
 		ret = run_api();
 		break;
 	case 'H':
-		prog_name = "half_close";
+		say_prefix = "half_close";
 		ret = run_half_close();
 		break;
 	default:

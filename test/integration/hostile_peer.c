@@ -102,6 +102,7 @@
  */
 
 #include "sdp.h"
+#include "say.h"
 #include "xfer.h"
 
 #include <arpa/inet.h>
@@ -118,7 +119,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
 
@@ -203,18 +203,8 @@ static char host_str[INET_ADDRSTRLEN] = "127.0.0.1";
 /* The transport under test: the attacker's, and the good connections'. */
 static char transport_name[64] = "tcp-fallback";
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	printf("%s\n", line);
-	fflush(stdout);
-}
+/* Its lines are bare: "victim: " marks those of the victim process. */
+const char *say_prefix;
 
 /* ======================================================================= */
 /* the victim (child process, public API only)                              */

@@ -38,6 +38,7 @@
  */
 
 #include "sdp.h"
+#include "say.h"
 #include "xfer.h"
 
 #include <arpa/inet.h>
@@ -68,7 +69,7 @@
 /* Bytes a SrcAvail may carry inline (Combined mode). */
 #define MAX_INLINE 32
 
-static const char *prog_name = "zcopy_check";
+const char *say_prefix = "zcopy_check";
 
 /* --- settings ------------------------------------------------------------ */
 
@@ -102,19 +103,6 @@ static void sleep_ms(unsigned ms)
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
-}
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char line[2048];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	printf("%s: %s\n", prog_name, line);
-	fflush(stdout);
 }
 
 static const char *errname(long e)
