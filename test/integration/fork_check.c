@@ -51,6 +51,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,41 +96,17 @@ static int fail(const char *fmt, ...)
 
 /* --- I/O helpers ------------------------------------------------------------- */
 
-static int write_all(int fd, const void *buf, size_t n)
+/* All n bytes each way, waiting out EAGAIN on a non-blocking socket;
+ * -1 with errno (0 for an early EOF). */
+static int io_exact(int fd, char *p, size_t n, bool out)
 {
-	const char *p = buf;
-
 	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN) {
-			struct pollfd pf = { .fd = fd, .events = POLLOUT };
-
-			poll(&pf, 1, -1);
-			continue;
-		}
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Exactly n bytes; -1 with errno (0 for an early EOF). */
-static int read_exact(int fd, void *buf, size_t n)
-{
-	char *p = buf;
-
-	while (n) {
-		ssize_t r = read(fd, p, n);
+		ssize_t r = out ? write(fd, p, n) : read(fd, p, n);
 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EAGAIN) {
-			struct pollfd pf = { .fd = fd, .events = POLLIN };
+			struct pollfd pf = { .fd = fd, .events = out ? POLLOUT : POLLIN };
 
 			poll(&pf, 1, -1);
 			continue;
@@ -142,6 +119,16 @@ static int read_exact(int fd, void *buf, size_t n)
 		n -= (size_t)r;
 	}
 	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	return io_exact(fd, (char *)buf, n, true);
+}
+
+static int read_exact(int fd, void *buf, size_t n)
+{
+	return io_exact(fd, buf, n, false);
 }
 
 /* The next read gives EOF (0), not data. */

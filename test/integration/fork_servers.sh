@@ -25,12 +25,6 @@ export TEST_LIMIT
 . "$(dirname "$0")/lib.sh"
 
 preload_lib >/dev/null || skip "libsdp.so is not built"
-failures=0
-bad() {
-	log "FAIL: $*"
-	failures=$((failures + 1))
-}
-have() { command -v "$1" >/dev/null 2>&1; }
 
 sanitized=no
 own_asan=${ASAN_OPTIONS-}
@@ -283,7 +277,5 @@ EOF
 	clean "sshd" "$TMP/sshd.err" "$TMP"/ssh.*.err
 fi
 
-if [ "$failures" -ne 0 ]; then
-	fail "$failures check(s) failed"
-fi
+failures_end
 log "PASS"

@@ -68,6 +68,18 @@ skip() {
 	exit 77
 }
 
+# For tests of many cases that go on after one fails: bad() counts a
+# failed case, failures_end() fails the test if any did.
+failures=0
+bad() {
+	log "FAIL: $*"
+	failures=$((failures + 1))
+}
+failures_end() {
+	[ "$failures" -eq 0 ] || fail "$failures case(s) failed"
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
 cleanup() {
 	local p
 	for p in "${BG_PIDS[@]}"; do

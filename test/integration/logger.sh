@@ -18,11 +18,6 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is not installed"
 [ "$TEST_TRANSPORT" = tcp-fallback ] ||
 	skip "the in-flight case needs a silent listener on the SDP port, which only tcp-fallback has"
 PYENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-failures=0
-bad() {
-	log "FAIL: $*"
-	failures=$((failures + 1))
-}
 
 cat >"$TMP/inflight.py" <<'PYEOF'
 import os, random, signal, socket, sys, time
@@ -88,6 +83,6 @@ out=$(run_with_timeout 30 env $PYENV $(preload_env "$TMP/sdp.conf") python3 "$TM
 [ "$out" = alive ] && log "ok   a log line to a broken pipe on stderr: no SIGPIPE" ||
 	bad "stderr a broken pipe: the program $( [ -n "$out" ] && echo "said '$out'" || echo "died")"
 
-[ "$failures" -eq 0 ] || fail "$failures case(s) failed"
+failures_end
 log "PASS"
 exit 0

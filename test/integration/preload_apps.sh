@@ -14,12 +14,6 @@ export TEST_LIMIT
 . "$(dirname "$0")/lib.sh"
 
 preload_lib >/dev/null || skip "libsdp.so is not built"
-failures=0
-bad() {
-	log "FAIL: $*"
-	failures=$((failures + 1))
-}
-have() { command -v "$1" >/dev/null 2>&1; }
 
 # Sanitizer builds: the leaks of iperf3, python3 or bash are not ours to
 # report (the rest of the suite checks libsdp's own), and curl hangs in
@@ -205,6 +199,6 @@ else
 	bad "python3 echo: $(cat "$TMP/echo.out")"
 fi
 
-[ "$failures" -eq 0 ] || fail "$failures case(s) failed"
+failures_end
 log "PASS"
 exit 0

@@ -24,11 +24,6 @@
 preload_lib >/dev/null || skip "libsdp.so is not built"
 SDPCAT=$(prog sdpcat)
 DIRECT=$(prog direct_sdp)
-failures=0
-bad() {
-	log "FAIL: $*"
-	failures=$((failures + 1))
-}
 
 # python3's (and bash's) own leaks are not ours to report in a sanitizer
 # build: every python3 run here has this in its environment.
@@ -556,6 +551,6 @@ if ! is_sanitized; then
 	wait_pid "$SERVER_PID" 30 || bad "sdp_run server exit status $?"
 fi
 
-[ "$failures" -eq 0 ] || fail "$failures case(s) failed"
+failures_end
 log "PASS"
 exit 0
