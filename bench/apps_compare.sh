@@ -91,18 +91,7 @@ run_as() {
 	fi
 }
 # A free TCP port P whose SDP port P + 20000 is free too.
-free_port() {
-	python3 -c '
-import random, socket
-for _ in range(500):
-    p = random.randint(20000, 40000)
-    try:
-        for q in (p, p + 20000):
-            s = socket.socket(); s.bind(("'"$host"'", q)); s.close()
-        print(p); break
-    except OSError:
-        pass'
-}
+free_port() { python3 "$(dirname "$0")/../tools/free_port.py" "$host"; }
 wait_port() { # PORT: until something listens there (10 s); no probe
 	# connection, which would count as a TCP client in the server's log
 	for _ in $(seq 100); do

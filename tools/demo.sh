@@ -85,24 +85,7 @@ use both client * *:*
 CONFEOF
 
 # A free port P whose SDP port on this transport (P + 20000) is free too.
-free_port() {
-	python3 -c '
-import socket, random
-for _ in range(200):
-    p = random.randint(20000, 40000)
-    ok = True
-    for q in (p, p + 20000):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", q))
-        except OSError:
-            ok = False
-        s.close()
-    if ok:
-        print(p)
-        break
-'
-}
+free_port() { python3 "$(dirname "$0")/free_port.py" 127.0.0.1; }
 
 # iperf3_rate yes|no: a 3-second iperf3 run on 127.0.0.1, both ends under
 # sdp_run or not; leaves Gbit/s in $rate.

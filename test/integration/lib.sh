@@ -331,23 +331,7 @@ ipv6_host() {
 
 # A free TCP port P whose SDP port (P + 20000) is free too (programs that
 # take a fixed port number).
-free_port() {
-	python3 -c '
-import socket, random
-for _ in range(200):
-    p = random.randint(20000, 40000)
-    ok = True
-    for q in (p, p + 20000):
-        s = socket.socket()
-        try:
-            s.bind(("'"$TEST_HOST"'", q))
-        except OSError:
-            ok = False
-        s.close()
-    if ok:
-        print(p); break
-'
-}
+free_port() { python3 "$top_srcdir/tools/free_port.py" "$TEST_HOST"; }
 
 # --- the preload ---------------------------------------------------------------
 
