@@ -49,6 +49,7 @@ void conn_free(struct sdp_sock *s)
 	free(c->rx_idle);
 	free(c->tx_mem);
 	free(c->tx_len);
+	free(c->tx_urg);
 	free(c);
 	s->conn = NULL;
 }
@@ -99,13 +100,6 @@ static int conn_stream_msg(struct sdp_sock *s, const struct sdp_bsdh *h, uint8_t
 	 * and our SinkAvail is dead (write_zcopy.c). */
 	if (data_len)
 		wz_stream_msg_rcvd(s);
-	if (h->flags & SDP_FLAG_OOB_PRES) {
-		/* Urgent data is not offered yet: without SO_OOBINLINE
-		 * Linux takes the urgent byte out of the stream, and so do
-		 * we. */
-		if (!s->oobinline)
-			data_len--;
-	}
 	if (data_len) {
 		*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){
 			.slot = slot, .off = data_off, .len = data_len,
@@ -114,6 +108,13 @@ static int conn_stream_msg(struct sdp_sock *s, const struct sdp_bsdh *h, uint8_t
 		c->rx_bytes += data_len;
 		keep = true;
 	}
+	/* Its last byte is urgent (the codec saw to a payload).  OOB_PEND
+	 * alone, an early notice some peers send, is left alone: the
+	 * OOB_PRES that follows it is the news. */
+	bool urgent = (h->flags & SDP_FLAG_OOB_PRES) && data_len;
+
+	if (urgent)
+		conn_urg_rcvd(s);
 	/* The advertised rest queues behind the inline bytes. */
 	if (h->mid == SDP_MID_SRC_AVAIL)
 		zc_src_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
