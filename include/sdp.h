@@ -151,10 +151,16 @@ int sdp_get_nonblock(int sd);
 /* Bytes that a recv() would return now (FIONREAD / SIOCINQ): up to the
  * mark while urgent data is pending and not inline, as Linux counts. */
 int sdp_nread(int sd);
-/* 1 if the next byte read is at the urgent mark (SIOCATMARK), else 0. */
-int sdp_atmark(int sd);
 /* Bytes sent but not yet acknowledged by the peer (SIOCOUTQ). */
 int sdp_nwrite(int sd);
+/* 1 if the next byte read is at the urgent mark (SIOCATMARK), else 0. */
+int sdp_atmark(int sd);
+/* fn(arg, band) runs at the moments Linux raises SIGURG and SIGIO: band
+ * POLLPRI when urgent data arrives, POLLIN when data or the end of the
+ * stream arrives, POLLOUT when room to send returns after a send found
+ * none.  It runs in whichever thread processed the event, with the
+ * socket's lock held: it must not call the engine.  fn NULL: none. */
+int sdp_set_notify(int sd, void (*fn)(long arg, int band), long arg);
 
 /*
  * Readiness.  sdp_events() returns the socket's current poll(2) mask:

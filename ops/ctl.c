@@ -228,7 +228,7 @@ int ops_fcntl(int fd, int cmd, long arg)
 		break;
 	default:
 		/* FD_CLOEXEC, F_SETOWN, F_SETSIG, leases...: the kernel socket
-		 * holds them.  (SIGIO is not raised for SDP data.) */
+		 * holds them, and sigio.c raises SIGURG and SIGIO from them. */
 		r = OPS_PASS;
 		break;
 	}

@@ -16,6 +16,7 @@
  * a time per direction.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,8 +121,12 @@ static int conn_stream_msg(struct sdp_sock *s, const struct sdp_bsdh *h, uint8_t
 		zc_src_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
 	else if (h->mid == SDP_MID_SINK_AVAIL)
 		wz_sink_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
-	if (s->state == SDP_S_ESTABLISHED && (data_len || h->mid == SDP_MID_SRC_AVAIL))
+	if (s->state == SDP_S_ESTABLISHED && (data_len || h->mid == SDP_MID_SRC_AVAIL)) {
 		sock_changed(s, true);
+		if (urgent)
+			sock_notify(s, POLLPRI);
+		sock_notify(s, POLLIN);
+	}
 	return keep;
 }
 
@@ -206,6 +211,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		wz_advert_dead(s);	/* no bytes come after it */
 		sdp_dbg(LOGSYS, "sd %d: DisConn received", s->sd);
 		sock_changed(s, true);
+		sock_notify(s, POLLIN);
 		break;
 	case SDP_MID_ABORT_CONN:
 		conn_abort(s, ECONNRESET);
@@ -292,6 +298,10 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		c->tx_queued_bytes -= c->tx_len[slot];
 		c->tx_done++;
 		sock_changed(s, false);
+		if (s->tx_nospace && conn_writable(s)) {
+			s->tx_nospace = false;
+			sock_notify(s, POLLOUT);
+		}
 	} else if (kind == SDP_CTX_CTRL) {
 		bool was_full = !ctrl_slot_free(c);
 

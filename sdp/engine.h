@@ -296,6 +296,12 @@ struct sdp_sock {
 	int interest;
 	bool fd_level;
 
+	/* sdp_set_notify(): told of the moments Linux raises SIGURG and
+	 * SIGIO; tx_nospace: a send found no room, so room is news. */
+	void (*notify)(long arg, int band);
+	long notify_arg;
+	bool tx_nospace;
+
 	/* Threads blocked on this socket (sdp_wait). */
 	struct sdp_waiter *waiters;
 	/* Waiters sleeping on the connection's ep fd themselves, and that
@@ -552,6 +558,8 @@ void conn_urg_rcvd(struct sdp_sock *s);
 uint64_t conn_rx_readable(const struct sdp_sock *s, bool peek);
 bool conn_at_mark(const struct sdp_conn *c);
 uint64_t conn_rx_inq(const struct sdp_sock *s);
+/* Tell sdp_set_notify()'s function of band (POLLIN, POLLOUT, POLLPRI). */
+void sock_notify(struct sdp_sock *s, int band);
 /* SO_RCVBUF changed: post or withhold receive buffers to match. */
 void conn_rcvbuf_changed(struct sdp_sock *s);
 /* Start the graceful close of the sending half (DisConn after data). */

@@ -1005,6 +1005,12 @@ int sock_events_locked(struct sdp_sock *s)
 	return ev;
 }
 
+void sock_notify(struct sdp_sock *s, int band)
+{
+	if (s->notify)
+		s->notify(s->notify_arg, band);
+}
+
 void sock_changed(struct sdp_sock *s, bool edge)
 {
 	uint64_t one = 1, v;

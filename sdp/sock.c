@@ -679,6 +679,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		if (s->state != SDP_S_ESTABLISHED)
 			continue;
 		if (ret == 0) {
+			s->tx_nospace = true;	/* room is news to SIGIO */
 			/* No room: completions may free buffers. */
 			ret = step_wait(s, dontwait, deadline, &driven);
 			if (ret) {
@@ -988,6 +989,7 @@ int sdp_close(int sd)
 
 	pthread_mutex_lock(&s->lock);
 	s->app_closed = true;
+	s->notify = NULL;	/* its owner's fd is gone */
 	if (s->state == SDP_S_LISTEN || s->nlsn) {
 		listener_free(s);
 	} else if (s->state == SDP_S_ESTABLISHED && s->conn) {
@@ -1535,6 +1537,18 @@ int sdp_atmark(int sd)
 	}
 	sock_unlock_put(s);
 	return v;
+}
+
+int sdp_set_notify(int sd, void (*fn)(long arg, int band), long arg)
+{
+	struct sdp_sock *s = sock_lock_sd(sd);
+
+	if (!s)
+		return -EBADF;
+	s->notify = fn;
+	s->notify_arg = arg;
+	sock_unlock_put(s);
+	return 0;
 }
 
 int sdp_nwrite(int sd)

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Urgent data: send(MSG_OOB), recv(MSG_OOB), SO_OOBINLINE, SIOCATMARK,
- * FIONREAD at the mark, POLLPRI / select's exceptfds / EPOLLPRI.
+ * Urgent data and signal-driven I/O: send(MSG_OOB), recv(MSG_OOB),
+ * SO_OOBINLINE, SIOCATMARK, FIONREAD at the mark, POLLPRI / select's
+ * exceptfds / EPOLLPRI, SIGURG to the owner, O_ASYNC's SIGIO and the
+ * F_SETSIG signal.
  *
- * The checks are rows of one table: steps on a connected
+ * The urgent-data checks are rows of one table: steps on a connected
  * pair, each with the result Linux TCP gives (measured on 6.x), which the
  * check compares.  Every read is non-blocking, after a step that waits
  * until all the bytes sent have arrived.
@@ -11,7 +13,9 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -289,6 +293,208 @@ out:
 	return rc;
 }
 
+/* --- signals ----------------------------------------------------------- */
+
+static volatile sig_atomic_t urg_count, io_count, rt_count, rt_code, rt_fd, rt_band;
+
+static void on_signal(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (sig == SIGURG) {
+		urg_count++;
+	} else if (sig == SIGIO) {
+		io_count++;
+	} else {
+		rt_count++;
+		rt_code = si->si_code;
+		rt_fd = si->si_fd;
+		rt_band = (int)si->si_band;
+	}
+}
+
+static void signals_install(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_signal, .sa_flags = SA_SIGINFO | SA_RESTART };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGURG, &sa, NULL);
+	sigaction(SIGIO, &sa, NULL);
+	sigaction(SIGRTMIN + 1, &sa, NULL);
+	urg_count = io_count = rt_count = 0;
+}
+
+static void signals_restore(void)
+{
+	signal(SIGURG, SIG_DFL);
+	signal(SIGIO, SIG_IGN);	/* a late one must not end the program */
+	signal(SIGRTMIN + 1, SIG_IGN);
+}
+
+/* Wait up to 10 s for *count to reach n. */
+static int wait_count(volatile sig_atomic_t *count, int n)
+{
+	int64_t end = now_ms() + 10000;
+
+	while (*count < n && now_ms() < end)
+		sleep_ms(1);
+	return *count >= n ? 0 : -1;
+}
+
+static int check_sigurg(void)
+{
+	struct pair p = { -1, -1 };
+	int rc = -1;
+
+	signals_install();
+	if (pair_open(&p) < 0)
+		goto out;
+	/* No owner: no signal (the byte's POLLPRI proves it arrived). */
+	if (send(p.c, "a", 1, MSG_OOB) != 1 || wait_fd(p.s, POLLPRI, 10000) <= 0)
+		FAIL_ERRNO("send");
+	note("no-owner=%d", (int)urg_count);
+	if (urg_count)
+		FAIL("SIGURG without an owner");
+	if (fcntl(p.s, F_SETOWN, getpid()) < 0)
+		FAIL_ERRNO("F_SETOWN");
+	note("owner=%d", fcntl(p.s, F_GETOWN) == getpid());
+	if (send(p.c, "b", 1, MSG_OOB) != 1)
+		FAIL_ERRNO("send");
+	if (wait_count(&urg_count, 1) < 0)
+		FAIL("no SIGURG for the owner");
+	note("sigurg");
+	/* The owner as a thread (F_SETOWN_EX), without O_ASYNC: no SIGIO. */
+	struct f_owner_ex own = { .type = F_OWNER_TID, .pid = gettid() };
+
+	if (fcntl(p.s, F_SETOWN_EX, &own) < 0)
+		FAIL_ERRNO("F_SETOWN_EX");
+	if (send(p.c, "c", 1, MSG_OOB) != 1)
+		FAIL_ERRNO("send");
+	if (wait_count(&urg_count, 2) < 0)
+		FAIL("no SIGURG for the owner thread");
+	note("sigurg-tid sigio=%d", (int)io_count);
+	if (io_count)
+		FAIL("SIGIO without O_ASYNC");
+	rc = 0;
+out:
+	pair_close(&p);
+	signals_restore();
+	return rc;
+}
+
+static int check_sigio(void)
+{
+	struct pair p = { -1, -1 };
+	int rc = -1, on = 1;
+	char buf[8];
+
+	signals_install();
+	if (pair_open(&p) < 0)
+		goto out;
+	if (fcntl(p.s, F_SETOWN, getpid()) < 0 ||
+	    fcntl(p.s, F_SETFL, fcntl(p.s, F_GETFL) | O_ASYNC) < 0)
+		FAIL_ERRNO("O_ASYNC");
+	if (send(p.c, "a", 1, 0) != 1)
+		FAIL_ERRNO("send");
+	if (wait_count(&io_count, 1) < 0)
+		FAIL("no SIGIO for data");
+	note("data");
+	if (read_exact(p.s, buf, 1, 10000) < 0)
+		FAIL_ERRNO("read");
+	int before = io_count;
+
+	if (shutdown(p.c, SHUT_WR) < 0)
+		FAIL_ERRNO("shutdown");
+	if (wait_count(&io_count, before + 1) < 0)
+		FAIL("no SIGIO for the end of the stream");
+	note("eof");
+	/* FIOASYNC off: no more (checked on the writer, which stays open). */
+	on = 0;
+	if (ioctl(p.s, FIOASYNC, &on) < 0)
+		FAIL_ERRNO("FIOASYNC");
+	note("async=%d", (fcntl(p.s, F_GETFL) & O_ASYNC) != 0);
+	rc = 0;
+out:
+	pair_close(&p);
+	signals_restore();
+	return rc;
+}
+
+/* F_SETSIG: the signal comes with si_fd and si_band (si_code is POLL_IN
+ * on Linux; libsdp raises it from its own thread, which the kernel lets
+ * say only SI_QUEUE: see libsdp(7)). */
+static int check_setsig(void)
+{
+	struct pair p = { -1, -1 };
+	int rc = -1;
+
+	signals_install();
+	if (pair_open(&p) < 0)
+		goto out;
+	if (fcntl(p.s, F_SETOWN, getpid()) < 0 || fcntl(p.s, F_SETSIG, SIGRTMIN + 1) < 0 ||
+	    fcntl(p.s, F_SETFL, fcntl(p.s, F_GETFL) | O_ASYNC) < 0)
+		FAIL_ERRNO("F_SETSIG");
+	if (send(p.c, "a", 1, 0) != 1)
+		FAIL_ERRNO("send");
+	if (wait_count(&rt_count, 1) < 0)
+		FAIL("no F_SETSIG signal");
+	note("fd=%d band=%#x sigio=%d", rt_fd == p.s, (unsigned)rt_band, (int)io_count);
+	if (rt_fd != p.s || !(rt_band & POLLIN) || io_count)
+		FAIL("wrong siginfo");
+	rc = 0;
+out:
+	pair_close(&p);
+	signals_restore();
+	return rc;
+}
+
+/* Room again after a full send buffer: SIGIO for the writer. */
+static int check_sigio_out(void)
+{
+	struct pair p = { -1, -1 };
+	static char big[1 << 16];
+	int rc = -1;
+	long sent = 0, got = 0;
+	ssize_t n;
+
+	signals_install();
+	if (pair_open(&p) < 0)
+		goto out;
+	if (fcntl(p.c, F_SETOWN, getpid()) < 0 ||
+	    fcntl(p.c, F_SETFL, fcntl(p.c, F_GETFL) | O_ASYNC | O_NONBLOCK) < 0)
+		FAIL_ERRNO("O_ASYNC");
+	/* SIGIO comes once room returns after the send that found none:
+	 * on Linux when the reader drains, on SDP maybe sooner (the peer's
+	 * buffers take bytes the reader has not read yet). */
+	int before = 0;
+
+	for (int i = 0; i < 4096; i++) {
+		before = io_count;
+		n = send(p.c, big, sizeof(big), 0);
+		if (n < 0)
+			break;
+		sent += n;
+	}
+	if (errno != EAGAIN)
+		FAIL_ERRNO("send");
+
+	while (got < sent) {
+		if (wait_fd(p.s, POLLIN, 10000) <= 0)
+			FAIL("no data");
+		n = read(p.s, big, sizeof(big));
+		if (n <= 0)
+			FAIL_ERRNO("read");
+		got += n;
+	}
+	if (wait_count(&io_count, before + 1) < 0)
+		FAIL("no SIGIO when room came back");
+	note("room");
+	rc = 0;
+out:
+	pair_close(&p);
+	signals_restore();
+	return rc;
+}
+
 const struct check checks_oob[] = {
 	{ "oob_none", check_oob_scenario, "recv(MSG_OOB) with no urgent data: EINVAL" },
 	{ "oob_mark", check_oob_scenario, "a read stops at the mark; SIOCATMARK, FIONREAD, POLLPRI" },
@@ -302,5 +508,9 @@ const struct check checks_oob[] = {
 	{ "oob_peek", check_oob_scenario, "MSG_PEEK with and without MSG_OOB" },
 	{ "oob_waitall", check_oob_scenario, "MSG_WAITALL stops at the mark" },
 	{ "oob_select", check_oob_scenario, "select exceptfds and EPOLLPRI for urgent data" },
+	{ "sigurg", check_sigurg, "SIGURG to the F_SETOWN / F_SETOWN_EX owner only" },
+	{ "sigio", check_sigio, "O_ASYNC: SIGIO for data and the end of the stream" },
+	{ "sigio_setsig", check_setsig, "F_SETSIG: the chosen signal with si_fd, si_band" },
+	{ "sigio_out", check_sigio_out, "O_ASYNC: SIGIO when a full send buffer drains" },
 	{ NULL, NULL, NULL },
 };
