@@ -119,8 +119,11 @@ enum sdp_fallback_reason {
 };
 int sdp_fallback_reason(int sd);
 
-/* flags: MSG_DONTWAIT, MSG_NOSIGNAL, MSG_MORE (send); MSG_DONTWAIT,
- * MSG_PEEK, MSG_WAITALL (recv).  MSG_OOB gives -EOPNOTSUPP for now. */
+/* flags: MSG_DONTWAIT, MSG_NOSIGNAL, MSG_MORE, MSG_OOB (send); MSG_DONTWAIT,
+ * MSG_PEEK, MSG_WAITALL, MSG_OOB (recv).  Urgent data as on Linux TCP: the
+ * last byte of a MSG_OOB send is urgent; recv(MSG_OOB) reads it (-EINVAL
+ * when there is none, it was read, or SO_OOBINLINE is on); a read stops
+ * at the mark. */
 ssize_t sdp_send(int sd, const void *buf, size_t len, int flags);
 ssize_t sdp_recv(int sd, void *buf, size_t len, int flags);
 ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags);
@@ -145,10 +148,19 @@ int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len);
 /* O_NONBLOCK on or off; sdp_get_nonblock() returns 0 or 1. */
 int sdp_set_nonblock(int sd, int on);
 int sdp_get_nonblock(int sd);
-/* Bytes that a recv() would return now (FIONREAD / SIOCINQ). */
+/* Bytes that a recv() would return now (FIONREAD / SIOCINQ): up to the
+ * mark while urgent data is pending and not inline, as Linux counts. */
 int sdp_nread(int sd);
 /* Bytes sent but not yet acknowledged by the peer (SIOCOUTQ). */
 int sdp_nwrite(int sd);
+/* 1 if the next byte read is at the urgent mark (SIOCATMARK), else 0. */
+int sdp_atmark(int sd);
+/* fn(arg, band) runs at the moments Linux raises SIGURG and SIGIO: band
+ * POLLPRI when urgent data arrives, POLLIN when data or the end of the
+ * stream arrives, POLLOUT when room to send returns after a send found
+ * none.  It runs in whichever thread processed the event, with the
+ * socket's lock held: it must not call the engine.  fn NULL: none. */
+int sdp_set_notify(int sd, void (*fn)(long arg, int band), long arg);
 
 /*
  * Readiness.  sdp_events() returns the socket's current poll(2) mask:

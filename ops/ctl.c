@@ -228,7 +228,7 @@ int ops_fcntl(int fd, int cmd, long arg)
 		break;
 	default:
 		/* FD_CLOEXEC, F_SETOWN, F_SETSIG, leases...: the kernel socket
-		 * holds them.  (SIGIO is not raised for SDP data.) */
+		 * holds them, and sigio.c raises SIGURG and SIGIO from them. */
 		r = OPS_PASS;
 		break;
 	}
@@ -283,10 +283,11 @@ int ops_ioctl(int fd, unsigned long req, void *arg)
 		break;
 	case SIOCATMARK:
 		if (sdp) {
-			/* The engine takes the urgent byte out of the stream as
-			 * it arrives; the stream is never at a mark. */
-			*(int *)arg = 0;
-			r = 0;
+			r = sdp_atmark(s->sd);
+			if (r >= 0) {
+				*(int *)arg = r;
+				r = 0;
+			}
 		}
 		break;
 	default:

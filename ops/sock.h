@@ -58,6 +58,7 @@ struct ops_sock {
 	enum ops_sock_state state;
 	enum ops_fallback fallback;
 	int sd;			/* the engine socket (connection or listener), or -1 */
+	int notify_fd;		/* sigio.c: the fd whose owner gets SIGURG, SIGIO */
 	bool inherited;		/* from before a fork(): the parent's connection */
 
 	/* Relayed (relay.c): since a fork, the application's fds name a Unix
@@ -131,6 +132,12 @@ void ops_fd_for_each(void (*fn)(int fd, struct ops_sock *s, void *arg), void *ar
 bool ops_fd_names(int fd, const struct ops_sock *s);
 /* No fd at or above this is in the table. */
 int ops_fd_end(void);
+
+/* --- sigio.c -------------------------------------------------------------------- */
+
+/* s's SDP connection is at fd now: its urgent data and readiness raise
+ * SIGURG and SIGIO for fd's owner, as the kernel would (sigio.c). */
+void ops_sigio_attach(int fd, struct ops_sock *s);
 
 /* --- switch.c ------------------------------------------------------------------- */
 

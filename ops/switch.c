@@ -146,12 +146,14 @@ void ops_set_state(struct ops_sock *s, enum ops_sock_state st)
 	ops_stats_sock_set_state(s->row, st);
 }
 
-/* Addresses and transport into the statistics row. */
+/* fd's connection is up: its signals (sigio.c); addresses and transport
+ * into the statistics row. */
 static void publish_conn(int fd, struct ops_sock *s)
 {
 	struct sockaddr_storage l, p;
 	socklen_t ll = sizeof(l), pl = sizeof(p);
 
+	ops_sigio_attach(fd, s);
 	if (!s->row)
 		return;
 	if (s->sd >= 0) {

@@ -16,6 +16,7 @@
  * a time per direction.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ void conn_free(struct sdp_sock *s)
 	free(c->rx_idle);
 	free(c->tx_mem);
 	free(c->tx_len);
+	free(c->tx_urg);
 	free(c);
 	s->conn = NULL;
 }
@@ -99,13 +101,6 @@ static int conn_stream_msg(struct sdp_sock *s, const struct sdp_bsdh *h, uint8_t
 	 * and our SinkAvail is dead (write_zcopy.c). */
 	if (data_len)
 		wz_stream_msg_rcvd(s);
-	if (h->flags & SDP_FLAG_OOB_PRES) {
-		/* Urgent data is not offered yet: without SO_OOBINLINE
-		 * Linux takes the urgent byte out of the stream, and so do
-		 * we. */
-		if (!s->oobinline)
-			data_len--;
-	}
 	if (data_len) {
 		*rxq_at(c, c->rxq_count) = (struct sdp_rx_seg){
 			.slot = slot, .off = data_off, .len = data_len,
@@ -114,13 +109,24 @@ static int conn_stream_msg(struct sdp_sock *s, const struct sdp_bsdh *h, uint8_t
 		c->rx_bytes += data_len;
 		keep = true;
 	}
+	/* Its last byte is urgent (the codec saw to a payload).  OOB_PEND
+	 * alone, an early notice some peers send, is left alone: the
+	 * OOB_PRES that follows it is the news. */
+	bool urgent = (h->flags & SDP_FLAG_OOB_PRES) && data_len;
+
+	if (urgent)
+		conn_urg_rcvd(s);
 	/* The advertised rest queues behind the inline bytes. */
 	if (h->mid == SDP_MID_SRC_AVAIL)
 		zc_src_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
 	else if (h->mid == SDP_MID_SINK_AVAIL)
 		wz_sink_avail_rcvd(s, h, buf + SDP_BSDH_LEN, data_len);
-	if (s->state == SDP_S_ESTABLISHED && (data_len || h->mid == SDP_MID_SRC_AVAIL))
+	if (s->state == SDP_S_ESTABLISHED && (data_len || h->mid == SDP_MID_SRC_AVAIL)) {
 		sock_changed(s, true);
+		if (urgent)
+			sock_notify(s, POLLPRI);
+		sock_notify(s, POLLIN);
+	}
 	return keep;
 }
 
@@ -205,6 +211,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		wz_advert_dead(s);	/* no bytes come after it */
 		sdp_dbg(LOGSYS, "sd %d: DisConn received", s->sd);
 		sock_changed(s, true);
+		sock_notify(s, POLLIN);
 		break;
 	case SDP_MID_ABORT_CONN:
 		conn_abort(s, ECONNRESET);
@@ -291,6 +298,10 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		c->tx_queued_bytes -= c->tx_len[slot];
 		c->tx_done++;
 		sock_changed(s, false);
+		if (s->tx_nospace && conn_writable(s)) {
+			s->tx_nospace = false;
+			sock_notify(s, POLLOUT);
+		}
 	} else if (kind == SDP_CTX_CTRL) {
 		bool was_full = !ctrl_slot_free(c);
 

@@ -56,6 +56,14 @@ struct sdp_rx_seg {
 	uint32_t slot;		/* receive buffer index, or SDP_SLOT_* */
 	uint32_t off;		/* first unread byte in that buffer */
 	uint32_t len;		/* unread bytes */
+	bool urg;		/* its last byte is the urgent byte: the mark */
+};
+
+/* The urgent byte (post.c, "Urgent data"), as Linux's tp->urg_data. */
+enum sdp_urg {
+	SDP_URG_NONE,	/* no mark in the stream */
+	SDP_URG_VALID,	/* the byte can be read with MSG_OOB */
+	SDP_URG_READ,	/* read with MSG_OOB; the mark stays until passed */
 };
 
 /* Control messages waiting for a credit, sent in this order. */
@@ -115,6 +123,8 @@ struct sdp_conn {
 	uint32_t rxq_cap;	/* nrx + the SrcAvail and staging segments */
 	uint32_t rxq_head, rxq_count;
 	uint64_t rx_bytes;	/* sum of rxq lengths */
+	enum sdp_urg urg;	/* the one rxq segment with .urg set iff not NONE */
+	uint8_t urg_byte;
 
 	/* Send side: ntx buffers of tx_size bytes, used as a ring:
 	 * [tx_done, tx_posted) posted and not completed, [tx_posted,
@@ -124,6 +134,7 @@ struct sdp_conn {
 	struct oti_mr *tx_mr;
 	uint32_t ntx, tx_size;	/* tx_size = the peer's buffer size */
 	uint32_t *tx_len;	/* payload bytes in each buffer */
+	bool *tx_urg;		/* its last byte is urgent: OOB_PRES, nothing appended */
 	uint32_t tx_done, tx_posted, tx_filled;
 	uint64_t tx_queued_bytes;	/* in buffers, not yet completed */
 
@@ -284,6 +295,12 @@ struct sdp_sock {
 	/* Readiness: the sd (eventfd) is readable while events & interest. */
 	int interest;
 	bool fd_level;
+
+	/* sdp_set_notify(): told of the moments Linux raises SIGURG and
+	 * SIGIO; tx_nospace: a send found no room, so room is news. */
+	void (*notify)(long arg, int band);
+	long notify_arg;
+	bool tx_nospace;
 
 	/* Threads blocked on this socket (sdp_wait). */
 	struct sdp_waiter *waiters;
@@ -530,6 +547,19 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		  size_t skip);
 /* Free send space (bytes that a send would accept now). */
 bool conn_writable(const struct sdp_sock *s);
+
+/* Urgent data (post.c has the model).  conn_urg_rcvd(): the Data message
+ * just queued (the last segment) carries OOB_PRES: the mark moves to its
+ * last byte.  conn_rx_readable(): the bytes a recv() without MSG_OOB may
+ * take (a peek cannot take an urgent byte at the head that it skips).
+ * conn_at_mark(): SIOCATMARK.  conn_rx_inq(): FIONREAD, which Linux stops
+ * at the mark. */
+void conn_urg_rcvd(struct sdp_sock *s);
+uint64_t conn_rx_readable(const struct sdp_sock *s, bool peek);
+bool conn_at_mark(const struct sdp_conn *c);
+uint64_t conn_rx_inq(const struct sdp_sock *s);
+/* Tell sdp_set_notify()'s function of band (POLLIN, POLLOUT, POLLPRI). */
+void sock_notify(struct sdp_sock *s, int band);
 /* SO_RCVBUF changed: post or withhold receive buffers to match. */
 void conn_rcvbuf_changed(struct sdp_sock *s);
 /* Start the graceful close of the sending half (DisConn after data). */

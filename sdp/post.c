@@ -219,7 +219,8 @@ int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock
 		c->ntx = bufs_for((uint64_t)s->sndbuf, c->tx_size, 1);
 	c->tx_mem = aligned_alloc(4096, ((size_t)c->ntx * c->tx_size + 4095) & ~(size_t)4095);
 	c->tx_len = calloc(c->ntx, sizeof(*c->tx_len));
-	if (!c->tx_mem || !c->tx_len)
+	c->tx_urg = calloc(c->ntx, sizeof(*c->tx_urg));
+	if (!c->tx_mem || !c->tx_len || !c->tx_urg)
 		return -ENOMEM;
 	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
 	return ret;
@@ -401,8 +402,9 @@ int conn_post_sink_avail(struct sdp_sock *s, const struct sdp_sinkah *a)
 		uint32_t slot = (c->tx_filled - 1) % c->ntx;
 
 		c->trans_held = false;
+		/* OOB_PRES is for Data only. */
 		if (c->tx_posted + 1 == c->tx_filled && c->tx_len[slot] <= conn_piggyback_max(c) &&
-		    sdp_can_send_data(&c->cr)) {
+		    !c->tx_urg[slot] && sdp_can_send_data(&c->cr)) {
 			/* The held request becomes the SinkAvail's payload, in
 			 * place: BSDH, SinkAH, request. */
 			uint8_t *buf = tx_buf(c, slot);
@@ -481,7 +483,8 @@ static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
 	/* A Transaction request waits for our recv()'s SinkAvail. */
 	if (c->trans_held)
 		return true;
-	if (c->tx_len[slot] >= tx_payload_max(c))
+	/* Urgent data goes at once, as tcp_push() marks it. */
+	if (c->tx_len[slot] >= tx_payload_max(c) || c->tx_urg[slot])
 		return false;
 	/* SO_SNDBUF is full: no more is coming until this goes, so it goes
 	 * (tcp_sendmsg() pushes a corked tail before it waits for room). */
@@ -509,7 +512,8 @@ static int flush_data(struct sdp_sock *s, struct sdp_conn *c)
 		struct oti_sge sge = {
 			.addr = buf, .len = SDP_BSDH_LEN + c->tx_len[slot], .mr = c->tx_mr,
 		};
-		conn_fill_bsdh(c, buf, SDP_MID_DATA, 0, sge.len);
+		conn_fill_bsdh(c, buf, SDP_MID_DATA,
+			       c->tx_urg[slot] ? SDP_FLAG_OOB_PRES | SDP_FLAG_OOB_PEND : 0, sge.len);
 		int ret = c->t->post_send(c->ep, &sge, SDP_CTX_TX | slot,
 					  sge.len <= c->caps.max_inline ? OTI_SEND_INLINE : 0);
 		if (ret) {
@@ -683,6 +687,16 @@ void conn_end_hold(struct sdp_sock *s)
 		conn_push(s);
 }
 
+/* The last filled buffer still takes bytes: not posted, not full, and
+ * not ended by an urgent byte (which must stay its message's last). */
+static bool tail_open(const struct sdp_conn *c)
+{
+	uint32_t slot = (c->tx_filled - 1) % c->ntx;
+
+	return c->tx_filled != c->tx_posted && c->tx_len[slot] < tx_payload_max(c) &&
+	       !c->tx_urg[slot];
+}
+
 bool conn_writable(const struct sdp_sock *s)
 {
 	const struct sdp_conn *c = s->conn;
@@ -692,8 +706,7 @@ bool conn_writable(const struct sdp_sock *s)
 	if (c->tx_filled - c->tx_done < c->ntx)
 		return true;
 	/* All buffers in use: room only in a last one still filling. */
-	return c->tx_filled != c->tx_posted &&
-	       c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c);
+	return tail_open(c);
 }
 
 /*
@@ -714,12 +727,12 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 	while (i < iovcnt && taken < limit) {
 		uint32_t slot;
 
-		if (c->tx_filled != c->tx_posted &&
-		    c->tx_len[(c->tx_filled - 1) % c->ntx] < tx_payload_max(c)) {
+		if (tail_open(c)) {
 			slot = (c->tx_filled - 1) % c->ntx;
 		} else if (c->tx_filled - c->tx_done < c->ntx) {
 			slot = c->tx_filled % c->ntx;
 			c->tx_len[slot] = 0;
+			c->tx_urg[slot] = false;
 			c->tx_filled++;
 		} else {
 			break;
@@ -742,6 +755,9 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			i++;
 		}
 	}
+	/* sdp_sendv() gives MSG_OOB for the call's last byte alone. */
+	if ((flags & MSG_OOB) && taken)
+		c->tx_urg[(c->tx_filled - 1) % c->ntx] = true;
 	bool more = flags & MSG_MORE;
 	int saved_cork = s->cork;
 
@@ -780,6 +796,8 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 	size_t off = skip;
 	int i = iov_seek(iov, iovcnt, &off);
 	bool reposted = false;
+	bool passed_mark = false;
+
 	while (i < iovcnt && q < c->rxq_count) {
 		struct sdp_rx_seg *seg = rxq_at(c, q);
 
@@ -788,16 +806,31 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			break;
 		uint32_t avail = seg->len - (peek ? qoff : 0);
 		size_t n = iov[i].iov_len - off;
+		bool hidden = false;	/* the urgent byte, skipped */
 
 		if (n > avail)
 			n = avail;
-		memcpy((uint8_t *)iov[i].iov_base + off,
-		       seg_buf(c, seg) + seg->off + (peek ? qoff : 0), n);
-		copied += n;
-		off += n;
-		if (off == iov[i].iov_len) {
-			off = 0;
-			i++;
+		if (seg->urg && avail == 1) {
+			/* At the mark: a read that has bytes stops there;
+			 * one that has none takes the urgent byte inline or
+			 * skips it (tcp_recvmsg()). */
+			if (skip + copied)
+				break;
+			hidden = !s->oobinline;
+		} else if (seg->urg && n == avail) {
+			n = avail - 1;	/* up to the mark */
+		}
+		if (hidden) {
+			n = 1;
+		} else {
+			memcpy((uint8_t *)iov[i].iov_base + off,
+			       seg_buf(c, seg) + seg->off + (peek ? qoff : 0), n);
+			copied += n;
+			off += n;
+			if (off == iov[i].iov_len) {
+				off = 0;
+				i++;
+			}
 		}
 		if (peek) {
 			qoff += (uint32_t)n;
@@ -813,6 +846,13 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		if (seg->len == 0) {
 			uint32_t slot = seg->slot;
 
+			if (seg->urg) {
+				/* Past the mark: no urgent data any more. */
+				seg->urg = false;
+				c->urg = SDP_URG_NONE;
+				passed_mark = true;
+			}
+
 			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
 			c->rxq_count--;
 			if (slot == SDP_SLOT_STAGE)
@@ -822,15 +862,102 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			reposted = true;
 		}
 	}
-	if (!peek && copied) {
+	if (!peek && copied)
 		SDP_STAT_INC(bytes_received, copied);
-		/* Drained: the readiness fd must stop reporting data. */
-		if (!c->rx_bytes)
-			sock_changed(s, false);
-	}
+	/* Drained, or past the mark: the readiness fd must follow. */
+	if (passed_mark || (!peek && copied && !c->rx_bytes))
+		sock_changed(s, false);
 	if (reposted)
 		conn_flush(s);
 	return (ssize_t)copied;
+}
+
+/* --- urgent data ---------------------------------------------------------- *
+ *
+ * Linux's model, which is what a program sees: the urgent byte stays in
+ * the stream, and the mark is its place.  Without SO_OOBINLINE a read
+ * skips it (as the option is when the read comes, not when the byte
+ * came); with it, a read returns it; either way a read stops at the mark
+ * when it has bytes already.  recv(MSG_OOB) takes the byte out of band
+ * while it is valid (sock.c).  A newer urgent byte moves the mark: the
+ * older byte becomes ordinary data, unless the reader stands at the old
+ * mark, which then is skipped (tcp_check_urg()).
+ */
+
+/* The segment of the mark, and the bytes queued before the urgent byte. */
+static struct sdp_rx_seg *urg_seg(const struct sdp_conn *c, uint64_t *before)
+{
+	uint64_t n = 0;
+
+	for (uint32_t q = 0; q < c->rxq_count; q++) {
+		struct sdp_rx_seg *seg = rxq_at(c, q);
+
+		if (seg->urg) {
+			if (before)
+				*before = n + seg->len - 1;
+			return seg;
+		}
+		n += seg->len;
+	}
+	return NULL;
+}
+
+bool conn_at_mark(const struct sdp_conn *c)
+{
+	return c->urg != SDP_URG_NONE && c->rxq_count && rxq_at(c, 0)->urg &&
+	       rxq_at(c, 0)->len == 1;
+}
+
+/* The urgent byte is next and a read would skip it. */
+static bool urg_hidden(const struct sdp_sock *s)
+{
+	return !s->oobinline && conn_at_mark(s->conn);
+}
+
+void conn_urg_rcvd(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	struct sdp_rx_seg *old = urg_seg(c, NULL);
+	struct sdp_rx_seg *seg = rxq_at(c, c->rxq_count - 1);
+
+	if (old) {
+		if (urg_hidden(s)) {
+			/* The reader stands at the old mark: its byte goes. */
+			uint32_t slot = old->slot;
+
+			old->off++;
+			old->len--;
+			c->rx_bytes--;
+			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
+			c->rxq_count--;
+			if (slot != SDP_SLOT_STAGE)
+				(void)conn_repost(s, slot);
+		}
+		old->urg = false;
+	}
+	seg->urg = true;
+	c->urg = SDP_URG_VALID;
+	c->urg_byte = seg_buf(c, seg)[seg->off + seg->len - 1];
+}
+
+uint64_t conn_rx_readable(const struct sdp_sock *s, bool peek)
+{
+	const struct sdp_conn *c = s->conn;
+
+	if (!c)
+		return 0;
+	return c->rx_bytes - (peek && urg_hidden(s) ? 1 : 0);
+}
+
+uint64_t conn_rx_inq(const struct sdp_sock *s)
+{
+	const struct sdp_conn *c = s->conn;
+	uint64_t before;
+
+	/* Without SO_OOBINLINE, SIOCINQ counts up to the mark only. */
+	if (s->oobinline || c->urg == SDP_URG_NONE || !urg_seg(c, &before))
+		return c->rx_bytes;
+	return before;
 }
 
 /* --- readiness ------------------------------------------------------------ */
@@ -861,8 +988,11 @@ int sock_events_locked(struct sdp_sock *s)
 	bool rd_shut = s->shut_rd || c->disconn_rcvd;
 	bool wr_shut = s->shut_wr || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN);
 
-	if (c->rx_bytes || rd_shut)
+	/* A hidden urgent byte alone is no data (tcp_poll()'s target++). */
+	if (c->rx_bytes > (urg_hidden(s) ? 1u : 0u) || rd_shut)
 		ev |= POLLIN | POLLRDNORM;
+	if (c->urg == SDP_URG_VALID)
+		ev |= POLLPRI;
 	if (rd_shut)
 		ev |= POLLRDHUP;
 	/* A shut sending side is "writable" so that send() reports EPIPE. */
@@ -873,6 +1003,12 @@ int sock_events_locked(struct sdp_sock *s)
 	if (s->so_error)
 		ev |= POLLERR;
 	return ev;
+}
+
+void sock_notify(struct sdp_sock *s, int band)
+{
+	if (s->notify)
+		s->notify(s->notify_arg, band);
 }
 
 void sock_changed(struct sdp_sock *s, bool edge)

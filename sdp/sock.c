@@ -567,12 +567,17 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return -EINVAL;
-	if (flags & MSG_OOB)
-		return -EOPNOTSUPP;
 	s = sock_get(sd);
 	if (!s)
 		return -EBADF;
 	total = iov_total(iov, iovcnt);
+	/* MSG_OOB: the last byte is urgent, and must end a Data message
+	 * (OOB_PRES): the rest goes first by Bcopy, then that byte with
+	 * the flag (conn_send()). */
+	bool urgent = (flags & MSG_OOB) && total;
+	size_t body = urgent ? total - 1 : total;
+
+	flags &= ~MSG_OOB;
 	pthread_mutex_lock(&s->lock);
 	uint64_t deadline = deadline_from(&s->sndtimeo);
 	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
@@ -581,7 +586,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	 * it: the progress thread reaps completions meanwhile, and each
 	 * drive costs system calls. */
 	bool driven = false;
-	bool zc_off = false;	/* this call sends by Bcopy only */
+	bool zc_off = urgent;	/* this call sends by Bcopy only */
 	bool zc_used = false;	/* some of it went by zero copy */
 
 	for (;;) {
@@ -605,7 +610,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			break;
 		/* The peer's recv() advertised its buffer: write into it
 		 * (write_zcopy.c). */
-		if (wz_send_ready(s)) {
+		if (!urgent && wz_send_ready(s)) {
 			ret = wz_send(s, iov, iovcnt, done, dontwait);
 			if (ret < 0) {
 				ret = done ? (ssize_t)done : ret;
@@ -655,10 +660,17 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			}
 			continue;
 		}
-		trans_hold(s, total - done);
-		ret = conn_send(s, iov, iovcnt, flags, done,
-				dontwait || zc_off ? SIZE_MAX
-						   : zc_bcopy_limit(s, iov, iovcnt, done));
+		size_t limit = dontwait || zc_off ? SIZE_MAX : zc_bcopy_limit(s, iov, iovcnt, done);
+
+		if (urgent) {
+			/* A held request would go in a SinkAvail, which
+			 * cannot carry the urgent byte. */
+			conn_end_hold(s);
+			limit = done < body ? body - done : 1;
+		} else {
+			trans_hold(s, total - done);
+		}
+		ret = conn_send(s, iov, iovcnt, done == body ? flags | MSG_OOB : flags, done, limit);
 		if (ret < 0)
 			goto out;
 		done += (size_t)ret;
@@ -667,6 +679,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		if (s->state != SDP_S_ESTABLISHED)
 			continue;
 		if (ret == 0) {
+			s->tx_nospace = true;	/* room is news to SIGIO */
 			/* No room: completions may free buffers. */
 			ret = step_wait(s, dontwait, deadline, &driven);
 			if (ret) {
@@ -723,6 +736,9 @@ static enum recv_step recv_queued(struct sdp_sock *s, const struct iovec *iov, i
 	if (*ret < 0)
 		return RECV_ERROR;
 	*done += (size_t)*ret;
+	/* A read stops at the mark, MSG_WAITALL or not (tcp_recvmsg()). */
+	if (*done && !(flags & MSG_PEEK) && conn_at_mark(s->conn))
+		return RECV_DONE;
 	if (*ret == 0 && zc_rx_at_head(s->conn)) {
 		*ret = zc_recv(s, iov, iovcnt, flags, *done, &zc_busy);
 		if (*ret < 0) {
@@ -763,6 +779,40 @@ static void recv_finish(struct sdp_sock *s)
 	}
 }
 
+/* recv(MSG_OOB), as tcp_recv_urg(): the urgent byte while it is valid
+ * and not inline, never waiting; EINVAL when there is none (ENOTCONN on
+ * a listener, as tcp_recvmsg() says first). */
+static ssize_t recv_urgent(int sd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct sdp_sock *s = sock_lock_sd(sd);
+	ssize_t ret = -EINVAL;
+
+	if (!s)
+		return -EBADF;
+	if (s->state == SDP_S_LISTEN)
+		ret = -ENOTCONN;
+	else if (s->conn)
+		sock_drive(s);	/* it may have arrived just now */
+	struct sdp_conn *c = s->conn;
+
+	if (!s->oobinline && c && c->urg == SDP_URG_VALID) {
+		ret = 0;
+		for (int i = 0; i < iovcnt; i++) {
+			if (iov[i].iov_len) {
+				*(uint8_t *)iov[i].iov_base = c->urg_byte;
+				ret = 1;
+				break;
+			}
+		}
+		if (!(flags & MSG_PEEK)) {
+			c->urg = SDP_URG_READ;
+			sock_changed(s, false);
+		}
+	}
+	sock_unlock_put(s);
+	return ret;
+}
+
 ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct sdp_sock *s;
@@ -771,10 +821,8 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return -EINVAL;
-	/* Urgent data is taken out of the stream (see conn.c), so there is
-	 * never any to read: Linux says EINVAL then. */
 	if (flags & MSG_OOB)
-		return -EINVAL;
+		return recv_urgent(sd, iov, iovcnt, flags);
 	s = sock_get(sd);
 	if (!s)
 		return -EBADF;
@@ -806,7 +854,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 		bool zc_busy = false;
 
-		if (s->conn && s->conn->rx_bytes) {
+		if (conn_rx_readable(s, flags & MSG_PEEK)) {
 			enum recv_step st = recv_queued(s, iov, iovcnt, flags, total, want, &done,
 							&ret);
 
@@ -941,6 +989,7 @@ int sdp_close(int sd)
 
 	pthread_mutex_lock(&s->lock);
 	s->app_closed = true;
+	s->notify = NULL;	/* its owner's fd is gone */
 	if (s->state == SDP_S_LISTEN || s->nlsn) {
 		listener_free(s);
 	} else if (s->state == SDP_S_ESTABLISHED && s->conn) {
@@ -1235,8 +1284,12 @@ int sdp_setsockopt(int sd, int level, int name, const void *val, socklen_t len)
 				s->reuseaddr = !!v;
 			else if (name == SO_REUSEPORT)
 				s->reuseport = !!v;
-			else
+			else {
 				s->oobinline = !!v;
+				/* A byte at the mark is data now, or no more. */
+				if (s->conn)
+					sock_changed(s, false);
+			}
 			break;
 		case SO_RCVLOWAT:
 			ret = opt_int_in(val, len, &v);
@@ -1461,11 +1514,41 @@ int sdp_nread(int sd)
 		v = -EINVAL;
 	else if (s->conn) {
 		sock_drive(s);
-		if (s->conn)
-			v = s->conn->rx_bytes > INT_MAX ? INT_MAX : (int)s->conn->rx_bytes;
+		if (s->conn) {
+			uint64_t n = conn_rx_inq(s);
+
+			v = n > INT_MAX ? INT_MAX : (int)n;
+		}
 	}
 	sock_unlock_put(s);
 	return v;
+}
+
+int sdp_atmark(int sd)
+{
+	struct sdp_sock *s = sock_lock_sd(sd);
+	int v = 0;
+
+	if (!s)
+		return -EBADF;
+	if (s->conn) {
+		sock_drive(s);
+		v = s->conn && conn_at_mark(s->conn);
+	}
+	sock_unlock_put(s);
+	return v;
+}
+
+int sdp_set_notify(int sd, void (*fn)(long arg, int band), long arg)
+{
+	struct sdp_sock *s = sock_lock_sd(sd);
+
+	if (!s)
+		return -EBADF;
+	s->notify = fn;
+	s->notify_arg = arg;
+	sock_unlock_put(s);
+	return 0;
 }
 
 int sdp_nwrite(int sd)

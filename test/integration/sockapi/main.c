@@ -190,6 +190,7 @@ int main(int argc, char **argv)
 	add_group(checks_epoll);
 	add_group(checks_proc);
 	add_group(checks_bufs);
+	add_group(checks_oob);
 
 	for (a = 1; a < argc; a++) {
 		const char *arg = argv[a];

@@ -39,6 +39,7 @@ extern const struct check checks_poll[];
 extern const struct check checks_epoll[];
 extern const struct check checks_proc[];
 extern const struct check checks_bufs[];
+extern const struct check checks_oob[];
 
 /* The program's own path for exec (argv[0] fallback). */
 extern const char *self_exe;
