@@ -37,7 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&laddr, sizeof(laddr)) ||
-	    listen(lfd, 4) || getsockname(lfd, (struct sockaddr *)&laddr, &l)) {
+	    listen(lfd, 64) || getsockname(lfd, (struct sockaddr *)&laddr, &l)) {
 		perror("fuzz_convert: listener");
 		abort();
 	}
@@ -74,17 +74,35 @@ static void check_bytes(const uint8_t *data, size_t size)
 }
 
 /* A connected pair (cfd writes, *sfd reads), closed with a reset so that
- * a long run leaves no TIME_WAIT behind. */
+ * a long run leaves no TIME_WAIT behind.  Loopback can still run short of
+ * ports for a moment under millions of connections: that is retried, any
+ * other failure is the harness's own and says so. */
 static int pair(int *sfd)
 {
 	struct linger lin = { .l_onoff = 1, .l_linger = 0 };
-	int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int cfd = -1;
 
-	if (cfd < 0 || connect(cfd, (struct sockaddr *)&laddr, sizeof(laddr)))
-		abort();
+	for (int tries = 0; cfd < 0; tries++) {
+		cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (cfd < 0) {
+			perror("fuzz_convert: socket");
+			abort();
+		}
+		if (connect(cfd, (struct sockaddr *)&laddr, sizeof(laddr)) == 0)
+			break;
+		if ((errno != EADDRNOTAVAIL && errno != EAGAIN && errno != EINTR) || tries == 1000) {
+			perror("fuzz_convert: connect");
+			abort();
+		}
+		close(cfd);
+		cfd = -1;
+		usleep(1000);
+	}
 	*sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (*sfd < 0)
+	if (*sfd < 0) {
+		perror("fuzz_convert: accept");
 		abort();
+	}
 	setsockopt(cfd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin));
 	setsockopt(*sfd, SOL_SOCKET, SO_LINGER, &lin, sizeof(lin));
 	return cfd;
