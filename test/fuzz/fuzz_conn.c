@@ -3,16 +3,20 @@
  * A whole SDP connection's receive path fed by a hostile peer.  The engine
  * runs as in any program (include/sdp.h, its progress thread), over a mock
  * transport (the OTI backend "mock" below, installed with
- * oti_test_backend()) that plays the peer: its HelloAck and every message
- * the engine receives come from the input, and what the engine sends is
- * checked and acknowledged.
+ * oti_test_backend()) that plays the peer: its HelloAck (or, when the
+ * engine is the passive side, its Hello) and every message the engine
+ * receives come from the input, and what the engine sends is checked and
+ * acknowledged.
  *
  * The input is a HelloAck then a script of records {op, n (u16 LE)},
  * messages followed by their n bytes:
  *
- *   byte 0 bit 0   set: the first record's n bytes are the HelloAck's
- *                  private data; clear: a valid HelloAck (buffers of
- *                  MOCK_PEER_RCVSZ) and the script starts at byte 1
+ *   byte 0 bit 1   clear: the engine connects (active side); set: it
+ *                  listens and accepts the peer's request (passive side)
+ *   byte 0 bit 0   set: the first record's n bytes are the peer's HelloAck
+ *                  (active) or Hello (passive) private data; clear: a
+ *                  valid one (buffers of MOCK_PEER_RCVSZ) and the script
+ *                  starts at byte 1
  *   op % 8 == 0    a message of n bytes, with the BSDH's mseq, mseq_ack
  *                  and len set to what an honest peer would send, so that
  *                  the fuzzer explores what lies behind the header checks
@@ -35,9 +39,11 @@
  * socket, the transport reports DISCONNECTED, and the engine must close
  * the endpoint within a time limit.
  *
- * Properties, besides the sanitizers': every call returns; every message
- * the engine sends is a valid one (sdp_bsdh_decode()) no longer than the
- * buffers the peer advertised; the engine lets go of the endpoint.
+ * Properties, besides the sanitizers': every call returns; the engine's
+ * Hello or HelloAck is valid, and so is every message it sends
+ * (sdp_bsdh_decode()), no longer than the buffers the peer advertised;
+ * a Hello the engine refuses gets a reject; the engine lets go of the
+ * endpoint.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -87,9 +93,19 @@ struct oti_ep {
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct oti_ep *mock_ep;
 static uint32_t mock_next_rkey = 1;
-/* The HelloAck the next connection gets: the input's or a valid one. */
-static uint8_t next_ack[OTI_MAX_PRIVATE_DATA];
-static size_t next_ack_len;
+/* The HelloAck (active side) or Hello (passive) of the next connection:
+ * the input's or a valid one. */
+static uint8_t next_pdata[OTI_MAX_PRIVATE_DATA];
+static size_t next_pdata_len;
+
+/* The one listener; a request is pending until the engine takes it. */
+struct oti_listener {
+	int efd;
+	uint16_t port;
+	bool pending;		/* a connection request waits */
+	bool rejected;		/* the engine refused it */
+};
+static struct oti_listener *mock_lsn;
 
 static void mock_kick(struct oti_ep *ep)
 {
@@ -154,33 +170,109 @@ static void mock_caps(struct oti_caps *caps)
 	};
 }
 
-static int mock_listen(const struct sockaddr *a, socklen_t l, int b, unsigned f,
-		       struct oti_listener **out) { return -EOPNOTSUPP; }
-static int mock_listener_name(struct oti_listener *l, struct sockaddr *a, socklen_t *len)
-{ return -EOPNOTSUPP; }
-static int mock_listener_fd(struct oti_listener *l) { return -1; }
-static int mock_listener_arm(struct oti_listener *l) { return 0; }
-static int mock_get_connreq(struct oti_listener *l, struct oti_connreq **req, void *pdata,
-			    size_t *len, struct sockaddr_storage *peer) { return -EAGAIN; }
-static int mock_reject(struct oti_listener *l, struct oti_connreq *req, const void *p,
-		       size_t len) { return -EOPNOTSUPP; }
-static void mock_listener_close(struct oti_listener *l) {}
-static int mock_ep_accept_open(struct oti_listener *l, struct oti_connreq *req,
-			       struct oti_ep **out) { return -EOPNOTSUPP; }
-static int mock_accept(struct oti_ep *ep, const void *p, size_t len) { return -EOPNOTSUPP; }
-
-static int mock_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
-			socklen_t srclen, struct oti_ep **out)
+static int mock_listen(const struct sockaddr *a, socklen_t l, int backlog, unsigned f,
+		       struct oti_listener **out)
 {
-	struct oti_ep *ep;
+	struct oti_listener *lsn = calloc(1, sizeof(*lsn));
 
-	ep = calloc(1, sizeof(*ep));
-	if (!ep)
+	if (!lsn)
 		return -ENOMEM;
+	lsn->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (lsn->efd < 0) {
+		free(lsn);
+		return -EMFILE;
+	}
+	lsn->port = ntohs(((const struct sockaddr_in *)a)->sin_port);
+	if (!lsn->port)
+		lsn->port = 5555;
+	pthread_mutex_lock(&mock_lock);
+	mock_lsn = lsn;
+	pthread_mutex_unlock(&mock_lock);
+	*out = lsn;
+	return 0;
+}
+
+static int mock_listener_name(struct oti_listener *lsn, struct sockaddr *a, socklen_t *len)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons(lsn->port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	if (*len < sizeof(in))
+		return -EINVAL;
+	memcpy(a, &in, sizeof(in));
+	*len = sizeof(in);
+	return 0;
+}
+
+static int mock_listener_fd(struct oti_listener *lsn) { return lsn->efd; }
+
+static int mock_listener_arm(struct oti_listener *lsn)
+{
+	uint64_t v;
+	int ret = 0;
+
+	pthread_mutex_lock(&mock_lock);
+	if (read(lsn->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		abort();
+	if (lsn->pending) {
+		if (write(lsn->efd, &(uint64_t){ 1 }, sizeof(v)) < 0)
+			abort();
+		ret = -EAGAIN;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return ret;
+}
+
+/* The request's "handle" is the listener itself: there is one at a time. */
+static int mock_get_connreq(struct oti_listener *lsn, struct oti_connreq **req, void *pdata,
+			    size_t *len, struct sockaddr_storage *peer)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons(4242),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int ret = -EAGAIN;
+
+	pthread_mutex_lock(&mock_lock);
+	if (lsn->pending) {
+		lsn->pending = false;
+		memcpy(pdata, next_pdata, next_pdata_len);
+		*len = next_pdata_len;
+		memset(peer, 0, sizeof(*peer));
+		memcpy(peer, &in, sizeof(in));
+		*req = (struct oti_connreq *)lsn;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return ret;
+}
+
+static int mock_reject(struct oti_listener *lsn, struct oti_connreq *req, const void *p,
+		       size_t len)
+{
+	pthread_mutex_lock(&mock_lock);
+	lsn->rejected = true;
+	pthread_mutex_unlock(&mock_lock);
+	return 0;
+}
+
+static void mock_listener_close(struct oti_listener *lsn)
+{
+	pthread_mutex_lock(&mock_lock);
+	close(lsn->efd);
+	free(lsn);
+	mock_lsn = NULL;
+	pthread_mutex_unlock(&mock_lock);
+}
+
+static struct oti_ep *mock_ep_new(void)
+{
+	struct oti_ep *ep = calloc(1, sizeof(*ep));
+
+	if (!ep)
+		return NULL;
 	ep->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (ep->efd < 0) {
 		free(ep);
-		return -EMFILE;
+		return NULL;
 	}
 	pthread_mutex_lock(&mock_lock);
 	if (mock_ep) {
@@ -188,11 +280,48 @@ static int mock_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 		pthread_mutex_unlock(&mock_lock);
 		close(ep->efd);
 		free(ep);
-		return -EBUSY;
+		return NULL;
 	}
-	memcpy(ep->hello_ack, next_ack, next_ack_len);
-	ep->hello_ack_len = next_ack_len;
 	mock_ep = ep;
+	return ep;	/* with mock_lock held */
+}
+
+/* The engine took the Hello: the peer's buffers are the ones it names. */
+static int mock_ep_accept_open(struct oti_listener *lsn, struct oti_connreq *req,
+			       struct oti_ep **out)
+{
+	struct sdp_hello h;
+	struct oti_ep *ep = mock_ep_new();
+
+	if (!ep)
+		return -ENOMEM;
+	FUZZ_CHECK(sdp_hello_decode(next_pdata, next_pdata_len, &h) == 0);
+	ep->peer_rcvsz = h.localrcvsz;
+	pthread_mutex_unlock(&mock_lock);
+	*out = ep;
+	return 0;
+}
+
+static int mock_accept(struct oti_ep *ep, const void *pdata, size_t len)
+{
+	struct sdp_hello_ack a;
+
+	FUZZ_CHECK(sdp_hello_ack_decode(pdata, len, &a) == 0);
+	pthread_mutex_lock(&mock_lock);
+	mock_event(ep, OTI_EV_ESTABLISHED, 0, NULL, 0);
+	pthread_mutex_unlock(&mock_lock);
+	return 0;
+}
+
+static int mock_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
+			socklen_t srclen, struct oti_ep **out)
+{
+	struct oti_ep *ep = mock_ep_new();
+
+	if (!ep)
+		return -ENOMEM;
+	memcpy(ep->hello_ack, next_pdata, next_pdata_len);
+	ep->hello_ack_len = next_pdata_len;
 	mock_event(ep, OTI_EV_RESOLVED, 0, NULL, 0);
 	pthread_mutex_unlock(&mock_lock);
 	*out = ep;
@@ -442,7 +571,7 @@ static void default_hello_ack(void)
 		.actrcvsz = MOCK_PEER_RCVSZ,
 	};
 
-	next_ack_len = (size_t)sdp_hello_ack_encode(next_ack, sizeof(next_ack), &a);
+	next_pdata_len = (size_t)sdp_hello_ack_encode(next_pdata, sizeof(next_pdata), &a);
 }
 
 /* A message from the peer into the first posted receive. */
@@ -519,72 +648,141 @@ static void app_op(int sd, uint8_t op, size_t len)
 	}
 }
 
+static void default_hello(void)
+{
+	struct sdp_hello h = {
+		.bsdh = { .bufs = 4 },
+		.major = SDP_MAJOR_VERSION,
+		.minor = SDP_MINOR_VERSION,
+		.ip_version = 4,
+		.max_adverts = 1,
+		.desremrcvsz = MOCK_PEER_RCVSZ,
+		.localrcvsz = MOCK_PEER_RCVSZ,
+		.src_port = 4242,
+	};
+
+	next_pdata_len = (size_t)sdp_hello_encode(next_pdata, sizeof(next_pdata), &h);
+}
+
+/* The script, from data[pos], on the connected socket sd. */
+static void play(int sd, const uint8_t *data, size_t size, size_t pos)
+{
+	sdp_set_nonblock(sd, 1);
+	while (pos + 3 <= size) {
+		uint8_t op = data[pos] % 8;
+		size_t n = (size_t)(data[pos + 1] | data[pos + 2] << 8);
+		const uint8_t *p = data + pos + 3;
+
+		pos += 3;
+		if (op <= 1) {
+			if (n > size - pos)
+				n = size - pos;
+			pos += n;
+		}
+		pthread_mutex_lock(&mock_lock);
+		switch (op) {
+		case 0:
+		case 1:
+			deliver(p, n, op == 0);
+			break;
+		case 4:
+			if (mock_ep && !mock_ep->failed)
+				mock_down(mock_ep, n % 2 ? OTI_EV_ERROR : OTI_EV_DISCONNECTED,
+					  n % 2 ? -EIO : 0);
+			break;
+		case 6:
+			if (mock_ep)
+				mock_ep->rdma_status = n % 2 ? -EIO : 0;
+			break;
+		}
+		pthread_mutex_unlock(&mock_lock);
+		app_op(sd, op, n);
+		settle();
+	}
+}
+
+/* Listen, let the peer's request in, accept it: the accepted socket, or
+ * -1 when the engine refused the request (which it must for a Hello it
+ * cannot decode). */
+static int passive_open(int lsd)
+{
+	struct sockaddr_in any = { .sin_family = AF_INET,
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sdp_hello h;
+	bool valid = sdp_hello_decode(next_pdata, next_pdata_len, &h) == 0;
+	int sd = -1;
+
+	FUZZ_CHECK(sdp_bind(lsd, (struct sockaddr *)&any, sizeof(any)) == 0);
+	FUZZ_CHECK(sdp_listen(lsd, 4) == 0);
+	sdp_set_nonblock(lsd, 1);
+	pthread_mutex_lock(&mock_lock);
+	FUZZ_CHECK(mock_lsn != NULL);
+	mock_lsn->pending = true;
+	if (write(mock_lsn->efd, &(uint64_t){ 1 }, sizeof(uint64_t)) < 0)
+		abort();
+	pthread_mutex_unlock(&mock_lock);
+	for (int i = 0; i < 20000 && sd < 0; i++) {
+		sd = sdp_accept(lsd, NULL, NULL, 0);
+		pthread_mutex_lock(&mock_lock);
+		bool rejected = mock_lsn->rejected;
+
+		pthread_mutex_unlock(&mock_lock);
+		if (sd < 0 && rejected)
+			break;
+		if (sd < 0)
+			usleep(100);
+	}
+	if (!valid)
+		FUZZ_CHECK(sd < 0 && mock_lsn->rejected);
+	/* A valid Hello: accepted, or refused for want of resources. */
+	FUZZ_CHECK(sd >= 0 || mock_lsn->rejected);
+	return sd;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(80),
 				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	size_t pos = 1;
+	bool passive;
 
 	if (size < 1 || size > 64 * 1024)
 		return 0;
-
-	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0);
-
-	FUZZ_CHECK(sd >= 0);
+	passive = data[0] & 2;
 	pthread_mutex_lock(&mock_lock);
 	if (data[0] & 1) {
 		size_t len = size >= 3 ? (size_t)(data[1] | data[2] << 8) : 0;
 
 		if (len > OTI_MAX_PRIVATE_DATA || 3 + len > size) {
 			pthread_mutex_unlock(&mock_lock);
-			sdp_close(sd);
 			return 0;
 		}
-		memcpy(next_ack, data + 3, len);
-		next_ack_len = len;
+		memcpy(next_pdata, data + 3, len);
+		next_pdata_len = len;
 		pos = 3 + len;
+	} else if (passive) {
+		default_hello();
 	} else {
 		default_hello_ack();
 	}
 	pthread_mutex_unlock(&mock_lock);
 
-	int r = sdp_connect(sd, (struct sockaddr *)&dst, sizeof(dst));
+	int sd = sdp_socket(AF_INET, SOCK_STREAM, 0), lsd = -1;
 
-	if (r == 0) {
-		sdp_set_nonblock(sd, 1);
-		while (pos + 3 <= size) {
-			uint8_t op = data[pos] % 8;
-			size_t n = (size_t)(data[pos + 1] | data[pos + 2] << 8);
-			const uint8_t *p = data + pos + 3;
-
-			pos += 3;
-			if (op <= 1) {
-				if (n > size - pos)
-					n = size - pos;
-				pos += n;
-			}
-			pthread_mutex_lock(&mock_lock);
-			switch (op) {
-			case 0:
-			case 1:
-				deliver(p, n, op == 0);
-				break;
-			case 4:
-				if (mock_ep && !mock_ep->failed)
-					mock_down(mock_ep, n % 2 ? OTI_EV_ERROR : OTI_EV_DISCONNECTED,
-						  n % 2 ? -EIO : 0);
-				break;
-			case 6:
-				if (mock_ep)
-					mock_ep->rdma_status = n % 2 ? -EIO : 0;
-				break;
-			}
-			pthread_mutex_unlock(&mock_lock);
-			app_op(sd, op, n);
-			settle();
-		}
+	FUZZ_CHECK(sd >= 0);
+	if (passive) {
+		lsd = sd;
+		sd = passive_open(lsd);
+	} else if (sdp_connect(sd, (struct sockaddr *)&dst, sizeof(dst))) {
+		sdp_close(sd);
+		sd = -1;
 	}
-	sdp_close(sd);
+	if (sd >= 0) {
+		play(sd, data, size, pos);
+		sdp_close(sd);
+	}
+	if (lsd >= 0)
+		sdp_close(lsd);
 	/* The peer goes away; the engine must let go of the endpoint. */
 	pthread_mutex_lock(&mock_lock);
 	if (mock_ep)
@@ -594,7 +792,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	for (int i = 0; i < 100000 && !closed; i++) {
 		pthread_mutex_lock(&mock_lock);
-		closed = !mock_ep;
+		closed = !mock_ep && !mock_lsn;
 		pthread_mutex_unlock(&mock_lock);
 		if (!closed)
 			usleep(100);
