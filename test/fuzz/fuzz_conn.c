@@ -609,18 +609,26 @@ static void deliver(const uint8_t *p, size_t len, bool fix)
 	mock_complete(ep, r.ctx, OTI_WC_RECV, 0, (uint32_t)len);
 }
 
-/* Let the engine take what was queued (bounded: it may have stopped
- * listening, which is its right once the connection is over). */
+/*
+ * Let the engine take what was queued.  Bounded: it may have stopped
+ * listening, which is its right once the connection is over; so is the
+ * whole input's waiting (settle_budget polls), so that a long script on
+ * a dead connection does not pass for a hang.
+ */
+#define SETTLE_POLL_US 50
+static int settle_budget;
+
 static void settle(void)
 {
-	for (int i = 0; i < 2000; i++) {
+	while (settle_budget > 0) {
 		pthread_mutex_lock(&mock_lock);
 		bool idle = !mock_ep || (!mock_ep->ncq && !mock_ep->nev);
 
 		pthread_mutex_unlock(&mock_lock);
 		if (idle)
 			return;
-		usleep(50);
+		usleep(SETTLE_POLL_US);
+		settle_budget--;
 	}
 }
 
@@ -748,6 +756,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 1 || size > 64 * 1024)
 		return 0;
+	settle_budget = 2000000 / SETTLE_POLL_US;	/* 2 s */
 	passive = data[0] & 2;
 	pthread_mutex_lock(&mock_lock);
 	if (data[0] & 1) {
