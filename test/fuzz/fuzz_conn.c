@@ -17,7 +17,7 @@
  *                  (active) or Hello (passive) private data; clear: a
  *                  valid one (buffers of MOCK_PEER_RCVSZ) and the script
  *                  starts at byte 1
- *   op % 8 == 0    a message of n bytes, with the BSDH's mseq, mseq_ack
+ *   op % 10 == 0   a message of n bytes, with the BSDH's mseq, mseq_ack
  *                  and len set to what an honest peer would send, so that
  *                  the fuzzer explores what lies behind the header checks
  *             1    a message of n bytes exactly as given
@@ -29,6 +29,11 @@
  *             6    the RDMA reads and writes the engine posts from now on
  *                  complete with success for an even n, else with -EIO
  *             7    the application: non-blocking recv of n with MSG_PEEK
+ *             8    the application: blocking send of n * 64 bytes, with
+ *                  an SO_SNDTIMEO of 20 ms (every blocking path must keep
+ *                  its deadline whatever the peer withholds)
+ *             9    the application: blocking recv of up to n * 16, with
+ *                  an SO_RCVTIMEO of 20 ms
  *
  * RDMA completes at once, as on an RC transport, where the peer's NIC, not
  * its program, serves it (on tcp-fallback a stopped peer process could
@@ -50,6 +55,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -653,6 +659,21 @@ static void app_op(int sd, uint8_t op, size_t len)
 			       MSG_DONTWAIT | MSG_PEEK);
 		(void)sdp_nread(sd);
 		break;
+	case 8:
+	case 9: {
+		struct timeval tv = { .tv_usec = 20000 };
+
+		sdp_set_nonblock(sd, 0);
+		sdp_setsockopt(sd, SOL_SOCKET, op == 8 ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, sizeof(tv));
+		if (op == 8)
+			(void)sdp_send(sd, app_buf, len * 64 < sizeof(app_buf) ? len * 64
+							: sizeof(app_buf), MSG_NOSIGNAL);
+		else
+			(void)sdp_recv(sd, app_buf, len * 16 < sizeof(app_buf) ? len * 16
+							: sizeof(app_buf), 0);
+		sdp_set_nonblock(sd, 1);
+		break;
+	}
 	}
 }
 
@@ -677,7 +698,7 @@ static void play(int sd, const uint8_t *data, size_t size, size_t pos)
 {
 	sdp_set_nonblock(sd, 1);
 	while (pos + 3 <= size) {
-		uint8_t op = data[pos] % 8;
+		uint8_t op = data[pos] % 10;
 		size_t n = (size_t)(data[pos + 1] | data[pos + 2] << 8);
 		const uint8_t *p = data + pos + 3;
 
