@@ -8,15 +8,15 @@
  * receives come from the input, and what the engine sends is checked and
  * acknowledged.
  *
- * The input is a HelloAck then a script of records {op, n (u16 LE)},
- * messages followed by their n bytes:
+ * The input is a flags byte, the peer's private data if the flags say so,
+ * then a script of records {op, n (u16 LE)}, messages followed by their n
+ * bytes:
  *
  *   byte 0 bit 1   clear: the engine connects (active side); set: it
  *                  listens and accepts the peer's request (passive side)
- *   byte 0 bit 0   set: the first record's n bytes are the peer's HelloAck
+ *   byte 0 bit 0   set: n (u16 LE) and n bytes follow, the peer's HelloAck
  *                  (active) or Hello (passive) private data; clear: a
- *                  valid one (buffers of MOCK_PEER_RCVSZ) and the script
- *                  starts at byte 1
+ *                  valid one (buffers of MOCK_PEER_RCVSZ)
  *   op % 10 == 0   a message of n bytes, with the BSDH's mseq, mseq_ack
  *                  and len set to what an honest peer would send, so that
  *                  the fuzzer explores what lies behind the header checks
@@ -56,7 +56,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -79,7 +78,6 @@ struct mock_recv {
 struct oti_ep {
 	int efd;
 	bool failed;		/* in error: no more work completes */
-	bool closed;
 	struct mock_recv recv[MOCK_MAX_RECV];
 	unsigned nrecv;
 	struct oti_wc cq[MOCK_MAX_CQ];
@@ -89,13 +87,12 @@ struct oti_ep {
 	int rdma_status;	/* what the next RDMA operations complete with */
 	uint32_t sent;		/* messages the engine sent: its last mseq */
 	uint32_t peer_mseq;	/* messages the peer sent */
-	uint32_t peer_rcvsz;	/* the HelloAck's actrcvsz, 0 before it */
-	uint8_t hello_ack[OTI_MAX_PRIVATE_DATA];
-	size_t hello_ack_len;
+	uint32_t peer_rcvsz;	/* the peer's buffer size once it said it, else 0 */
 };
 
-/* Protects the one ep and every field of it; the engine calls in from its
- * progress thread and from the application's, the script from its own. */
+/* Protects the one ep, the one listener and every field of them, and
+ * next_pdata: the engine calls in from its progress thread and from the
+ * application's, the script from its own. */
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct oti_ep *mock_ep;
 static uint32_t mock_next_rkey = 1;
@@ -326,8 +323,6 @@ static int mock_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 
 	if (!ep)
 		return -ENOMEM;
-	memcpy(ep->hello_ack, next_pdata, next_pdata_len);
-	ep->hello_ack_len = next_pdata_len;
 	mock_event(ep, OTI_EV_RESOLVED, 0, NULL, 0);
 	pthread_mutex_unlock(&mock_lock);
 	*out = ep;
@@ -342,9 +337,9 @@ static int mock_connect(struct oti_ep *ep, const void *pdata, size_t len)
 
 	FUZZ_CHECK(sdp_hello_decode(pdata, len, &h) == 0);
 	pthread_mutex_lock(&mock_lock);
-	if (sdp_hello_ack_decode(ep->hello_ack, ep->hello_ack_len, &ack) == 0)
+	if (sdp_hello_ack_decode(next_pdata, next_pdata_len, &ack) == 0)
 		ep->peer_rcvsz = ack.actrcvsz;
-	mock_event(ep, OTI_EV_ESTABLISHED, 0, ep->hello_ack, ep->hello_ack_len);
+	mock_event(ep, OTI_EV_ESTABLISHED, 0, next_pdata, next_pdata_len);
 	pthread_mutex_unlock(&mock_lock);
 	return 0;
 }
