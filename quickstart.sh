@@ -27,6 +27,10 @@
 #   valgrind   make check-valgrind in build/     (memcheck over real workloads, test/valgrind.sh)
 #   distcheck  make distcheck from build/        (tarball builds, checks, installs)
 #   clang      build-clang/ with CC=clang, -Werror; builds the tests, runs none
+#   fuzz       build-fuzz/ with CC=clang --enable-fuzz: each libFuzzer
+#              harness of test/fuzz/ for QUICKSTART_FUZZ_SECONDS (default
+#              30) from its committed corpus (make fuzz); each harness
+#              counts as one test, a crash fails it (doc/fuzzing.md)
 #   deb        the Debian packages (debian/): dpkg-buildpackage from a clean
 #              copy of the tree in build-deb/, then test/deb/deb_check.sh
 #              installs them into a scratch root with dpkg --root (never
@@ -42,6 +46,7 @@
 #   QUICKSTART_STAGES    space-separated subset of the stages above (default: all)
 #   QUICKSTART_TIMEOUT   seconds one stage may take before it is killed (default 1200)
 #   QUICKSTART_JOBS      make -j value (default: nproc)
+#   QUICKSTART_FUZZ_SECONDS  seconds per harness in the fuzz stage (default 30)
 set -euo pipefail
 
 srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -49,8 +54,10 @@ cd "$srcdir"
 
 DEPS=(build-essential autoconf automake libtool autoconf-archive pkg-config
       libibverbs-dev librdmacm-dev libcriterion-dev
-      uthash-dev iperf3 socat curl python3 clang valgrind iproute2
+      uthash-dev iperf3 socat curl python3 clang libclang-rt-dev valgrind iproute2
       libdapl-dev dapl2-utils openssh-server openssh-client nginx wrk groff-base)
+# (libclang-rt-dev: clang's ASan, UBSan and libFuzzer runtimes, which clang
+# only recommends, for the fuzz stage.)
 # The deb stage's own tools, installed by that stage only: no other stage,
 # nor the demo, needs a packaging tool chain.  lintian is optional (its
 # check is skipped when it cannot be installed).
@@ -367,6 +374,18 @@ stage_clang() {
 	run_build_stage clang build_clang
 }
 
+# The fuzzers, briefly: a crash any change brings within reach of the
+# committed corpus fails CI.  Longer runs: test/fuzz/run.sh.
+stage_fuzz() {
+	if ! configure_dir "$srcdir/build-fuzz" CC=clang --enable-fuzz; then
+		failed_any=1 tot_error=$((tot_error + 1))
+		summary+=("$(printf '%-11s FAILED  (configure)' fuzz)")
+		return
+	fi
+	stage_limit=900 run_tests fuzz "$srcdir/build-fuzz" fuzz \
+		FUZZ_SECONDS="${QUICKSTART_FUZZ_SECONDS:-30}"
+}
+
 # The integration suite again on a verbs transport inside a QEMU guest
 # (test/vm/run-in-vm: its first run installs what it needs and builds the
 # guest, cached after), then SDP between two kernels (test/vm/cross_kernel.sh,
@@ -437,12 +456,12 @@ stage_siw() {
 }
 
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw dat sanitizers tsan valgrind distcheck clang deb} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw dat sanitizers tsan valgrind distcheck clang fuzz deb} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang | deb) "stage_$s" ;;
+		check | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang | fuzz | deb) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done

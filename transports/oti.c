@@ -29,6 +29,21 @@ static const struct oti_ops *const oti_builtin[] = {
 
 #define OTI_NBUILTIN (sizeof(oti_builtin) / sizeof(oti_builtin[0]))
 
+/* A test program's backend in place of the built-in ones
+ * (oti_test_backend()); NULL in every real process. */
+static const struct oti_ops *oti_test_ops;
+
+/* The backends the registry serves: the built-in ones, or the test's. */
+static size_t oti_count(void)
+{
+	return oti_test_ops ? 1 : OTI_NBUILTIN;
+}
+
+static const struct oti_ops *oti_at(size_t i)
+{
+	return oti_test_ops ? oti_test_ops : oti_builtin[i];
+}
+
 /* Protects oti_up and oti_ready; oti_select() reads them under it too,
  * which keeps a concurrent oti_fini() from pulling a backend away midway. */
 static pthread_mutex_t oti_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -104,8 +119,8 @@ int oti_init(void)
 		return n;
 	}
 	oti_nup = 0;
-	for (size_t i = 0; i < OTI_NBUILTIN; i++) {
-		const struct oti_ops *ops = oti_builtin[i];
+	for (size_t i = 0; i < oti_count(); i++) {
+		const struct oti_ops *ops = oti_at(i);
 
 		oti_up[i] = false;
 		if (!oti_valid(ops))
@@ -138,9 +153,9 @@ void oti_fini(void)
 	pthread_mutex_lock(&oti_lock);
 	if (oti_ready) {
 		/* Reverse order of init, as for any stack of layers. */
-		for (size_t i = OTI_NBUILTIN; i-- > 0;) {
+		for (size_t i = oti_count(); i-- > 0;) {
 			if (oti_up[i])
-				oti_builtin[i]->fini();
+				oti_at(i)->fini();
 			oti_up[i] = false;
 		}
 		oti_nup = 0;
@@ -155,8 +170,8 @@ int oti_select_all(const struct sockaddr *local, const struct sockaddr *remote,
 	int n = 0;
 
 	pthread_mutex_lock(&oti_lock);
-	for (size_t i = 0; oti_ready && i < OTI_NBUILTIN && n < max; i++) {
-		const struct oti_ops *ops = oti_builtin[i];
+	for (size_t i = 0; oti_ready && i < oti_count() && n < max; i++) {
+		const struct oti_ops *ops = oti_at(i);
 
 		if (!oti_up[i] || !oti_enabled(ops->name))
 			continue;
@@ -178,10 +193,23 @@ const struct oti_ops *oti_find(const char *name)
 {
 	if (!name)
 		return NULL;
-	for (size_t i = 0; i < OTI_NBUILTIN; i++)
-		if (!strcmp(oti_builtin[i]->name, name))
-			return oti_builtin[i];
+	for (size_t i = 0; i < oti_count(); i++)
+		if (!strcmp(oti_at(i)->name, name))
+			return oti_at(i);
 	return NULL;
+}
+
+int oti_test_backend(const struct oti_ops *ops)
+{
+	int ret = -EBUSY;
+
+	pthread_mutex_lock(&oti_lock);
+	if (!oti_ready) {
+		oti_test_ops = ops;
+		ret = 0;
+	}
+	pthread_mutex_unlock(&oti_lock);
+	return ret;
 }
 
 const char *oti_name(unsigned int i)

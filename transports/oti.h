@@ -318,6 +318,14 @@ int oti_select_all(const struct sockaddr *local, const struct sockaddr *remote,
 /* Backend by name ("tcp-fallback"), whether enabled or not; NULL if none. */
 const struct oti_ops *oti_find(const char *name);
 
+/*
+ * For test programs only (test/fuzz's mock peer): ops, which must be
+ * enabled by the "transports" tunable like any backend, becomes the only
+ * backend oti_init(), oti_select*() and oti_find() know.  Before
+ * oti_init(): -EBUSY after it.  oti_name() still lists the build's own.
+ */
+int oti_test_backend(const struct oti_ops *ops);
+
 /* The name of the i-th backend this build has, in priority order, whether
  * enabled or not; NULL past the last.  What the "transports" tunable and
  * sdp.conf's "transport" statements may name. */
