@@ -57,6 +57,9 @@ int exec_scenario(const struct scenario *sc, FILE *out);
 
 /* A sequence of operations on a connected pair, made from SEED, as a
  * scenario named NAME (IPv6 and dual-stack ones too when HAVE6). */
+/* Make no step that would show an expected difference (gen.c lists
+ * them); on by default. */
+extern bool gen_avoid_known;
 struct scenario *gen_sequence(uint64_t seed, const char *name, bool have6);
 /* Shrink support: SC with steps [from, from+count) removed, or NULL when
  * that leaves a sequence the generator's model rejects (one that would

@@ -123,6 +123,45 @@ static bool alive(const struct gep *e)
 	return e->m.peer && !e->m.dead;
 }
 
+bool gen_avoid_known = true;
+
+/*
+ * The expected differences (the table's "xdiff:" rows, libsdp(7)): steps
+ * that would show one are not made while gen_avoid_known is set, so that a
+ * random run finds what is not known yet.  --all (main.c) makes them.
+ *   shut.rdwr_then_data, send.to_closed_twice: bytes sent toward an end
+ *     that has closed or shut down both ways; TCP answers with a reset,
+ *     SDP does not (or without POLLERR/EPIPE after the peer's DisConn).
+ *   opt.info: TCP_INFO once either end has shut down or closed
+ *     (SDP reports the placeholder's ESTABLISHED).
+ *   (no row yet) SO_SNDBUF/SO_RCVBUF of 4 KiB, which SDP's buffering
+ *     does not honour (issue 22, item 3).
+ *   opt.cork: TCP_CORK or MSG_MORE; SDP holds the tail until uncorked,
+ *     Linux sends it after 200 ms at most.
+ */
+static bool known_diff(const char *op, int n, char **a, const struct gep *x, const struct gep *y,
+		       bool is_send)
+{
+	if (!gen_avoid_known)
+		return false;
+	if (is_send && y && !x->m.shut_wr && !x->m.dead &&
+	    (!y->m.open || (y->m.shut_rd && y->m.shut_wr)))
+		return true;
+	if (strcmp(op, "getopt") == 0 && n >= 3 && strcmp(a[2], "TCP_INFO") == 0 &&
+	    (!x->m.peer || x->m.shut_rd || x->m.shut_wr || x->m.fin_in || x->m.dead || !y ||
+	     !y->m.open || y->m.shut_wr || y->m.shut_rd))
+		return true;
+	if ((strcmp(op, "setopt") == 0 && n == 4 && strcmp(a[2], "TCP_CORK") == 0 &&
+	     atoi(a[3]) != 0) ||
+	    (is_send && has(n, a, "more")))
+		return true;
+	if (strcmp(op, "setopt") == 0 && n == 4 &&
+	    (strcmp(a[2], "SO_RCVBUF") == 0 || strcmp(a[2], "SO_SNDBUF") == 0) &&
+	    atoi(a[3]) <= SMALLBUF)
+		return true;
+	return false;
+}
+
 static uint64_t safe(const struct gep *from, const struct gep *to)
 {
 	return from->small_snd || to->small_rcv ? SAFE_SMALL : SAFE;
@@ -240,6 +279,13 @@ static int sim_step(struct gstate *g, const char *text)
 		if (g->e[i].fuzzy && !(strcmp(op, "drain") == 0 && peer(x) == &g->e[i]) &&
 		    strcmp(op, "poll") != 0)
 			return -1;
+	bool is_send = strcmp(op, "send") == 0 || strcmp(op, "sendto") == 0 ||
+		       strcmp(op, "write") == 0 || strcmp(op, "writev") == 0 ||
+		       strcmp(op, "sendmsg") == 0 || strcmp(op, "sendfile") == 0 ||
+		       strcmp(op, "splice_to") == 0;
+
+	if (known_diff(op, n, a, x, y, is_send && n >= 3 && sum_sizes(a[2]) > 0))
+		return -1;
 	if (strcmp(op, "bind") == 0 || strcmp(op, "name") == 0 || strcmp(op, "peer") == 0 ||
 	    strcmp(op, "getopt") == 0 || strcmp(op, "poll") == 0 || strcmp(op, "select") == 0 ||
 	    strcmp(op, "settle") == 0)
@@ -301,10 +347,6 @@ static int sim_step(struct gstate *g, const char *text)
 		m_shutdown(&x->m, strcmp(a[2], "rd") == 0 ? 0 : strcmp(a[2], "wr") == 0 ? 1 : 2);
 		return 0;
 	}
-	bool is_send = strcmp(op, "send") == 0 || strcmp(op, "sendto") == 0 ||
-		       strcmp(op, "write") == 0 || strcmp(op, "writev") == 0 ||
-		       strcmp(op, "sendmsg") == 0 || strcmp(op, "sendfile") == 0 ||
-		       strcmp(op, "splice_to") == 0;
 	bool is_recv = strcmp(op, "recv") == 0 || strcmp(op, "recvfrom") == 0 ||
 		       strcmp(op, "read") == 0 || strcmp(op, "readv") == 0 ||
 		       strcmp(op, "recvmsg") == 0 || strcmp(op, "splice_from") == 0 ||
@@ -712,7 +754,7 @@ struct scenario *gen_sequence(uint64_t seed, const char *name, bool have6)
 		try_step(&g, &s, "L = listener inet6 any6:0 v6only=0");
 	else
 		try_step(&g, &s, v6 ? "L = listener inet6" : "L = listener inet");
-	if (chance(&r, 10)) {
+	if (chance(&r, 10) && !gen_avoid_known) {
 		seq_add(&s, "setopt L SO_RCVBUF %d", SMALLBUF);
 		sim_step(&g, s.steps[s.n - 1]);
 	}
@@ -723,7 +765,7 @@ struct scenario *gen_sequence(uint64_t seed, const char *name, bool have6)
 	try_step(&g, &s, t);
 	if (chance(&r, 60))
 		try_step(&g, &s, "setopt C TCP_NODELAY 1");
-	if (chance(&r, 10)) {
+	if (chance(&r, 10) && !gen_avoid_known) {
 		seq_add(&s, "setopt C SO_SNDBUF %d", SMALLBUF);
 		sim_step(&g, s.steps[s.n - 1]);
 	}

@@ -7,12 +7,15 @@
  *   conform --list TABLE       their names
  *   conform --serve            scenarios in table text on stdin, each ended
  *                              by a line "."; each transcript ended by "."
- *   conform --gen SEED [N]     print N random sequences from SEED on
- *   conform --random SEED N [--sdp-env "VAR=VALUE ..."] [--max-seconds S]
+ *   conform --gen SEED [N [--all]]
+ *                              print N random sequences from SEED on
+ *   conform --random SEED N [--sdp-env "VAR=VALUE ..."] [--max-seconds S] [--all]
  *                              run N random sequences (seeds SEED...) in two
  *                              --serve workers, one with the environment
  *                              given (the preload), compare the transcripts,
- *                              shrink each difference and print it as a row
+ *                              shrink each difference and print it as a row;
+ *                              --all: steps that show an expected difference
+ *                              too (gen.c lists them)
  *
  * Exit status: 0; 1 when --random found differences; 2 on bad usage or a
  * scenario that does not parse.
@@ -34,8 +37,8 @@ const char *self_exe = "/proc/self/exe";
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: conform TABLE [NAME...] | --list TABLE | --serve | --gen SEED [N] |\n"
-			"       --random SEED N [--sdp-env \"VAR=VALUE ...\"] [--max-seconds S]\n");
+	fprintf(stderr, "usage: conform TABLE [NAME...] | --list TABLE | --serve | --gen SEED [N [--all]] |\n"
+			"       --random SEED N [--sdp-env \"VAR=VALUE ...\"] [--max-seconds S] [--all]\n");
 	return 2;
 }
 
@@ -493,6 +496,8 @@ int main(int argc, char **argv)
 		uint64_t seed = strtoull(argv[2], NULL, 0);
 		long n = argc > 3 ? atol(argv[3]) : 1;
 
+		gen_avoid_known = !(argc > 4 && strcmp(argv[4], "--all") == 0);
+
 		for (long i = 0; i < n; i++) {
 			char name[48];
 
@@ -508,11 +513,13 @@ int main(int argc, char **argv)
 		const char *sdp_env = NULL, *slow = getenv("TEST_SLOW");
 		long max_s = 0;
 
-		for (int i = 4; i + 1 < argc; i += 2)
-			if (strcmp(argv[i], "--sdp-env") == 0)
-				sdp_env = argv[i + 1];
-			else if (strcmp(argv[i], "--max-seconds") == 0)
-				max_s = atol(argv[i + 1]);
+		for (int i = 4; i < argc; i++)
+			if (strcmp(argv[i], "--all") == 0)
+				gen_avoid_known = false;
+			else if (i + 1 < argc && strcmp(argv[i], "--sdp-env") == 0)
+				sdp_env = argv[++i];
+			else if (i + 1 < argc && strcmp(argv[i], "--max-seconds") == 0)
+				max_s = atol(argv[++i]);
 			else
 				return usage();
 		/* A sequence's steps each have their watchdog; this is the
