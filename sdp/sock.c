@@ -958,6 +958,12 @@ int sdp_shutdown(int sd, int how)
 		}
 		break;
 	default:
+		/* A connection that is over (reset, or both DisConns gone
+		 * by) is TCP_CLOSE to Linux: the flags are set all the same,
+		 * and the call fails. */
+		if (s->state == SDP_S_CLOSED ||
+		    (s->conn && s->conn->disconn_sent && s->conn->disconn_rcvd))
+			ret = -ENOTCONN;
 		if (how != SHUT_WR)
 			s->shut_rd = true;
 		if (how != SHUT_RD) {
