@@ -343,7 +343,12 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			r = 0;
 		}
 	}
-	if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
+	if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited &&
+	    level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
+		/* Linux reads a timeout back in its clock's ticks (30 ms is
+		 * 32 at HZ=250); the kernel socket's copy is rounded so. */
+		r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
+	} else if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
 		r = sdp_getsockopt(s->sd, level, name, val, len);
 		if (r == -ENOPROTOOPT) {
 			/* Options SDP has no use for live on the kernel socket,
