@@ -31,8 +31,11 @@ lib=$build/.libs/libsdp.so
 [ -x "$prog" ] && [ -e "$lib" ] || { echo "long_run: build $prog and $lib first" >&2; exit 2; }
 : "${LOGDIR:=$(mktemp -d /tmp/conform-long.XXXXXX)}"
 mkdir -p "$LOGDIR"
-# The library is copied: a rebuild while this runs must not change it.
+# The library and the runner are copied: a rebuild while this runs must
+# not change them.
 cp "$lib" "$LOGDIR/libsdp.so"
+cp "$prog" "$LOGDIR/conform"
+prog=$LOGDIR/conform
 printf '%s\n' "transport enable ${TEST_TRANSPORT:-tcp-fallback}" \
 	"use both server * *:*" "use both client * *:*" >"$LOGDIR/sdp.conf"
 if [ -z "${TEST_HOST6:-}" ] && ip -6 addr show dev lo 2>/dev/null | grep -q '::1/128'; then
