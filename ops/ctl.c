@@ -346,8 +346,16 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited &&
 	    level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
 		/* Linux reads a timeout back in its clock's ticks (30 ms is
-		 * 32 at HZ=250); the kernel socket's copy is rounded so. */
-		r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
+		 * 32 at HZ=250): the engine's value (an accepted socket's
+		 * comes from its listener), rounded by the kernel socket. */
+		struct timeval tv;
+		socklen_t tl = sizeof(tv);
+
+		r = sdp_getsockopt(s->sd, level, name, &tv, &tl);
+		if (r == 0)
+			r = SYS_RET(sys.setsockopt(fd, level, name, &tv, tl));
+		if (r == 0)
+			r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
 	} else if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
 		r = sdp_getsockopt(s->sd, level, name, val, len);
 		if (r == -ENOPROTOOPT) {

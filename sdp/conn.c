@@ -760,6 +760,11 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	child->linger = s->linger;
 	child->oobinline = s->oobinline;
 	child->zcopy_thresh = s->zcopy_thresh;
+	child->rcvtimeo = s->rcvtimeo;
+	child->sndtimeo = s->sndtimeo;
+	child->keepidle = s->keepidle;
+	child->keepintvl = s->keepintvl;
+	child->keepcnt = s->keepcnt;
 
 	ret = c->t->ep_accept_open(l->l, req, &c->ep);
 	if (ret)
