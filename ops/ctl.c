@@ -356,15 +356,21 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			r = SYS_RET(sys.setsockopt(fd, level, name, &tv, tl));
 		if (r == 0)
 			r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
+	} else if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited &&
+		   level == IPPROTO_TCP && name == TCP_INFO) {
+		/* The kernel socket's figures, the connection's state. */
+		struct tcp_info ti;
+		socklen_t tl = sizeof(ti);
+
+		r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
+		if (r == 0 && val && *len >= 1 && sdp_getsockopt(s->sd, level, name, &ti, &tl) == 0)
+			((struct tcp_info *)val)->tcpi_state = ti.tcpi_state;
 	} else if (r == OPS_PASS && s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited) {
 		r = sdp_getsockopt(s->sd, level, name, val, len);
 		if (r == -ENOPROTOOPT) {
 			/* Options SDP has no use for live on the kernel socket,
 			 * so they read back as set (IP_TOS, SO_PRIORITY...). */
 			r = SYS_RET(sys.getsockopt(fd, level, name, val, len));
-			if (r == 0 && level == IPPROTO_TCP && name == TCP_INFO && val &&
-			    *len >= 1 && s->state == OPS_ST_ESTABLISHED)
-				((struct tcp_info *)val)->tcpi_state = TCP_ESTABLISHED;
 		}
 	}
 	ops_sock_put(s);

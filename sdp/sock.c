@@ -1377,6 +1377,36 @@ out:
 	return ret;
 }
 
+/* The state Linux's TCP_INFO would report for the connection, once what
+ * is in flight has landed (a FIN counts as acknowledged). */
+static uint8_t sock_tcp_state(const struct sdp_sock *s)
+{
+	const struct sdp_conn *c = s->conn;
+
+	switch (s->state) {
+	case SDP_S_LISTEN:
+		return TCP_LISTEN;
+	case SDP_S_RESOLVING:
+	case SDP_S_CONNECTING:
+		return TCP_SYN_SENT;
+	case SDP_S_ESTABLISHED:
+		break;
+	default:
+		return TCP_CLOSE;
+	}
+	if (!c)
+		return TCP_CLOSE;
+	bool fin_out = s->shut_wr || c->disconn_sent || (c->ctrl_pending & SDP_CTRL_DISCONN);
+
+	/* Both FINs: TIME_WAIT or, after LAST_ACK, gone; the socket
+	 * itself reads CLOSE either way. */
+	if (c->disconn_rcvd)
+		return fin_out ? TCP_CLOSE : TCP_CLOSE_WAIT;
+	if (fin_out)
+		return c->disconn_sent ? TCP_FIN_WAIT2 : TCP_FIN_WAIT1;
+	return TCP_ESTABLISHED;
+}
+
 int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len)
 {
 	struct sdp_sock *s = sock_get(sd);
@@ -1468,6 +1498,18 @@ int sdp_getsockopt(int sd, int level, int name, void *val, socklen_t *len)
 		case TCP_KEEPCNT:
 			v = s->keepcnt;
 			break;
+		case TCP_INFO: {
+			/* The state only: the rest is TCP's own accounting. */
+			struct tcp_info ti = { .tcpi_state = sock_tcp_state(s) };
+
+			if (!val || !len) {
+				ret = -EFAULT;
+			} else {
+				*len = *len < sizeof(ti) ? *len : (socklen_t)sizeof(ti);
+				memcpy(val, &ti, *len);
+			}
+			goto out;
+		}
 		default:
 			ret = -ENOPROTOOPT;
 			goto out;

@@ -132,8 +132,6 @@ bool gen_avoid_known = true;
  *   shut.rdwr_then_data, send.to_closed_twice: bytes sent toward an end
  *     that has closed or shut down both ways; TCP answers with a reset,
  *     SDP does not (or without POLLERR/EPIPE after the peer's DisConn).
- *   opt.info: TCP_INFO once either end has shut down or closed
- *     (SDP reports the placeholder's ESTABLISHED).
  *   (no row yet) SO_SNDBUF/SO_RCVBUF of 4 KiB, which SDP's buffering
  *     does not honour (issue 22, item 3).
  *   opt.cork: TCP_CORK or MSG_MORE; SDP holds the tail until uncorked,
@@ -151,10 +149,6 @@ static bool known_diff(const struct gstate *g, const char *op, int n, char **a,
 		return false;
 	if (is_send && y && !x->m.shut_wr && !x->m.dead &&
 	    (!y->m.open || (y->m.shut_rd && y->m.shut_wr)))
-		return true;
-	if (strcmp(op, "getopt") == 0 && n >= 3 && strcmp(a[2], "TCP_INFO") == 0 &&
-	    (!x->m.peer || x->m.shut_rd || x->m.shut_wr || x->m.fin_in || x->m.dead || !y ||
-	     !y->m.open || y->m.shut_wr || y->m.shut_rd))
 		return true;
 	if ((strcmp(op, "setopt") == 0 && n == 4 && strcmp(a[2], "TCP_CORK") == 0 &&
 	     atoi(a[3]) != 0) ||
