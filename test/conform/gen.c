@@ -132,15 +132,15 @@ bool gen_avoid_known = true;
  *   shut.rdwr_then_data, send.to_closed_twice: bytes sent toward an end
  *     that has closed or shut down both ways; TCP answers with a reset,
  *     SDP does not (or without POLLERR/EPIPE after the peer's DisConn).
- *   (no row yet) SO_SNDBUF/SO_RCVBUF of 4 KiB, which SDP's buffering
- *     does not honour (issue 22, item 3).
- *   opt.cork: TCP_CORK or MSG_MORE; SDP holds the tail until uncorked,
- *     Linux sends it after 200 ms at most.
  *   close.fin, send.to_closed_twice: a reset (close with linger 0 or with
  *     bytes unread) after this end's DisConn: the peer takes it for an
  *     orderly close (no POLLERR, SO_ERROR, ENOTCONN from getpeername).
- *   (libsdp(7), socket buffers) SO_SNDBUF/SO_RCVBUF set on a connection
- *     move limits within the buffers it has; Linux's grow.
+ *   opt.cork: TCP_CORK or MSG_MORE; SDP holds the tail until uncorked,
+ *     Linux sends it after 200 ms at most.
+ *   libsdp(7) only: SO_SNDBUF/SO_RCVBUF of 4 KiB (the bytes in flight
+ *     split otherwise between the two ends' queues: Linux counts its own
+ *     overhead), or set on a connection (they move limits within the
+ *     buffers it has; Linux's grow).
  */
 static bool known_diff(const struct gstate *g, const char *op, int n, char **a,
 		       const struct gep *x, const struct gep *y, bool is_send)
