@@ -310,9 +310,11 @@ static int sim_step(struct gstate *g, const char *text)
 		return 0;
 	}
 	if (strcmp(op, "close") == 0) {
-		int ep = g->v[var_idx(g, a[1])].ep;
+		int ep;
 
-		g->v[var_idx(g, a[1])] = g->v[--g->nv];
+		vi = var_idx(g, a[1]);	/* before nv changes */
+		ep = g->v[vi].ep;
+		g->v[vi] = g->v[--g->nv];
 		if (refs(g, ep) > 0)
 			return 0;
 		m_close(&x->m);
