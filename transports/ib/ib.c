@@ -13,27 +13,18 @@
  * 196 in a reply: the smaller one is the room, so the engine sees
  * max_private_data = 55 and uses the compact Hello.
  */
+#include "verbs/vcore.h"
 #include "verbs/verbs.h"
 
-/* rdma_cm's room for consumer data in a connect request on IB/RoCE. */
-#define IB_REQ_PRIVATE_DATA 56
-/* IB_CM_REJ_CONSUMER_DEFINED: the reason of a reject made by rdma_reject(). */
-#define IB_REJ_CONSUMER 28
-
-/* A reject with any other reason (invalid service ID: no listener) comes
- * from the CM, not from an SDP peer. */
-static bool ib_consumer_reject(const struct rdma_cm_event *ev)
-{
-	return ev->status == IB_REJ_CONSUMER;
-}
-
+/* Rejects: the peer's reject() has its own reason (vcore.c, vc_rejected);
+ * one with any other reason (invalid service ID: no listener) comes from
+ * the CM, not from an SDP peer. */
 static struct vb_flavor ib_flavor = {
 	.name = "ib",
 	.dev_type = IBV_TRANSPORT_IB,
 	.cap_flags = 0,
-	.pdata_room = IB_REQ_PRIVATE_DATA,
+	.pdata_room = VC_IB_REQ_ROOM,
 	.port_offset = NULL,
-	.consumer_reject = ib_consumer_reject,
 };
 
 static int ib_init(void)

@@ -57,22 +57,16 @@ static uint16_t iw_port_offset(void)
 	return (uint16_t)(tun_int(TUN_iwarp_port_offset) & 0xffff);
 }
 
-/* An MPA reply with the reject bit (status -ECONNRESET from siw,
- * -ECONNREFUSED from others) carries the rejecting peer's data; a TCP
- * connection refused (no listener) carries none, which verbs.c checks. */
-static bool iw_consumer_reject(const struct rdma_cm_event *ev)
-{
-	(void)ev;
-	return true;
-}
-
+/* Rejects: an MPA reply with the reject bit (status -ECONNRESET from siw,
+ * -ECONNREFUSED from others) carries the rejecting peer's framed data; a
+ * TCP connection refused (no listener) carries none (vcore.c,
+ * vc_rejected). */
 static struct vb_flavor iw_flavor = {
 	.name = "iwarp",
 	.dev_type = IBV_TRANSPORT_IWARP,
 	.cap_flags = OTI_CAP_IWARP_RULES,
 	.pdata_room = IW_PRIVATE_DATA,
 	.port_offset = iw_port_offset,
-	.consumer_reject = iw_consumer_reject,
 	.tcp_source_ports = true,
 	.split_dual_stack = true,
 };

@@ -3,10 +3,10 @@
  * SDP over RDMA verbs, shared by the "ib" transport (InfiniBand, RoCE,
  * rxe: devices whose transport type is IB) and the "iwarp" transport
  * (iWARP RNICs, siw): librdmacm for connections and libibverbs for the
- * data path.  What differs between the two is a struct vb_flavor
- * (verbs.h): which devices are served, the capability flags, the rdma_cm
- * port an SDP port maps to, the private data room, how a consumer reject
- * is told from "no listener".
+ * data path, both through the verbs core (vcore.h), which the uDAPL
+ * provider (dat/) stands on too.  What differs between the two is a
+ * struct vb_flavor (verbs.h): which devices are served, the capability
+ * flags, the rdma_cm port an SDP port maps to, the private data room.
  *
  * Connection management: RDMA_PS_TCP port space.  On IB and RoCE the
  * rdma_cm port space is a space of its own, so the SDP port is the
@@ -17,11 +17,11 @@
  * it from the listener's), one CQ with a completion channel, and one RC QP.
  *
  * Private data: the transport frames what the engine gives it as one
- * length byte followed by the bytes, so the receiver gets exactly what was
- * sent whatever padding the wire adds (librdmacm pads a connect request's
- * data on IB/RoCE to its full 56 bytes).  The engine sees
- * max_private_data = room - 1 and picks the compact Hello if the full one
- * does not fit.
+ * length byte followed by the bytes (vc_frame), so the receiver gets
+ * exactly what was sent whatever padding the wire adds (librdmacm pads a
+ * connect request's data on IB/RoCE to its full 56 bytes).  The engine
+ * sees max_private_data = room - 1 and picks the compact Hello if the full
+ * one does not fit.
  *
  * One pollable fd per endpoint: an epoll set holding the event channel's
  * fd, the completion channel's fd, the device's async-event fd and an
@@ -50,15 +50,14 @@
 #include <unistd.h>
 
 #include "fdspace.h"
-#include "internal.h"
 #include "log.h"
 #include "oti.h"
 #include "sys.h"
+#include "vcore.h"
 #include "verbs.h"
 
 /* Room for framed private data: rdma_conn_param's length is one byte. */
-#define VB_PDATA_BUF 256
-#define VB_RESOLVE_MS 2000
+#define VB_PDATA_BUF (VC_PDATA_MAX + 1)
 #define VB_SQ_DEPTH 256
 #define VB_RQ_DEPTH 256
 #define VB_CQ_DEPTH (VB_SQ_DEPTH + VB_RQ_DEPTH)
@@ -69,22 +68,17 @@
  * channel's fd, a completion channel's, a context's async_fd), moved out
  * of the application's range (common/fdspace.h) and made non-blocking.
  * rdma-core reads those fields on every use and keeps no copy, so the
- * field is simply updated; nobody else uses the object yet.  On failure
- * the field is -1 (the descriptor is closed) and rdma-core's destroy
- * call only frees the object.
+ * field is simply updated; nobody else uses the object yet (a completion
+ * channel's file is the kernel's, whatever its number).  On failure the
+ * field is -1 (the descriptor is closed) and rdma-core's destroy call
+ * only frees the object.
  */
 static int vb_own_fd(int *field)
 {
 	int fd = fdspace_take(*field);
 
 	*field = fd < 0 ? -1 : fd;
-	if (fd < 0)
-		return fd;
-	int fl = sys.fcntl(fd, F_GETFL);
-
-	if (fl < 0 || sys.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
-	return 0;
+	return fd < 0 ? fd : vc_nonblock(fd);
 }
 
 /* --- devices: the contexts in use (protection domains are per ep) ------------- */
@@ -127,28 +121,6 @@ static struct vb_dev *vb_dev_of(struct ibv_context *ctx)
 	pthread_mutex_unlock(&vb_lock);
 	return d;
 }
-
-/*
- * A call into librdmacm or libibverbs.  Their own calls to libc (the
- * device files they open, the sockets and descriptors they make) reach the
- * preload's wrappers, which must pass them to libc and move what they make
- * out of the application's descriptor numbers: the flag says so
- * (internal.h).  The data path (post, poll, notify) makes none of those
- * calls and is left bare.
- */
-#define RDMA(call)                                      \
-	__extension__({                                 \
-		sdp_internal_enter();                   \
-		__typeof__(call) rdma_ret_ = (call);    \
-		sdp_internal_leave();                   \
-		rdma_ret_;                              \
-	})
-#define RDMA_VOID(call)               \
-	do {                          \
-		sdp_internal_enter(); \
-		call;                 \
-		sdp_internal_leave(); \
-	} while (0)
 
 /* --- objects ------------------------------------------------------------------- */
 
@@ -198,9 +170,7 @@ struct vb_ep {
 	struct rdma_cm_id *id;
 	struct vb_dev *dev;
 	struct vb_pd *pd;	/* this connection's own (see struct vb_pd) */
-	struct ibv_comp_channel *cc;
-	struct ibv_cq *cq;
-	unsigned cq_events;	/* to acknowledge before destroying the cq */
+	struct vc_cq cq;
 	int epfd;
 	/*
 	 * An async event for this ep read by another ep's thread, which
@@ -247,7 +217,7 @@ static struct vb_pd *vb_pd_new(struct ibv_context *ctx)
 
 	if (!p)
 		return NULL;
-	p->pd = RDMA(ibv_alloc_pd(ctx));
+	p->pd = vc_pd_new(ctx);
 	if (!p->pd) {
 		free(p);
 		return NULL;
@@ -259,7 +229,7 @@ static struct vb_pd *vb_pd_new(struct ibv_context *ctx)
 static void vb_pd_put(struct vb_pd *p)
 {
 	if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
-		RDMA(ibv_dealloc_pd(p->pd));
+		vc_pd_free(p->pd);
 		free(p);
 	}
 }
@@ -284,35 +254,22 @@ static int neg_errno(int fallback)
 
 static struct rdma_event_channel *new_channel(void)
 {
-	struct rdma_event_channel *ch = RDMA(rdma_create_event_channel());
+	struct rdma_event_channel *ch = vc_channel_new();
 
 	if (ch && vb_own_fd(&ch->fd) < 0) {
-		RDMA_VOID(rdma_destroy_event_channel(ch));
+		vc_channel_free(ch);
 		return NULL;
 	}
 	return ch;
 }
 
-/* Private data framing: [len][bytes], at most room bytes in all. */
-static int frame_pdata(uint8_t *out, uint32_t room, const void *pdata, size_t len)
-{
-	if (len + 1 > room || len + 1 > VB_PDATA_BUF - 1)
-		return -EINVAL;
-	out[0] = (uint8_t)len;
-	if (len)
-		memcpy(out + 1, pdata, len);
-	return (int)len + 1;
-}
-
-/* out holds OTI_MAX_PRIVATE_DATA (256) bytes: more than a length byte can say. */
+/* The engine's private data without our framing (OTI_MAX_PRIVATE_DATA
+ * holds more than a length byte can say); nothing if it is not framed. */
 static size_t unframe_pdata(const void *in, size_t inlen, uint8_t *out)
 {
-	const uint8_t *p = in;
+	int n = vc_unframe(in, inlen, out);
 
-	if (!p || inlen < 1 || p[0] > inlen - 1)
-		return 0;
-	memcpy(out, p + 1, p[0]);
-	return p[0];
+	return n < 0 ? 0 : (size_t)n;
 }
 
 /* --- init and probe ------------------------------------------------------------ */
@@ -373,25 +330,6 @@ static uint16_t port_off_of(const struct vb_flavor *fl)
 	return fl->port_offset ? fl->port_offset() : 0;
 }
 
-static uint16_t sa_port(const struct sockaddr *a)
-{
-	return ntohs(a->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
-					      : ((const struct sockaddr_in *)a)->sin_port);
-}
-
-static void sa_set_port(struct sockaddr *a, uint16_t port)
-{
-	if (a->sa_family == AF_INET6)
-		((struct sockaddr_in6 *)a)->sin6_port = htons(port);
-	else if (a->sa_family == AF_INET)
-		((struct sockaddr_in *)a)->sin_port = htons(port);
-}
-
-static socklen_t sa_len(const struct sockaddr *a)
-{
-	return a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-}
-
 /*
  * Does a device of the flavor's type serve this local address (or, for a
  * remote one, the local address the kernel would send from)?
@@ -406,30 +344,20 @@ static int serves_local(const struct vb_flavor *fl, const struct sockaddr *local
 
 	if (!ch)
 		return -ENODEV;
-	if (RDMA(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) == 0) {
-		struct sockaddr_storage a;
-
-		memcpy(&a, local, local->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							     : sizeof(struct sockaddr_in));
-		if (a.ss_family == AF_INET6)
-			((struct sockaddr_in6 *)&a)->sin6_port = 0;
-		else
-			((struct sockaddr_in *)&a)->sin_port = 0;
+	if (vc_id_new(ch, &id, NULL) == 0) {
 		/* A wildcard binds without a device: every device may serve. */
-		if (RDMA(rdma_bind_addr(id, (struct sockaddr *)&a)) == 0 &&
+		if (vc_bind(id, local, true) == 0 &&
 		    (!id->verbs || id->verbs->device->transport_type == fl->dev_type))
 			ret = 0;
-		RDMA(rdma_destroy_id(id));
+		vc_id_free(id);
 	}
-	RDMA_VOID(rdma_destroy_event_channel(ch));
+	vc_channel_free(ch);
 	return ret;
 }
 
 /* The source address the kernel would use towards remote. */
 static int route_source(const struct sockaddr *remote, struct sockaddr_storage *src)
 {
-	socklen_t len = remote->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-						      : sizeof(struct sockaddr_in);
 	int fd = sys.socket(remote->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int ret = -ENETUNREACH;
 
@@ -437,7 +365,8 @@ static int route_source(const struct sockaddr *remote, struct sockaddr_storage *
 		return -errno;
 	socklen_t sl = sizeof(*src);
 
-	if (sys.connect(fd, remote, len) == 0 && sys.getsockname(fd, (struct sockaddr *)src, &sl) == 0)
+	if (sys.connect(fd, remote, vc_sa_len(remote)) == 0 &&
+	    sys.getsockname(fd, (struct sockaddr *)src, &sl) == 0)
 		ret = 0;
 	sys.close(fd);
 	return ret;
@@ -505,39 +434,32 @@ static int listen_bind(struct vb_listener *l, const struct sockaddr *addr)
 {
 	struct sockaddr_storage a;
 	struct rdma_cm_id *held;
-	uint16_t p = sa_port(addr);
-	int ret = 0;
+	uint16_t p = vc_sa_port(addr);
+	int ret;
 
-	memset(&a, 0, sizeof(a));
-	memcpy(&a, addr, sa_len(addr));
+	vc_sa_copy(&a, addr, p);
 	if (p) {
 		uint16_t cm = (uint16_t)(p + l->port_off);
 
 		if (!cm)
 			return -EADDRNOTAVAIL;
-		sa_set_port((struct sockaddr *)&a, cm);
+		vc_sa_set_port((struct sockaddr *)&a, cm);
 	}
-	errno = 0;
-	if (RDMA(rdma_bind_addr(l->id, (struct sockaddr *)&a)))
-		return neg_errno(EADDRNOTAVAIL);
-	if (p || !l->port_off || sa_port(rdma_get_local_addr(l->id)) != l->port_off)
+	ret = vc_bind(l->id, (struct sockaddr *)&a, false);
+	if (ret)
+		return ret;
+	if (p || !l->port_off || vc_sa_port(rdma_get_local_addr(l->id)) != l->port_off)
 		return 0;
 	held = l->id;
-	errno = 0;
-	if (RDMA(rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP))) {
-		ret = neg_errno(ENOMEM);
+	ret = vc_id_new(l->ch, &l->id, l);
+	if (ret) {
 		l->id = held;
 		return ret;
 	}
-	if (l->id4 || l->afonly) {
-		int one = 1;
-
-		RDMA(rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)));
-	}
-	errno = 0;
-	if (RDMA(rdma_bind_addr(l->id, (struct sockaddr *)&a)))
-		ret = neg_errno(EADDRNOTAVAIL);
-	RDMA(rdma_destroy_id(held));
+	if (l->id4 || l->afonly)
+		vc_id_afonly(l->id);
+	ret = vc_bind(l->id, (struct sockaddr *)&a, false);
+	vc_id_free(held);
 	return ret;
 }
 
@@ -564,78 +486,60 @@ int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t
 		goto free_l;
 	}
 again:
-	errno = 0;
-	if (RDMA(rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP))) {
-		ret = neg_errno(ENOMEM);
+	ret = vc_id_new(l->ch, &l->id, l);
+	if (ret)
 		goto destroy_ch;
-	}
 	if (v6only) {
 		/* IPv6 peers only: an IPv4 listener may hold the port too. */
-		int one = 1;
-
-		errno = 0;
-		if (RDMA(rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
-				    sizeof(one)))) {
-			ret = neg_errno(EINVAL);
+		ret = vc_id_afonly(l->id);
+		if (ret)
 			goto destroy_id;
-		}
 		l->afonly = true;
 	} else if (fl->split_dual_stack && addr->sa_family == AF_INET6 &&
 		   IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
 		/* Both halves AF-only, else rdma_cm refuses the second on the
 		 * port; its bind follows the first's, whose port it takes. */
-		int one = 1;
-
-		errno = 0;
-		if (RDMA(rdma_create_id(l->ch, &l->id4, l, RDMA_PS_TCP))) {
-			ret = neg_errno(ENOMEM);
+		ret = vc_id_new(l->ch, &l->id4, l);
+		if (!ret)
+			ret = vc_id_afonly(l->id);
+		if (!ret)
+			ret = vc_id_afonly(l->id4);
+		if (ret)
 			goto destroy_id;
-		}
-		if (RDMA(rdma_set_option(l->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
-				    sizeof(one))) ||
-		    RDMA(rdma_set_option(l->id4, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one,
-				    sizeof(one)))) {
-			ret = neg_errno(EINVAL);
-			goto destroy_id;
-		}
 	}
 	ret = listen_bind(l, addr);
 	if (ret)
 		goto destroy_id;
-	errno = 0;
-	if (RDMA(rdma_listen(l->id, backlog > 0 ? backlog : 128))) {
-		ret = neg_errno(EADDRINUSE);
+	ret = vc_listen(l->id, backlog > 0 ? backlog : 128);
+	if (ret)
 		goto destroy_id;
-	}
 	if (l->id4) {
 		struct sockaddr_in a4 = {
 			.sin_family = AF_INET,
-			.sin_port = htons(sa_port(rdma_get_local_addr(l->id))),
+			.sin_port = htons(vc_sa_port(rdma_get_local_addr(l->id))),
 		};
 
-		errno = 0;
-		if (RDMA(rdma_bind_addr(l->id4, (struct sockaddr *)&a4)) ||
-		    RDMA(rdma_listen(l->id4, backlog > 0 ? backlog : 128))) {
-			ret = neg_errno(EADDRINUSE);
+		ret = vc_bind(l->id4, (struct sockaddr *)&a4, false);
+		if (!ret)
+			ret = vc_listen(l->id4, backlog > 0 ? backlog : 128);
+		if (ret)
 			goto destroy_id;
-		}
 	}
 	*out = (struct oti_listener *)l;
 	return 0;
 
 destroy_id:
-	if (l->id4)
-		RDMA(rdma_destroy_id(l->id4));
-	RDMA(rdma_destroy_id(l->id));
+	vc_id_free(l->id4);
+	vc_id_free(l->id);
 	l->id4 = NULL;
 	l->id = NULL;
 	/* A port rdma_cm chose may be one the host's TCP stack holds, which
 	 * an iWARP device's listen (a real TCP listen) then cannot take:
 	 * choose again. */
-	if (ret == -EADDRINUSE && sa_port(addr) == 0 && ++tries < VB_LISTEN_PORT_TRIES)
+	if (ret == -EADDRINUSE && vc_sa_port(addr) == 0 && ++tries < VB_LISTEN_PORT_TRIES)
 		goto again;
 destroy_ch:
-	RDMA_VOID(rdma_destroy_event_channel(l->ch));
+	vc_channel_free(l->ch);
 free_l:
 	free(l);
 	return ret;
@@ -645,14 +549,13 @@ int vb_listener_name(struct oti_listener *ol, struct sockaddr *addr, socklen_t *
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
 	struct sockaddr *a = rdma_get_local_addr(l->id);
-	socklen_t len = a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-						 : sizeof(struct sockaddr_in);
+	socklen_t len = vc_sa_len(a);
 
 	if (*addrlen < len)
 		return -EINVAL;
 	memcpy(addr, a, len);
 	*addrlen = len;
-	sa_set_port(addr, (uint16_t)(sa_port(a) - l->port_off));
+	vc_sa_set_port(addr, (uint16_t)(vc_sa_port(a) - l->port_off));
 	return 0;
 }
 
@@ -673,14 +576,16 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
 	struct rdma_cm_event *ev;
+	int ret;
 
 	for (;;) {
-		if (RDMA(rdma_get_cm_event(l->ch, &ev)))
-			return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+		ret = vc_cm_next(l->ch, &ev);
+		if (ret)
+			return ret;
 		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
 			/* Nothing else is expected here (children are
 			 * migrated before they could have events). */
-			RDMA(rdma_ack_cm_event(ev));
+			vc_cm_ack(ev);
 			continue;
 		}
 		struct oti_connreq *r = NULL;
@@ -690,9 +595,9 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 		if (ev->id->verbs && ev->id->verbs->device->transport_type == l->fl->dev_type)
 			r = malloc(sizeof(*r));
 		if (!r) {
-			RDMA(rdma_reject(ev->id, NULL, 0));
-			RDMA(rdma_ack_cm_event(ev));
-			RDMA(rdma_destroy_id(ev->id));
+			vc_reject(ev->id, NULL, 0);
+			vc_cm_ack(ev);
+			vc_id_free(ev->id);
 			continue;
 		}
 		r->id = ev->id;
@@ -700,10 +605,8 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 					   ev->param.conn.private_data_len, pdata);
 		struct sockaddr *pa = rdma_get_peer_addr(ev->id);
 
-		memset(peer, 0, sizeof(*peer));
-		memcpy(peer, pa, pa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							    : sizeof(struct sockaddr_in));
-		RDMA(rdma_ack_cm_event(ev));
+		vc_sa_copy(peer, pa, vc_sa_port(pa));
+		vc_cm_ack(ev);
 		*req = r;
 		return 0;
 	}
@@ -714,14 +617,13 @@ int vb_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdat
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
 	uint8_t buf[VB_PDATA_BUF];
-	int n = frame_pdata(buf, l->fl->pdata_room, pdata, len);
-	int ret = 0;
+	int n = vc_frame(buf, l->fl->pdata_room, pdata, len);
+	int ret;
 
 	if (n < 0)
-		n = frame_pdata(buf, l->fl->pdata_room, NULL, 0);
-	if (RDMA(rdma_reject(req->id, buf, (uint8_t)n)))
-		ret = -errno;
-	RDMA(rdma_destroy_id(req->id));
+		n = vc_frame(buf, l->fl->pdata_room, NULL, 0);
+	ret = vc_reject(req->id, buf, n);
+	vc_id_free(req->id);
 	free(req);
 	return ret;
 }
@@ -734,19 +636,17 @@ void vb_listener_close(struct oti_listener *ol)
 	if (!l)
 		return;
 	/* Pending requests are refused. */
-	while (RDMA(rdma_get_cm_event(l->ch, &ev)) == 0) {
+	while (vc_cm_next(l->ch, &ev) == 0) {
 		struct rdma_cm_id *id = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
 
 		if (id)
-			RDMA(rdma_reject(id, NULL, 0));
-		RDMA(rdma_ack_cm_event(ev));
-		if (id)
-			RDMA(rdma_destroy_id(id));
+			vc_reject(id, NULL, 0);
+		vc_cm_ack(ev);
+		vc_id_free(id);
 	}
-	if (l->id4)
-		RDMA(rdma_destroy_id(l->id4));
-	RDMA(rdma_destroy_id(l->id));
-	RDMA_VOID(rdma_destroy_event_channel(l->ch));
+	vc_id_free(l->id4);
+	vc_id_free(l->id);
+	vc_channel_free(l->ch);
 	free(l);
 }
 
@@ -781,7 +681,9 @@ static void push_event(struct vb_ep *e, enum oti_event_type type, int status, co
 	memset(ev, 0, sizeof(*ev));
 	ev->type = type;
 	ev->status = status;
-	ev->private_data_len = unframe_pdata(pdata, pdlen, ev->private_data);
+	ev->private_data_len = pdlen;
+	if (pdlen)
+		memcpy(ev->private_data, pdata, pdlen);
 }
 
 static struct vb_ep *ep_alloc(void)
@@ -819,6 +721,7 @@ static struct vb_ep *ep_alloc(void)
 static int ep_make_qp(struct vb_ep *e)
 {
 	struct ibv_context *ctx = e->id->verbs;
+	int r;
 
 	e->dev = vb_dev_of(ctx);
 	if (!e->dev)
@@ -826,39 +729,35 @@ static int ep_make_qp(struct vb_ep *e)
 	e->pd = vb_pd_new(ctx);
 	if (!e->pd)
 		return -ENOMEM;
-	e->cc = RDMA(ibv_create_comp_channel(ctx));
-	if (!e->cc)
-		return -ENOMEM;
-	int r = vb_own_fd(&e->cc->fd);
-
+	r = vc_cq_open(ctx, VB_CQ_DEPTH, e, &e->cq);
+	if (!r)
+		r = vb_own_fd(&e->cq.cc->fd);
 	if (r < 0)
 		return r;
-	e->cq = RDMA(ibv_create_cq(ctx, VB_CQ_DEPTH, e, e->cc, 0));
-	if (!e->cq)
-		return -ENOMEM;
-	if (ibv_req_notify_cq(e->cq, 0))
+	if (ibv_req_notify_cq(e->cq.cq, 0))
 		return -EIO;
 
 	struct ibv_qp_init_attr attr = {
-		.send_cq = e->cq,
-		.recv_cq = e->cq,
+		.send_cq = e->cq.cq,
+		.recv_cq = e->cq.cq,
 		.cap = { .max_send_wr = VB_SQ_DEPTH, .max_recv_wr = VB_RQ_DEPTH,
 			 .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64 },
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 1,
 	};
 
-	if (RDMA(rdma_create_qp(e->id, e->pd->pd, &attr))) {
+	if (vc_qp_new(e->id, e->pd->pd, &attr)) {
 		/* Some devices cannot inline: try without. */
 		attr.cap.max_inline_data = 0;
-		if (RDMA(rdma_create_qp(e->id, e->pd->pd, &attr)))
-			return neg_errno(ENOMEM);
+		r = vc_qp_new(e->id, e->pd->pd, &attr);
+		if (r)
+			return r;
 	}
 	e->max_inline = attr.cap.max_inline_data;
 
 	struct epoll_event ev = { .events = EPOLLIN };
 
-	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cc->fd, &ev);
+	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cq.cc->fd, &ev);
 	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, ctx->async_fd, &ev);
 	ep_list_add(e);
 	return 0;
@@ -868,19 +767,12 @@ static void ep_destroy(struct vb_ep *e)
 {
 	if (e->id && e->id->qp) {
 		ep_list_del(e);
-		RDMA_VOID(rdma_destroy_qp(e->id));
+		vc_qp_free(e->id);
 	}
-	if (e->cq) {
-		RDMA_VOID(ibv_ack_cq_events(e->cq, e->cq_events));
-		RDMA(ibv_destroy_cq(e->cq));
-	}
-	if (e->cc)
-		RDMA(ibv_destroy_comp_channel(e->cc));
+	vc_cq_close(&e->cq);
 	vb_pd_put(e->pd);
-	if (e->id)
-		RDMA(rdma_destroy_id(e->id));
-	if (e->ch)
-		RDMA_VOID(rdma_destroy_event_channel(e->ch));
+	vc_id_free(e->id);
+	vc_channel_free(e->ch);
 	fdspace_close(e->wakefd);
 	fdspace_close(e->epfd);
 	free(e);
@@ -894,8 +786,8 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	int ret;
 
 	if (!e) {
-		RDMA(rdma_reject(req->id, NULL, 0));
-		RDMA(rdma_destroy_id(req->id));
+		vc_reject(req->id, NULL, 0);
+		vc_id_free(req->id);
 		free(req);
 		return -ENOMEM;
 	}
@@ -905,16 +797,13 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	e->port_off = l->port_off;
 	free(req);
 	/* Its events from now on come to the ep's own channel. */
-	if (RDMA(rdma_migrate_id(e->id, e->ch))) {
-		ret = neg_errno(EIO);
-		RDMA(rdma_reject(e->id, NULL, 0));
-		ep_destroy(e);
-		return ret;
+	ret = vc_migrate(e->id, e->ch);
+	if (!ret) {
+		e->id->context = e;
+		ret = ep_make_qp(e);
 	}
-	e->id->context = e;
-	ret = ep_make_qp(e);
 	if (ret) {
-		RDMA(rdma_reject(e->id, NULL, 0));
+		vc_reject(e->id, NULL, 0);
 		ep_destroy(e);
 		return ret;
 	}
@@ -923,30 +812,23 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	return 0;
 }
 
-static struct rdma_conn_param conn_param(const uint8_t *pdata, int len)
-{
-	return (struct rdma_conn_param){
-		.private_data = pdata,
-		.private_data_len = (uint8_t)len,
-		.responder_resources = 4,
-		.initiator_depth = 4,
-		.retry_count = 7,
-		.rnr_retry_count = 7,
-	};
-}
+/* RDMA reads in flight, each way. */
+#define VB_RD_DEPTH 4
 
 int vb_accept(struct oti_ep *oep, const void *pdata, size_t len)
 {
 	struct vb_ep *e = vb_ep(oep);
 	uint8_t buf[VB_PDATA_BUF];
-	int n = frame_pdata(buf, e->fl->pdata_room, pdata, len);
+	int n = vc_frame(buf, e->fl->pdata_room, pdata, len);
 
 	if (n < 0)
 		return n;
-	struct rdma_conn_param p = conn_param(buf, n);
 
-	if (RDMA(rdma_accept(e->id, &p)))
-		return neg_errno(EIO);
+	struct rdma_conn_param p = vc_conn_param(buf, n, VB_RD_DEPTH, VB_RD_DEPTH);
+	int ret = vc_accept(e->id, &p);
+
+	if (ret)
+		return ret;
 	e->state = VB_CONNECTING;
 	return 0;
 }
@@ -973,18 +855,16 @@ static void bind_tcp_free_port(struct rdma_cm_id *id, int family, const struct s
 			return;
 		memset(&a, 0, sizeof(a));
 		if (src)
-			memcpy(&a, src, sa_len(src));
+			memcpy(&a, src, vc_sa_len(src));
 		a.ss_family = (sa_family_t)family;
-		sa_set_port((struct sockaddr *)&a, 0);
-		if (sys.bind(fd, (struct sockaddr *)&a, sa_len((struct sockaddr *)&a)) ||
+		vc_sa_set_port((struct sockaddr *)&a, 0);
+		if (sys.bind(fd, (struct sockaddr *)&a, vc_sa_len((struct sockaddr *)&a)) ||
 		    sys.getsockname(fd, (struct sockaddr *)&a, &alen)) {
 			sys.close(fd);
 			return;
 		}
 		sys.close(fd);
-		if (RDMA(rdma_bind_addr(id, (struct sockaddr *)&a)) == 0)
-			return;
-		if (errno != EADDRINUSE)
+		if (vc_bind(id, (struct sockaddr *)&a, false) != -EADDRINUSE)
 			return;
 	}
 }
@@ -1005,23 +885,20 @@ int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t
 		return -ENOMEM;
 	e->fl = fl;
 	e->port_off = port_off_of(fl);
-	memset(&to, 0, sizeof(to));
-	memcpy(&to, dst, sa_len(dst));
-	sa_set_port((struct sockaddr *)&to, (uint16_t)(sa_port(dst) + e->port_off));
-	if (RDMA(rdma_create_id(e->ch, &e->id, e, RDMA_PS_TCP))) {
-		ret = neg_errno(ENOMEM);
+	vc_sa_copy(&to, dst, (uint16_t)(vc_sa_port(dst) + e->port_off));
+	ret = vc_id_new(e->ch, &e->id, e);
+	if (ret) {
 		ep_destroy(e);
 		return ret;
 	}
-	if (fl->tcp_source_ports && (!src || sa_port(src) == 0)) {
+	if (fl->tcp_source_ports && (!src || vc_sa_port(src) == 0)) {
 		bind_tcp_free_port(e->id, dst->sa_family, src);
 		if (rdma_get_local_addr(e->id)->sa_family != AF_UNSPEC)
 			src = NULL;	/* bound: resolve from there */
 	}
 	e->state = VB_RESOLVING_ADDR;
-	if (RDMA(rdma_resolve_addr(e->id, (struct sockaddr *)src, (struct sockaddr *)&to,
-			      VB_RESOLVE_MS))) {
-		ret = neg_errno(EHOSTUNREACH);
+	ret = vc_resolve_addr(e->id, src, (struct sockaddr *)&to);
+	if (ret) {
 		ep_destroy(e);
 		return ret;
 	}
@@ -1033,16 +910,18 @@ int vb_connect(struct oti_ep *oep, const void *pdata, size_t len)
 {
 	struct vb_ep *e = vb_ep(oep);
 	uint8_t buf[VB_PDATA_BUF];
-	int n = frame_pdata(buf, e->fl->pdata_room, pdata, len);
+	int n = vc_frame(buf, e->fl->pdata_room, pdata, len);
 
 	if (n < 0)
 		return n;
 	if (e->state != VB_RESOLVED)
 		return -EINVAL;
-	struct rdma_conn_param p = conn_param(buf, n);
 
-	if (RDMA(rdma_connect(e->id, &p)))
-		return neg_errno(EIO);
+	struct rdma_conn_param p = vc_conn_param(buf, n, VB_RD_DEPTH, VB_RD_DEPTH);
+	int ret = vc_connect(e->id, &p);
+
+	if (ret)
+		return ret;
 	e->state = VB_CONNECTING;
 	return 0;
 }
@@ -1057,20 +936,12 @@ int vb_ep_names(struct oti_ep *oep, struct sockaddr_storage *local,
 	if (local) {
 		struct sockaddr *a = rdma_get_local_addr(e->id);
 
-		memset(local, 0, sizeof(*local));
-		memcpy(local, a, sa_len(a));
-		if (e->passive)
-			sa_set_port((struct sockaddr *)local,
-				    (uint16_t)(sa_port(a) - e->port_off));
+		vc_sa_copy(local, a, (uint16_t)(vc_sa_port(a) - (e->passive ? e->port_off : 0)));
 	}
 	if (peer) {
 		struct sockaddr *a = rdma_get_peer_addr(e->id);
 
-		memset(peer, 0, sizeof(*peer));
-		memcpy(peer, a, sa_len(a));
-		if (!e->passive)
-			sa_set_port((struct sockaddr *)peer,
-				    (uint16_t)(sa_port(a) - e->port_off));
+		vc_sa_copy(peer, a, (uint16_t)(vc_sa_port(a) - (e->passive ? 0 : e->port_off)));
 	}
 	return 0;
 }
@@ -1082,16 +953,28 @@ int vb_ep_fd(struct oti_ep *oep)
 
 /* --- events ------------------------------------------------------------------------ */
 
+/* The connection is up for the engine; pdata, len: the peer's accept as
+ * rdma_cm gives it (framed). */
+static void ep_up(struct vb_ep *e, const void *pdata, size_t len)
+{
+	uint8_t pd[VC_PDATA_MAX];
+
+	e->state = VB_CONNECTED;
+	push_event(e, OTI_EV_ESTABLISHED, 0, pd, unframe_pdata(pdata, len, pd));
+}
+
 /* One rdma_cm event into the pending queue (or an internal step). */
 static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 {
+	uint8_t pd[VC_PDATA_MAX];
 	int r;
 
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		e->state = VB_RESOLVING_ROUTE;
-		if (RDMA(rdma_resolve_route(e->id, VB_RESOLVE_MS)))
-			push_event(e, OTI_EV_UNREACHABLE, neg_errno(EHOSTUNREACH), NULL, 0);
+		r = vc_resolve_route(e->id);
+		if (r)
+			push_event(e, OTI_EV_UNREACHABLE, r, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		/* The route leads to another flavor's device. */
@@ -1119,23 +1002,18 @@ static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_REJECTED:
 		/* A consumer reject carries our framing; anything else (no
 		 * listener) is a refusal without an SDP peer. */
-		if (e->fl->consumer_reject(ev) && ev->param.conn.private_data_len)
-			push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, ev->param.conn.private_data,
-				   ev->param.conn.private_data_len);
+		r = vc_rejected(ev, e->fl->dev_type == IBV_TRANSPORT_IWARP, pd);
+		if (r >= 0)
+			push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, pd, (size_t)r);
 		else
 			push_event(e, OTI_EV_UNREACHABLE, -ECONNREFUSED, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		e->state = VB_CONNECTED;
-		push_event(e, OTI_EV_ESTABLISHED, 0, ev->param.conn.private_data,
-			   ev->param.conn.private_data_len);
+		ep_up(e, ev->param.conn.private_data, ev->param.conn.private_data_len);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
-		if (!e->disconnect_called) {
-			/* Answer the peer's DREQ so its side completes. */
-			e->disconnect_called = true;
-			RDMA(rdma_disconnect(e->id));
-		}
+		/* Answer the peer's DREQ so its side completes. */
+		vc_disconnect_once(e->id, &e->disconnect_called);
 		e->state = VB_DOWN;
 		push_event(e, OTI_EV_DISCONNECTED, 0, NULL, 0);
 		break;
@@ -1155,9 +1033,9 @@ static void drain_cm(struct vb_ep *e)
 	struct rdma_cm_event *ev;
 
 	while (e->npending < (int)(sizeof(e->pending) / sizeof(e->pending[0])) &&
-	       RDMA(rdma_get_cm_event(e->ch, &ev)) == 0) {
+	       vc_cm_next(e->ch, &ev) == 0) {
 		handle_cm_event(e, ev);
-		RDMA(rdma_ack_cm_event(ev));
+		vc_cm_ack(ev);
 	}
 }
 
@@ -1173,27 +1051,25 @@ static void drain_async(struct vb_ep *self)
 	if (!self->dev)
 		return;
 	pthread_mutex_lock(&vb_lock);
-	while (RDMA(ibv_get_async_event(self->dev->ctx, &aev)) == 0) {
+	while (vc_async_next(self->dev->ctx, &aev) == 0) {
 		for (struct vb_ep *e = vb_eps; e; e = e->next_ep) {
 			bool hit = false;
 
-			switch (aev.event_type) {
-			case IBV_EVENT_QP_FATAL:
-			case IBV_EVENT_QP_REQ_ERR:
-			case IBV_EVENT_QP_ACCESS_ERR:
+			switch (vc_async_kind(&aev)) {
+			case VC_ASYNC_QP:
 				hit = e->id && e->id->qp == aev.element.qp;
 				break;
-			case IBV_EVENT_CQ_ERR:
-				hit = e->cq == aev.element.cq;
+			case VC_ASYNC_CQ:
+				hit = e->cq.cq == aev.element.cq;
 				break;
-			case IBV_EVENT_PORT_ERR:
+			case VC_ASYNC_PORT:
 				hit = e->dev == self->dev && e->id &&
 				      e->id->port_num == aev.element.port_num;
 				break;
-			case IBV_EVENT_DEVICE_FATAL:
+			case VC_ASYNC_DEVICE:
 				hit = e->dev == self->dev;
 				break;
-			default:
+			case VC_ASYNC_OTHER:
 				break;
 			}
 			/* Set before the wake-up: the owner reads wakefd
@@ -1203,7 +1079,7 @@ static void drain_async(struct vb_ep *self)
 				/* The counter is non-zero already: it wakes. */
 			}
 		}
-		RDMA_VOID(ibv_ack_async_event(&aev));
+		vc_async_ack(&aev);
 	}
 	pthread_mutex_unlock(&vb_lock);
 }
@@ -1242,19 +1118,6 @@ int vb_get_event(struct oti_ep *oep, struct oti_event *ev)
 
 /* --- completions ------------------------------------------------------------------ */
 
-static void drain_cc(struct vb_ep *e)
-{
-	struct ibv_cq *cq;
-	void *ctx;
-
-	while (e->cc && RDMA(ibv_get_cq_event(e->cc, &cq, &ctx)) == 0)
-		e->cq_events++;
-	if (e->cq_events >= 64) {
-		RDMA_VOID(ibv_ack_cq_events(e->cq, e->cq_events));
-		e->cq_events = 0;
-	}
-}
-
 int vb_ep_arm(struct oti_ep *oep)
 {
 	struct vb_ep *e = vb_ep(oep);
@@ -1262,15 +1125,15 @@ int vb_ep_arm(struct oti_ep *oep)
 	drain_cm(e);
 	if (e->npending || atomic_load(&e->async_err))
 		return -EAGAIN;
-	if (!e->cq)
+	if (!e->cq.cq)
 		return 0;
-	drain_cc(e);
+	vc_cq_take_events(&e->cq);
 	if (e->wc_next < e->nwc)
 		return -EAGAIN;
-	if (ibv_req_notify_cq(e->cq, 0))
+	if (ibv_req_notify_cq(e->cq.cq, 0))
 		return -EAGAIN;
 	/* What arrived before the notification was armed. */
-	int n = ibv_poll_cq(e->cq, VB_WC_BATCH, e->wc);
+	int n = ibv_poll_cq(e->cq.cq, VB_WC_BATCH, e->wc);
 
 	if (n > 0) {
 		e->nwc = n;
@@ -1321,11 +1184,11 @@ int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 	struct vb_ep *e = vb_ep(oep);
 	int got = 0;
 
-	if (!e->cq)
+	if (!e->cq.cq)
 		return 0;
 	while (got < n) {
 		if (e->wc_next >= e->nwc) {
-			int m = ibv_poll_cq(e->cq, VB_WC_BATCH, e->wc);
+			int m = ibv_poll_cq(e->cq.cq, VB_WC_BATCH, e->wc);
 
 			if (m < 0)
 				return got ? got : -EIO;
@@ -1381,12 +1244,11 @@ int vb_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
 	if (access & OTI_ACCESS_REMOTE_READ)
 		flags |= IBV_ACCESS_REMOTE_READ;
 	if (access & OTI_ACCESS_REMOTE_WRITE)
-		flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+		flags |= IBV_ACCESS_REMOTE_WRITE;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	errno = 0;
-	m->mr = RDMA(ibv_reg_mr(e->pd->pd, addr, len, flags));
+	m->mr = vc_mr_reg(e->pd->pd, addr, len, flags);
 	if (!m->mr) {
 		int ret = neg_errno(ENOMEM);
 
@@ -1404,12 +1266,11 @@ int vb_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
 int vb_mr_dereg(struct oti_mr *omr)
 {
 	struct vb_mr *m = (struct vb_mr *)omr;
-	int ret = 0;
+	int ret;
 
 	if (!m)
 		return 0;
-	if (RDMA(ibv_dereg_mr(m->mr)))
-		ret = -EIO;
+	ret = vc_mr_dereg(m->mr);
 	vb_pd_put(m->pd);
 	free(m);
 	return ret;
@@ -1515,7 +1376,7 @@ int vb_disconnect(struct oti_ep *oep)
 	if (e->state != VB_CONNECTED && e->state != VB_CONNECTING)
 		return -ENOTCONN;
 	e->disconnect_called = true;
-	return RDMA(rdma_disconnect(e->id)) ? neg_errno(EIO) : 0;
+	return vc_disconnect(e->id);
 }
 
 void vb_ep_close(struct oti_ep *oep)
@@ -1524,9 +1385,7 @@ void vb_ep_close(struct oti_ep *oep)
 
 	if (!e)
 		return;
-	if (!e->disconnect_called && (e->state == VB_CONNECTED || e->state == VB_CONNECTING)) {
-		e->disconnect_called = true;
-		RDMA(rdma_disconnect(e->id));
-	}
+	if (e->state == VB_CONNECTED || e->state == VB_CONNECTING)
+		vc_disconnect_once(e->id, &e->disconnect_called);
 	ep_destroy(e);
 }

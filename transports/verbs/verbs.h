@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The verbs body shared by the "ib" and "iwarp" transports (verbs.c):
- * librdmacm for connections, libibverbs for the data path.  What differs
+ * librdmacm for connections, libibverbs for the data path, through the
+ * verbs core (vcore.h) that the uDAPL provider uses too.  What differs
  * between the two device families is gathered in a struct vb_flavor; each
  * transport file (transports/ib/ib.c, transports/iwarp/iwarp.c) defines
  * one flavor and an oti_ops table whose entries without an object to
@@ -35,9 +36,6 @@ struct vb_flavor {
 	/* The rdma_cm port for SDP port P is (P + port_offset()) mod 65536;
 	 * NULL: the same port (a port space of its own). */
 	uint16_t (*port_offset)(void);
-	/* Is this REJECTED event the peer's reject() (which carries our
-	 * framing), rather than "no listener there"? */
-	bool (*consumer_reject)(const struct rdma_cm_event *ev);
 	/* Connections are TCP connections of the host (iWARP): a connecting
 	 * id takes its source port from the TCP stack, not from rdma_cm's
 	 * port space alone, where it could be one TCP already uses. */
