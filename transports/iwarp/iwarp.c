@@ -19,8 +19,10 @@
  * length in struct rdma_conn_param is one byte (255), the rdma_ucm ABI
  * carries 256 (RDMA_MAX_PRIVATE_DATA), and MPA v2's enhanced connection
  * setup spends 4 of the provider's 256 (MPA_MAX_PRIVDATA in siw, erdma)
- * on IRD/ORD.  248 stays below all of them with room to spare, and the
- * full Hello (92 bytes) and HelloAck (196) fit: no compact Hello on iWARP.
+ * on IRD/ORD.  248 stays below all of them with room to spare.  The start
+ * rule's handshake (below) takes a flags byte of a connect request's and
+ * 12 bytes of an accept's: the engine gets 235, and the full Hello (92
+ * bytes) and HelloAck (196) fit: no compact Hello on iWARP.
  *
  * Source ports: rdma_cm picks a connecting id's port from its own port
  * space, which knows nothing of the host's TCP sockets; siw then binds a
@@ -38,14 +40,16 @@
  * a responder sends no FPDU before it has received the initiator's first
  * (RFC 5044, 7.1.2).  siw as initiator enforces it: a responder's message
  * that arrives with the MPA reply fails the connect (CONNECT_ERROR), or,
- * a moment later, sits unseen in the socket.  So the engine's passive side
- * sends nothing until the active side's first message has arrived, and the
- * active side sends a credit update as soon as it is established
- * (sdp/engine.h, await_first_rx).  siw's passive side has the mirror
- * weakness: bytes that arrive while it hands the socket to the QP go
- * unseen until more arrive; so the active side repeats that credit update
- * on the next progress ticks until a message of the passive side's shows
- * the first was seen (first_nudges).
+ * a moment later, sits unseen in the socket; and siw's responder has the
+ * mirror weakness, bytes that arrive while it hands the socket to the QP
+ * going unseen until more arrive.  The transport keeps the rule itself,
+ * with the handshake the uDAPL provider uses too (transports/verbs/vcore.h,
+ * struct vc_rtr): the active side RDMA-writes a word of the passive side's
+ * before it reports OTI_EV_ESTABLISHED, and again 10, 100 and 1000 ms
+ * later; the passive side reports OTI_EV_ESTABLISHED once the word has
+ * landed.  A peer of an older libsdp does not ask for it and gets none.
+ * (The engine's own hold, sdp/engine.h await_first_rx and first_nudges,
+ * predates it and is now redundant on this transport.)
  */
 #include "tunables.h"
 #include "verbs/verbs.h"
@@ -67,6 +71,7 @@ static struct vb_flavor iw_flavor = {
 	.cap_flags = OTI_CAP_IWARP_RULES,
 	.pdata_room = IW_PRIVATE_DATA,
 	.port_offset = iw_port_offset,
+	.rtr = true,
 	.tcp_source_ports = true,
 	.split_dual_stack = true,
 };

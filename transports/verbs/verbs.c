@@ -6,7 +6,8 @@
  * data path, both through the verbs core (vcore.h), which the uDAPL
  * provider (dat/) stands on too.  What differs between the two is a
  * struct vb_flavor (verbs.h): which devices are served, the capability
- * flags, the rdma_cm port an SDP port maps to, the private data room.
+ * flags, the rdma_cm port an SDP port maps to, the private data room,
+ * whether the iWARP start rule applies.
  *
  * Connection management: RDMA_PS_TCP port space.  On IB and RoCE the
  * rdma_cm port space is a space of its own, so the SDP port is the
@@ -19,14 +20,24 @@
  * Private data: the transport frames what the engine gives it as one
  * length byte followed by the bytes (vc_frame), so the receiver gets
  * exactly what was sent whatever padding the wire adds (librdmacm pads a
- * connect request's data on IB/RoCE to its full 56 bytes).  The engine
- * sees max_private_data = room - 1 and picks the compact Hello if the full
- * one does not fit.
+ * connect request's data on IB/RoCE to its full 56 bytes).  On iWARP the
+ * start rule's handshake (vcore.h, struct vc_rtr) adds a flags byte to a
+ * connect request and its 12 bytes of target to the accept.  The engine
+ * sees max_private_data = room - 1 (- 12 on iWARP) and picks the compact
+ * Hello if the full one does not fit.
+ *
+ * The iWARP start rule: the passive side reports OTI_EV_ESTABLISHED only
+ * once the active side's first FPDU (its RTR write) has landed, and the
+ * active side makes that write, and its repeats, itself; meanwhile a
+ * timerfd in the endpoint's epoll set brings the owner back to poll the
+ * word or repeat the write (rtr_progress).  So the engine may send the
+ * moment it sees OTI_EV_ESTABLISHED, on either side.
  *
  * One pollable fd per endpoint: an epoll set holding the event channel's
- * fd, the completion channel's fd, the device's async-event fd and an
+ * fd, the completion channel's fd, the device's async-event fd, an
  * eventfd through which another endpoint's thread hands over an async
- * event that concerns this one.
+ * event that concerns this one, and while the start rule's handshake runs
+ * its timerfd.
  *
  * Completions: the transport keeps the engine's context and the operation
  * of every posted request in two rings (send queue, receive queue) and
@@ -47,6 +58,7 @@
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "fdspace.h"
@@ -60,7 +72,8 @@
 #define VB_PDATA_BUF (VC_PDATA_MAX + 1)
 #define VB_SQ_DEPTH 256
 #define VB_RQ_DEPTH 256
-#define VB_CQ_DEPTH (VB_SQ_DEPTH + VB_RQ_DEPTH)
+/* the start rule's writes complete too (the QP signals every request) */
+#define VB_CQ_DEPTH (VB_SQ_DEPTH + VC_RTR_SQ_ROOM + VB_RQ_DEPTH)
 #define VB_WC_BATCH 32
 
 /*
@@ -135,6 +148,7 @@ struct vb_listener {
 
 struct oti_connreq {
 	struct rdma_cm_id *id;	/* the new connection's id */
+	bool rtr_asked;		/* the start rule's handshake (vcore.h) */
 };
 
 /*
@@ -183,6 +197,12 @@ struct vb_ep {
 	bool passive;
 	bool disconnect_called;
 	uint32_t max_inline;
+
+	/* iWARP's start rule (vcore.h): the handshake's word and its state;
+	 * rtr_tfd, a timerfd in the epoll set while it runs (else -1). */
+	struct vc_rtr rtr;
+	bool rtr_asked;		/* passive: the request asked for it */
+	int rtr_tfd;
 
 	/* Events translated but not yet taken by get_event(). */
 	struct oti_event pending[4];
@@ -415,7 +435,9 @@ void vb_query_caps(const struct vb_flavor *fl, struct oti_caps *caps)
 {
 	*caps = (struct oti_caps){
 		.flags = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE | fl->cap_flags,
-		.max_private_data = fl->pdata_room - 1,	/* one byte frames the length */
+		/* one byte frames the length; an accept carries the start
+		 * rule's target too */
+		.max_private_data = fl->pdata_room - 1 - (fl->rtr ? VC_RTR_LEN : 0),
 		.max_inline = 64,
 		.max_send_wr = VB_SQ_DEPTH,
 		.max_recv_wr = VB_RQ_DEPTH,
@@ -601,6 +623,8 @@ int vb_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdat
 			continue;
 		}
 		r->id = ev->id;
+		r->rtr_asked = l->fl->rtr && vc_rtr_asked(ev->param.conn.private_data,
+							  ev->param.conn.private_data_len);
 		*pdata_len = unframe_pdata(ev->param.conn.private_data,
 					   ev->param.conn.private_data_len, pdata);
 		struct sockaddr *pa = rdma_get_peer_addr(ev->id);
@@ -697,6 +721,7 @@ static struct vb_ep *ep_alloc(void)
 		free(e);
 		return NULL;
 	}
+	e->rtr_tfd = -1;
 	e->wakefd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (e->wakefd < 0) {
 		fdspace_close(e->epfd);
@@ -717,7 +742,8 @@ static struct vb_ep *ep_alloc(void)
 	return e;
 }
 
-/* The verbs objects once the id is bound to a device: CQ and QP. */
+/* The verbs objects once the id is bound to a device: CQ and QP, and on
+ * iWARP the start rule's word. */
 static int ep_make_qp(struct vb_ep *e)
 {
 	struct ibv_context *ctx = e->id->verbs;
@@ -736,11 +762,17 @@ static int ep_make_qp(struct vb_ep *e)
 		return r;
 	if (ibv_req_notify_cq(e->cq.cq, 0))
 		return -EIO;
+	if (e->fl->rtr) {
+		r = vc_rtr_init(&e->rtr, e->pd->pd);
+		if (r)
+			return r;
+	}
 
 	struct ibv_qp_init_attr attr = {
 		.send_cq = e->cq.cq,
 		.recv_cq = e->cq.cq,
-		.cap = { .max_send_wr = VB_SQ_DEPTH, .max_recv_wr = VB_RQ_DEPTH,
+		.cap = { .max_send_wr = VB_SQ_DEPTH + (e->fl->rtr ? VC_RTR_SQ_ROOM : 0),
+			 .max_recv_wr = VB_RQ_DEPTH,
 			 .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64 },
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 1,
@@ -763,6 +795,13 @@ static int ep_make_qp(struct vb_ep *e)
 	return 0;
 }
 
+static void rtr_timer_close(struct vb_ep *e)
+{
+	if (e->rtr_tfd >= 0)
+		fdspace_close(e->rtr_tfd);
+	e->rtr_tfd = -1;
+}
+
 static void ep_destroy(struct vb_ep *e)
 {
 	if (e->id && e->id->qp) {
@@ -770,9 +809,11 @@ static void ep_destroy(struct vb_ep *e)
 		vc_qp_free(e->id);
 	}
 	vc_cq_close(&e->cq);
+	vc_rtr_fini(&e->rtr);	/* no QP writes it any more */
 	vb_pd_put(e->pd);
 	vc_id_free(e->id);
 	vc_channel_free(e->ch);
+	rtr_timer_close(e);
 	fdspace_close(e->wakefd);
 	fdspace_close(e->epfd);
 	free(e);
@@ -795,6 +836,7 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	e->passive = true;
 	e->fl = l->fl;
 	e->port_off = l->port_off;
+	e->rtr_asked = req->rtr_asked;
 	free(req);
 	/* Its events from now on come to the ep's own channel. */
 	ret = vc_migrate(e->id, e->ch);
@@ -819,10 +861,11 @@ int vb_accept(struct oti_ep *oep, const void *pdata, size_t len)
 {
 	struct vb_ep *e = vb_ep(oep);
 	uint8_t buf[VB_PDATA_BUF];
-	int n = vc_frame(buf, e->fl->pdata_room, pdata, len);
+	int n = vc_frame(buf, e->fl->pdata_room - (e->rtr_asked ? VC_RTR_LEN : 0), pdata, len);
 
 	if (n < 0)
 		return n;
+	n = vc_rtr_accept(&e->rtr, e->rtr_asked, buf, n);
 
 	struct rdma_conn_param p = vc_conn_param(buf, n, VB_RD_DEPTH, VB_RD_DEPTH);
 	int ret = vc_accept(e->id, &p);
@@ -910,12 +953,15 @@ int vb_connect(struct oti_ep *oep, const void *pdata, size_t len)
 {
 	struct vb_ep *e = vb_ep(oep);
 	uint8_t buf[VB_PDATA_BUF];
-	int n = vc_frame(buf, e->fl->pdata_room, pdata, len);
+	/* on iWARP the start rule's flags byte follows */
+	int n = vc_frame(buf, e->fl->pdata_room - (e->fl->rtr ? 1 : 0), pdata, len);
 
 	if (n < 0)
 		return n;
 	if (e->state != VB_RESOLVED)
 		return -EINVAL;
+	if (e->fl->rtr)
+		n = vc_rtr_ask(buf, n);
 
 	struct rdma_conn_param p = vc_conn_param(buf, n, VB_RD_DEPTH, VB_RD_DEPTH);
 	int ret = vc_connect(e->id, &p);
@@ -953,6 +999,30 @@ int vb_ep_fd(struct oti_ep *oep)
 
 /* --- events ------------------------------------------------------------------------ */
 
+/*
+ * The start rule's timer (vcore.h), ms from now (0: at once): a timerfd in
+ * the epoll set while the handshake runs, closed when it is over (an
+ * established connection keeps none).  False when none could be set.
+ */
+static bool rtr_timer(struct vb_ep *e, int ms)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = ms / 1000,
+						.tv_nsec = (ms % 1000) * 1000000L + 1 } };
+
+	if (e->rtr_tfd < 0) {
+		struct epoll_event ev = { .events = EPOLLIN };
+
+		e->rtr_tfd = fdspace_take(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+		if (e->rtr_tfd < 0 || sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->rtr_tfd, &ev) < 0) {
+			sdp_dbg(e->fl->name, "no timer for the start rule's handshake: carrying on "
+					     "without its wait or repeats");
+			rtr_timer_close(e);
+			return false;
+		}
+	}
+	return timerfd_settime(e->rtr_tfd, 0, &its, NULL) == 0;
+}
+
 /* The connection is up for the engine; pdata, len: the peer's accept as
  * rdma_cm gives it (framed). */
 static void ep_up(struct vb_ep *e, const void *pdata, size_t len)
@@ -961,6 +1031,89 @@ static void ep_up(struct vb_ep *e, const void *pdata, size_t len)
 
 	e->state = VB_CONNECTED;
 	push_event(e, OTI_EV_ESTABLISHED, 0, pd, unframe_pdata(pdata, len, pd));
+}
+
+/* No more of the start rule's handshake: nothing awaited or repeated. */
+static void rtr_end(struct vb_ep *e)
+{
+	vc_rtr_stop(&e->rtr);
+	rtr_timer_close(e);
+}
+
+/* The connection is gone or broken (the event is the caller's). */
+static void ep_down(struct vb_ep *e)
+{
+	e->state = VB_DOWN;
+	rtr_end(e);
+}
+
+/*
+ * The timer for what is left of the start rule's handshake (ms from now),
+ * or the handshake's end.  Without a timer the handshake ends at once:
+ * the responder reports the connection up without its wait, the initiator
+ * repeats nothing (the connection goes on as with a peer that did not
+ * ask).
+ */
+static void rtr_schedule(struct vb_ep *e, int ms)
+{
+	bool waiting = e->rtr.wait;
+
+	if (vc_rtr_busy(&e->rtr) && rtr_timer(e, ms))
+		return;
+	rtr_end(e);
+	if (waiting)
+		ep_up(e, NULL, 0);
+}
+
+/* The connection failed for the start rule: it goes down (OTI_EV_ERROR). */
+static void rtr_failed(struct vb_ep *e, int err)
+{
+	ep_down(e);
+	vc_disconnect_once(e->id, &e->disconnect_called);
+	push_event(e, OTI_EV_ERROR, err, NULL, 0);
+}
+
+/* rdma_cm's ESTABLISHED: the start rule's handshake first (vcore.h). */
+static void established(struct vb_ep *e, const struct rdma_cm_event *ev)
+{
+	int r = vc_rtr_established(&e->rtr, e->id->qp, !e->passive, ev->param.conn.private_data,
+				   ev->param.conn.private_data_len, vc_now_ms());
+
+	if (r < 0) {
+		sdp_dbg(e->fl->name, "the start rule's write could not be posted (%d)", r);
+		rtr_failed(e, r);
+		return;
+	}
+	if (r)
+		ep_up(e, ev->param.conn.private_data, ev->param.conn.private_data_len);
+	/* the responder polls its word every millisecond; the initiator
+	 * repeats its write 10 ms after the first */
+	rtr_schedule(e, r ? 10 : 1);
+}
+
+/* The start rule's work that is due: the initiator's repeats, the
+ * responder's look at its word.  Owner only. */
+static void rtr_progress(struct vb_ep *e)
+{
+	uint64_t n, waited = 0;
+	int next = -1, r;
+
+	if (!vc_rtr_busy(&e->rtr))
+		return;
+	if (e->rtr_tfd >= 0 && sys.read(e->rtr_tfd, &n, sizeof(n)) < 0) {
+		/* not expired yet: the word may have landed anyway */
+	}
+	r = vc_rtr_tick(&e->rtr, e->id->qp, vc_now_ms(), &next, &waited);
+	if (r == VC_RTR_SEEN) {
+		if (waited >= 5)	/* slow, or caught up by a repeat */
+			sdp_dbg(e->fl->name, "the RTR write seen after %llu ms",
+				(unsigned long long)waited);
+		ep_up(e, NULL, 0);
+	} else if (r < 0) {
+		sdp_dbg(e->fl->name, "no RTR write from the initiator in %d s", VC_RTR_MS / 1000);
+		rtr_failed(e, r);
+	}
+	rtr_schedule(e, next);
 }
 
 /* One rdma_cm event into the pending queue (or an internal step). */
@@ -997,6 +1150,8 @@ static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 		break;
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
+		/* a responder still waiting for the write stops waiting */
+		rtr_end(e);
 		push_event(e, OTI_EV_UNREACHABLE, -ETIMEDOUT, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
@@ -1009,16 +1164,16 @@ static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 			push_event(e, OTI_EV_UNREACHABLE, -ECONNREFUSED, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		ep_up(e, ev->param.conn.private_data, ev->param.conn.private_data_len);
+		established(e, ev);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		/* Answer the peer's DREQ so its side completes. */
 		vc_disconnect_once(e->id, &e->disconnect_called);
-		e->state = VB_DOWN;
+		ep_down(e);
 		push_event(e, OTI_EV_DISCONNECTED, 0, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		e->state = VB_DOWN;
+		ep_down(e);
 		push_event(e, OTI_EV_ERROR, -ENODEV, NULL, 0);
 		break;
 	default:
@@ -1093,7 +1248,7 @@ static void take_async(struct vb_ep *e)
 		/* Nothing to reset. */
 	}
 	if (atomic_exchange(&e->async_err, 0) && e->state != VB_DOWN) {
-		e->state = VB_DOWN;
+		ep_down(e);
 		push_event(e, OTI_EV_ERROR, -EIO, NULL, 0);
 	}
 }
@@ -1104,6 +1259,8 @@ int vb_get_event(struct oti_ep *oep, struct oti_event *ev)
 
 	if (!e->npending)
 		drain_cm(e);
+	if (!e->npending)
+		rtr_progress(e);
 	if (!e->npending)
 		drain_async(e);
 	if (!e->npending)
@@ -1123,6 +1280,7 @@ int vb_ep_arm(struct oti_ep *oep)
 	struct vb_ep *e = vb_ep(oep);
 
 	drain_cm(e);
+	rtr_progress(e);
 	if (e->npending || atomic_load(&e->async_err))
 		return -EAGAIN;
 	if (!e->cq.cq)
@@ -1207,8 +1365,10 @@ int vb_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 		} else {
 			uint64_t i = w->wr_id - VB_WRID_SQ;
 
+			/* the start rule's writes (wr_id 0) are the
+			 * transport's own */
 			if (w->wr_id < VB_WRID_SQ || i >= VB_SQ_DEPTH || !e->sq[i].busy)
-				continue;	/* cannot happen: not ours */
+				continue;
 			slot = &e->sq[i];
 			slot->busy = false;
 		}

@@ -31,11 +31,16 @@ struct vb_flavor {
 	enum ibv_transport_type dev_type;
 	uint32_t cap_flags;	/* OTI_CAP_* beyond RDMA read and write */
 	/* Consumer bytes rdma_cm carries in a connect request and in an
-	 * accept or reject (the transport spends one on framing). */
+	 * accept or reject (the transport spends one on framing, and the
+	 * start rule's handshake its own: rtr). */
 	uint32_t pdata_room;
 	/* The rdma_cm port for SDP port P is (P + port_offset()) mod 65536;
 	 * NULL: the same port (a port space of its own). */
 	uint16_t (*port_offset)(void);
+	/* iWARP's start rule: the responder sends nothing before the
+	 * initiator's first FPDU, which the transport makes itself (the
+	 * handshake of vcore.h, struct vc_rtr). */
+	bool rtr;
 	/* Connections are TCP connections of the host (iWARP): a connecting
 	 * id takes its source port from the TCP stack, not from rdma_cm's
 	 * port space alone, where it could be one TCP already uses. */
