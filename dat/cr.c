@@ -22,9 +22,9 @@
 static DAT_RETURN psp_listen(struct dsp_ia *ia, DAT_CONN_QUAL qual, struct dsp_evd *evd,
 			     DAT_PSP_FLAGS flags, struct dsp_psp **out)
 {
-	struct sockaddr_storage a = ia->addr;
+	struct sockaddr_storage a;
 	struct dsp_psp *psp;
-	uint16_t port = htons((uint16_t)dsp_qual_to_port(qual));
+	int r;
 
 	if (!dsp_check(evd, DSP_T_EVD) || evd->h.ia != ia || !(evd->flags & DAT_EVD_CR_FLAG))
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_EVD_CR);
@@ -38,29 +38,12 @@ static DAT_RETURN psp_listen(struct dsp_ia *ia, DAT_CONN_QUAL qual, struct dsp_e
 	dsp_hdr_init(&psp->h, ia, DSP_T_PSP);
 	psp->evd = evd;
 	psp->flags = flags;
-	if (a.ss_family == AF_INET)
-		((struct sockaddr_in *)&a)->sin_port = port;
-	else
-		((struct sockaddr_in6 *)&a)->sin6_port = port;
-	if (rdma_create_id(ia->ch, &psp->id, psp, RDMA_PS_TCP) != 0) {
+	vc_sa_copy(&a, (struct sockaddr *)&ia->addr, (uint16_t)dsp_qual_to_port(qual));
+	r = vc_listen_on(ia->ch, (struct sockaddr *)&a, DSP_BACKLOG, psp, &psp->id);
+	if (r) {
 		free(psp);
-		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
-	}
-	if (rdma_bind_addr(psp->id, (struct sockaddr *)&a) != 0) {
-		int e = errno;
-
-		rdma_destroy_id(psp->id);
-		free(psp);
-		return e == EADDRINUSE ? DSP_ERR(DAT_CONN_QUAL_IN_USE, DAT_NO_SUBTYPE)
-				       : DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
-	}
-	if (rdma_listen(psp->id, DSP_BACKLOG) != 0) {
-		int e = errno;
-
-		rdma_destroy_id(psp->id);
-		free(psp);
-		return e == EADDRINUSE ? DSP_ERR(DAT_CONN_QUAL_IN_USE, DAT_NO_SUBTYPE)
-				       : DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
+		return r == -EADDRINUSE ? DSP_ERR(DAT_CONN_QUAL_IN_USE, DAT_NO_SUBTYPE)
+					: DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
 	}
 	psp->qual = qual ? qual : ntohs(rdma_get_src_port(psp->id));
 	pthread_mutex_lock(&ia->lock);
@@ -143,7 +126,7 @@ void dsp_psp_destroy(struct dsp_psp *psp)
 			((struct dsp_cr *)h)->psp = NULL;
 	psp->h.magic = 0;
 	pthread_mutex_unlock(&ia->lock);
-	rdma_destroy_id(psp->id);
+	vc_id_free(psp->id);
 	free(psp);
 }
 
@@ -171,7 +154,7 @@ void dsp_psp_cm_event(struct dsp_psp *psp, struct rdma_cm_event *ev)
 	}
 	cr = calloc(1, sizeof(*cr));
 	if (!cr) {
-		rdma_reject(ev->id, NULL, 0);
+		vc_reject(ev->id, NULL, 0);
 		return;
 	}
 	dsp_hdr_init(&cr->h, ia, DSP_T_CR);
@@ -179,19 +162,17 @@ void dsp_psp_cm_event(struct dsp_psp *psp, struct rdma_cm_event *ev)
 	cr->id->context = cr;
 	cr->psp = psp;
 	cr->qual = psp->qual;
-	cr->pdata_len = dsp_unframe_pdata(ev->param.conn.private_data,
-					  ev->param.conn.private_data_len, cr->pdata);
+	cr->pdata_len = vc_unframe(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				   cr->pdata);
 	if (cr->pdata_len < 0)
 		cr->pdata_len = 0;
-	cr->rtr_wanted = ia->iwarp && dsp_pdata_rtr_wanted(ev->param.conn.private_data,
-							   ev->param.conn.private_data_len);
+	cr->rtr_wanted = ia->iwarp && vc_rtr_asked(ev->param.conn.private_data,
+						   ev->param.conn.private_data_len);
 	cr->initiator_depth = ev->param.conn.initiator_depth;
 	cr->responder_resources = ev->param.conn.responder_resources;
 	peer = rdma_get_peer_addr(ev->id);
 	if (peer)
-		memcpy(&cr->remote, peer, peer->sa_family == AF_INET6
-						  ? sizeof(struct sockaddr_in6)
-						  : sizeof(struct sockaddr_in));
+		memcpy(&cr->remote, peer, vc_sa_len(peer));
 	cr->remote_port = ntohs(rdma_get_dst_port(ev->id));
 	dsp_list_add(&ia->crs, &cr->h);
 
@@ -207,7 +188,7 @@ void dsp_psp_cm_event(struct dsp_psp *psp, struct rdma_cm_event *ev)
 	if (!dsp_evd_push(psp->evd, &dev)) {
 		/* nobody will hear of it: refuse; the CR waits for ia_close
 		 * (its id cannot be destroyed before this event is acked) */
-		rdma_reject(ev->id, NULL, 0);
+		vc_reject(ev->id, NULL, 0);
 		cr->psp = NULL;
 	}
 }
@@ -232,8 +213,7 @@ void dsp_cr_destroy(struct dsp_cr *cr)
 	if (id && id->context == cr)
 		id->context = NULL;
 	pthread_mutex_unlock(&ia->lock);
-	if (id)
-		rdma_destroy_id(id);
+	vc_id_free(id);
 	free(cr);
 }
 
@@ -262,8 +242,8 @@ DAT_RETURN dsp_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT pds
 	struct dsp_ia *ia;
 	struct rdma_cm_id *old;
 	struct rdma_conn_param cp;
-	uint8_t framed[DSP_PDATA_MAX + 1];
-	int flen;
+	uint8_t framed[VC_PDATA_MAX + 1];
+	int flen, r;
 	DAT_RETURN rc = DAT_SUCCESS;
 
 	if (!dsp_check(cr, DSP_T_CR))
@@ -294,33 +274,18 @@ DAT_RETURN dsp_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT pds
 	}
 	/* the QP moves to the request's id; the EP's own id goes */
 	old = ep->id;
-	cr->id->qp = ep->qp;
-	old->qp = NULL;
-	old->context = NULL;
-	ep->id = cr->id;
-	ep->id->context = ep;
+	dsp_ep_take_id(ep, cr->id, &cr->remote);
 	cr->id = NULL;
-	ep->remote = cr->remote;
-	ep->remote_port = cr->remote_port;
-	ep->disconnect_called = false;
 	ep->state = DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
-	memset(&cp, 0, sizeof(cp));
-	cp.private_data = framed;
-	cp.private_data_len = (uint8_t)flen;
-	cp.responder_resources = (uint8_t)(ep->attr.max_rdma_read_in < cr->initiator_depth
-						   ? ep->attr.max_rdma_read_in
-						   : cr->initiator_depth);
-	cp.initiator_depth = (uint8_t)(ep->attr.max_rdma_read_out < cr->responder_resources
-					       ? ep->attr.max_rdma_read_out
-					       : cr->responder_resources);
-	cp.rnr_retry_count = 7;
-	if (rdma_accept(ep->id, &cp) != 0) {
-		DSP_DBG("rdma_accept: %s", strerror(errno));
+	cp = dsp_ep_accept_param(ep, framed, flen, cr->initiator_depth, cr->responder_resources);
+	r = vc_accept(ep->id, &cp);
+	if (r) {
+		DSP_DBG("rdma_accept: %s", strerror(-r));
 		ep->state = DAT_EP_STATE_DISCONNECTED;
 		rc = DSP_ERR(DAT_INTERNAL_ERROR, DAT_NO_SUBTYPE);
 	}
 	pthread_mutex_unlock(&ia->lock);
-	rdma_destroy_id(old);
+	vc_id_free(old);
 	dsp_cr_destroy(cr);
 	return rc;
 }
@@ -328,19 +293,21 @@ DAT_RETURN dsp_cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT pds
 DAT_RETURN dsp_cr_reject(DAT_CR_HANDLE h, DAT_COUNT pdsize, const DAT_PVOID pdata)
 {
 	struct dsp_cr *cr = h;
-	uint8_t framed[DSP_PDATA_MAX + 1];
-	int flen;
+	uint8_t framed[VC_PDATA_MAX + 1];
+	int flen, r;
 
 	if (!dsp_check(cr, DSP_T_CR))
 		return DSP_ERR(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_CR);
 	if (cr->ssp)
 		return dsp_ssp_reject(cr, pdsize, pdata);
 	/* an IB REJ carries 148 bytes, an MPA reject more */
-	flen = dsp_frame_pdata(framed, cr->h.ia->iwarp ? DSP_IW_ROOM : 148, pdata, pdsize);
+	flen = pdsize < 0 ? -EINVAL
+			  : vc_frame(framed, cr->h.ia->iwarp ? DSP_IW_ROOM : DSP_IB_REJ_ROOM, pdata,
+				     (size_t)pdsize);
 	if (flen < 0 || (pdsize > 0 && !pdata))
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-	if (cr->id && rdma_reject(cr->id, framed, (uint8_t)flen) != 0)
-		DSP_DBG("rdma_reject: %s", strerror(errno));
+	if (cr->id && (r = vc_reject(cr->id, framed, flen)) != 0)
+		DSP_DBG("rdma_reject: %s", strerror(-r));
 	dsp_cr_destroy(cr);
 	return DAT_SUCCESS;
 }

@@ -24,7 +24,6 @@
 
 #include "provider.h"
 
-#define DSP_RESOLVE_MS 2000
 #define DSP_MAX_SGE 32
 #define DSP_DEF_DTOS 64
 
@@ -80,10 +79,10 @@ static void cq_account(struct dsp_evd *evd, int n)
 {
 	pthread_mutex_lock(&evd->lock);
 	evd->cq_used += n;
-	if (n > 0 && evd->cq_used > evd->cq->cqe &&
-	    ibv_resize_cq(evd->cq, evd->cq_used) != 0)
+	if (n > 0 && evd->cq_used > evd->vcq.cq->cqe &&
+	    RDMA(ibv_resize_cq(evd->vcq.cq, evd->cq_used)) != 0)
 		DSP_DBG("cq of evd %p: %d requests on %d entries (resize failed)",
-			(void *)evd, evd->cq_used, evd->cq->cqe);
+			(void *)evd, evd->cq_used, evd->vcq.cq->cqe);
 	pthread_mutex_unlock(&evd->lock);
 }
 
@@ -91,34 +90,32 @@ static void cq_account(struct dsp_evd *evd, int n)
 static DAT_RETURN qp_setup(struct dsp_ep *ep)
 {
 	struct dsp_ia *ia = ep->h.ia;
-	struct sockaddr_storage a = ia->addr;
 	struct ibv_qp_init_attr qa;
+	int r;
 
-	if (a.ss_family == AF_INET)
-		((struct sockaddr_in *)&a)->sin_port = 0;
-	else
-		((struct sockaddr_in6 *)&a)->sin6_port = 0;
-	if (rdma_create_id(ia->ch, &ep->id, ep, RDMA_PS_TCP) != 0)
+	if (vc_id_new(ia->ch, &ep->id, ep) != 0)
 		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
-	if (rdma_bind_addr(ep->id, (struct sockaddr *)&a) != 0 || ep->id->verbs != ia->verbs) {
-		rdma_destroy_id(ep->id);
+	if (vc_bind(ep->id, (struct sockaddr *)&ia->addr, true) != 0 ||
+	    ep->id->verbs != ia->verbs) {
+		vc_id_free(ep->id);
 		ep->id = NULL;
 		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
 	}
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_context = ep;
-	qa.send_cq = ep->req_evd->cq;
-	qa.recv_cq = ep->recv_evd->cq;
+	qa.send_cq = ep->req_evd->vcq.cq;
+	qa.recv_cq = ep->recv_evd->vcq.cq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.sq_sig_all = 0;
-	/* more on iWARP for the RTR writes (provider.h) */
-	qa.cap.max_send_wr = (uint32_t)ep->attr.max_request_dtos + (ia->iwarp ? DSP_RTR_SQ_ROOM : 0);
+	/* more on iWARP for the start rule's writes (vcore.h) */
+	qa.cap.max_send_wr = (uint32_t)ep->attr.max_request_dtos + (ia->iwarp ? VC_RTR_SQ_ROOM : 0);
 	qa.cap.max_recv_wr = (uint32_t)ep->attr.max_recv_dtos;
 	qa.cap.max_send_sge = (uint32_t)ep->attr.max_request_iov;
 	qa.cap.max_recv_sge = (uint32_t)ep->attr.max_recv_iov;
-	if (rdma_create_qp(ep->id, ep->pz->pd, &qa) != 0) {
-		DSP_DBG("rdma_create_qp: %s", strerror(errno));
-		rdma_destroy_id(ep->id);
+	r = vc_qp_new(ep->id, ep->pz->pd, &qa);
+	if (r) {
+		DSP_DBG("rdma_create_qp: %s", strerror(-r));
+		vc_id_free(ep->id);
 		ep->id = NULL;
 		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP);
 	}
@@ -126,9 +123,7 @@ static DAT_RETURN qp_setup(struct dsp_ep *ep)
 	ep->state = DAT_EP_STATE_UNCONNECTED;
 	ep->disconnect_called = false;
 	ep->deadline_ms = 0;
-	ep->rtr_promised = false;
-	ep->rtr_wait = false;
-	ep->rtr_first_ms = 0;
+	vc_rtr_reset(&ep->rtr);
 	return DAT_SUCCESS;
 }
 
@@ -138,9 +133,8 @@ static DAT_RETURN qp_setup(struct dsp_ep *ep)
 static bool qp_teardown(struct dsp_ep *ep)
 {
 	struct dsp_ia *ia = ep->h.ia;
-	struct ibv_qp_attr qpa = { .qp_state = IBV_QPS_ERR };
 	struct rdma_cm_id *id;
-	uint64_t until = dsp_now_ms() + 2000;
+	uint64_t until = vc_now_ms() + 2000;
 	bool drained;
 
 	pthread_mutex_lock(&ia->lock);
@@ -150,24 +144,21 @@ static bool qp_teardown(struct dsp_ep *ep)
 		id->context = NULL;	/* late events find no EP */
 	pthread_mutex_unlock(&ia->lock);
 	if (ep->qp) {
-		ibv_modify_qp(ep->qp, &qpa, IBV_QP_STATE);
+		vc_qp_flush(ep->qp);
 		for (;;) {
 			dsp_evd_drain_cq(ep->req_evd);
 			dsp_evd_drain_cq(ep->recv_evd);
 			pthread_mutex_lock(&ep->slot_lock);
 			drained = ep->outstanding == 0;
 			pthread_mutex_unlock(&ep->slot_lock);
-			if (drained || dsp_now_ms() >= until)
+			if (drained || vc_now_ms() >= until)
 				break;
 			usleep(1000);
 		}
-		if (id)
-			id->qp = NULL;
-		ibv_destroy_qp(ep->qp);
+		vc_qp_destroy(id, ep->qp);
 		ep->qp = NULL;
 	}
-	if (id)
-		rdma_destroy_id(id);
+	vc_id_free(id);
 	pthread_mutex_lock(&ep->slot_lock);
 	drained = ep->outstanding == 0;
 	pthread_mutex_unlock(&ep->slot_lock);
@@ -264,11 +255,11 @@ DAT_RETURN dsp_ep_create(DAT_IA_HANDLE ia_handle, DAT_PZ_HANDLE pz_handle,
 		ep->free_slots = &ep->slots[i];
 	}
 	if (ia->iwarp) {
-		/* the RTR word: written by the initiator, so remote-writable */
-		ep->rtr_mr = ibv_reg_mr(pz->pd, &ep->rtr_word, sizeof(ep->rtr_word),
-					IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-		if (!ep->rtr_mr) {
-			DSP_DBG("ibv_reg_mr (RTR word): %s", strerror(errno));
+		/* the start rule's word, written by the initiator */
+		int r = vc_rtr_init(&ep->rtr, pz->pd);
+
+		if (r) {
+			DSP_DBG("ibv_reg_mr (the start rule's word): %s", strerror(-r));
 			free(ep->slots);
 			free(ep);
 			return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
@@ -280,8 +271,7 @@ DAT_RETURN dsp_ep_create(DAT_IA_HANDLE ia_handle, DAT_PZ_HANDLE pz_handle,
 	if (rc != DAT_SUCCESS) {
 		cq_account(req_evd, -ep->attr.max_request_dtos);
 		cq_account(recv_evd, -ep->attr.max_recv_dtos);
-		if (ep->rtr_mr)
-			ibv_dereg_mr(ep->rtr_mr);
+		vc_rtr_fini(&ep->rtr);
 		free(ep->slots);
 		free(ep);
 		return rc;
@@ -306,17 +296,14 @@ void dsp_ep_destroy(struct dsp_ep *ep)
 	pthread_mutex_lock(&ia->lock);
 	dsp_list_del(&ia->eps, &ep->h);
 	ep->freeing = true;
-	if (ep->id && (ep->state == DAT_EP_STATE_CONNECTED ||
-		       ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING ||
-		       ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING) &&
-	    !ep->disconnect_called) {
-		ep->disconnect_called = true;
-		rdma_disconnect(ep->id);
-	}
+	if (ep->state == DAT_EP_STATE_CONNECTED ||
+	    ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING ||
+	    ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING)
+		vc_disconnect_once(ep->id, &ep->disconnect_called);
 	pthread_mutex_unlock(&ia->lock);
 	drained = qp_teardown(ep);
-	if (ep->rtr_mr && drained)
-		ibv_dereg_mr(ep->rtr_mr);	/* no QP can write it any more */
+	if (drained)
+		vc_rtr_fini(&ep->rtr);	/* no QP can write it any more */
 	cq_account(ep->req_evd, -ep->attr.max_request_dtos);
 	cq_account(ep->recv_evd, -ep->attr.max_recv_dtos);
 	pthread_mutex_lock(&ia->lock);
@@ -464,77 +451,57 @@ void dsp_conn_event(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, 
 	dsp_evd_push(ep->conn_evd, &ev);
 }
 
-static void conn_param(struct dsp_ep *ep, struct rdma_conn_param *cp, const void *pdata,
-		       int len)
+static struct rdma_conn_param conn_param(struct dsp_ep *ep, const uint8_t *pdata, int len)
 {
 	const struct ibv_device_attr *d = &ep->h.ia->dev_attr;
 
-	memset(cp, 0, sizeof(*cp));
-	cp->private_data = pdata;
-	cp->private_data_len = (uint8_t)len;
-	cp->responder_resources = (uint8_t)imin(ep->attr.max_rdma_read_in, d->max_qp_rd_atom);
-	cp->initiator_depth = (uint8_t)imin(ep->attr.max_rdma_read_out, d->max_qp_init_rd_atom);
-	cp->retry_count = 7;
-	cp->rnr_retry_count = 7;
+	return vc_conn_param(pdata, len,
+			     (uint8_t)imin(ep->attr.max_rdma_read_in, d->max_qp_rd_atom),
+			     (uint8_t)imin(ep->attr.max_rdma_read_out, d->max_qp_init_rd_atom));
 }
 
 static void ep_down(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, int len)
 {
 	ep->state = DAT_EP_STATE_DISCONNECTED;
 	ep->deadline_ms = 0;
-	ep->rtr_wait = false;
-	ep->rtr_first_ms = 0;
+	vc_rtr_stop(&ep->rtr);
 	dsp_conn_event(ep, num, pdata, len);
 }
 
 /* An accept's private data (ia->lock held): framed, and when the request
- * asked for the RTR handshake followed by the target of the initiator's
- * write, which the EP then waits for.  Returns the length, or -1 when the
- * consumer's bytes do not fit. */
+ * asked for the start rule's handshake followed by the target of the
+ * initiator's write, which the EP then waits for.  Returns the length, or
+ * a negative errno when the consumer's bytes do not fit. */
 int dsp_ep_accept_pdata(struct dsp_ep *ep, bool rtr_wanted, uint8_t *out, const void *pdata,
 			DAT_COUNT len)
 {
-	bool rtr = rtr_wanted && ep->rtr_mr;
-	uint64_t addr = (uint64_t)(uintptr_t)&ep->rtr_word;
-	uint32_t rkey;
-	int n = dsp_frame_pdata(out, DSP_IW_ROOM - (rtr ? DSP_RTR_LEN : 0), pdata, len);
+	bool rtr = rtr_wanted && ep->rtr.mr;
+	int n = len < 0 ? -EINVAL
+			: vc_frame(out, DSP_IW_ROOM - (rtr ? VC_RTR_LEN : 0), pdata, (size_t)len);
 
-	if (n < 0)
-		return n;
-	ep->rtr_promised = rtr;
-	if (!rtr)
-		return n;
-	__atomic_store_n(&ep->rtr_word, 0, __ATOMIC_RELEASE);
-	rkey = ep->rtr_mr->rkey;
-	for (int i = 0; i < 8; i++)
-		out[n + i] = (uint8_t)(addr >> (56 - 8 * i));
-	for (int i = 0; i < 4; i++)
-		out[n + 8 + i] = (uint8_t)(rkey >> (24 - 8 * i));
-	return n + DSP_RTR_LEN;
+	return n < 0 ? n : vc_rtr_accept(&ep->rtr, rtr, out, n);
 }
 
-/* The initiator's side of the RTR handshake: its first FPDU, an unsignalled
- * RDMA write of a non-zero word to the responder's target (again later:
- * DSP_RTR_RESENDS). */
-static bool rtr_write(struct dsp_ep *ep, uint64_t addr, uint32_t rkey)
+/* An accept onto a request's id (ia->lock held): the EP's QP moves there
+ * (vc_qp_move), with the receives posted before it; the EP's own id is
+ * then the caller's to destroy, without the lock. */
+void dsp_ep_take_id(struct dsp_ep *ep, struct rdma_cm_id *id,
+		    const struct sockaddr_storage *remote)
 {
-	struct ibv_sge sge = { .addr = (uintptr_t)&ep->rtr_word, .length = sizeof(ep->rtr_word),
-			       .lkey = ep->rtr_mr->lkey };
-	struct ibv_send_wr wr, *bad;
+	vc_qp_move(ep->id, id);
+	ep->id = id;
+	id->context = ep;
+	ep->remote = *remote;
+	ep->remote_port = vc_sa_port((const struct sockaddr *)remote);
+	ep->disconnect_called = false;
+}
 
-	ep->rtr_word = 1;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = 0;	/* no slot: only an error completes it */
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.wr.rdma.remote_addr = addr;
-	wr.wr.rdma.rkey = rkey;
-	if (ibv_post_send(ep->qp, &wr, &bad) != 0) {
-		DSP_DBG("ep %p: the RTR write: %s", (void *)ep, strerror(errno));
-		return false;
-	}
-	return true;
+/* An accept's parameters: the request's RDMA read depths, within the EP's. */
+struct rdma_conn_param dsp_ep_accept_param(struct dsp_ep *ep, const uint8_t *pdata, int len,
+					   uint8_t initiator_depth, uint8_t responder_resources)
+{
+	return vc_conn_param(pdata, len, (uint8_t)imin(ep->attr.max_rdma_read_in, initiator_depth),
+			     (uint8_t)imin(ep->attr.max_rdma_read_out, responder_resources));
 }
 
 static bool pending(const struct dsp_ep *ep)
@@ -543,10 +510,37 @@ static bool pending(const struct dsp_ep *ep)
 	       ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
 }
 
+/* rdma_cm's ESTABLISHED on a pending EP: the start rule's handshake
+ * (vcore.h) first, then the consumer's event. */
+static void established(struct dsp_ep *ep, const struct rdma_cm_event *ev)
+{
+	uint8_t pd[VC_PDATA_MAX];
+	int n = vc_rtr_established(&ep->rtr, ep->qp,
+				   ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING,
+				   ev->param.conn.private_data, ev->param.conn.private_data_len,
+				   vc_now_ms());
+
+	if (n < 0) {
+		DSP_DBG("ep %p: the RTR write: %s", (void *)ep, strerror(-n));
+		vc_disconnect_once(ep->id, &ep->disconnect_called);
+		ep_down(ep, DAT_CONNECTION_EVENT_BROKEN, NULL, 0);
+		return;
+	}
+	if (!n) {
+		/* dsp_ep_check_timeouts reports it once the write lands */
+		DSP_DBG("ep %p: established, waiting for the initiator's RTR write", (void *)ep);
+		return;
+	}
+	ep->state = DAT_EP_STATE_CONNECTED;
+	ep->deadline_ms = 0;
+	n = vc_unframe(ev->param.conn.private_data, ev->param.conn.private_data_len, pd);
+	dsp_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, pd, n > 0 ? n : 0);
+}
+
 void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev)
 {
 	struct rdma_conn_param cp;
-	uint8_t pd[DSP_PDATA_MAX];
+	uint8_t pd[VC_PDATA_MAX];
 	int n;
 
 	if (ev->id != ep->id)
@@ -555,15 +549,16 @@ void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (ep->state != DAT_EP_STATE_ACTIVE_CONNECTION_PENDING)
 			break;
-		if (rdma_resolve_route(ep->id, DSP_RESOLVE_MS) != 0)
+		if (vc_resolve_route(ep->id) != 0)
 			ep_down(ep, DAT_CONNECTION_EVENT_UNREACHABLE, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		if (ep->state != DAT_EP_STATE_ACTIVE_CONNECTION_PENDING)
 			break;
-		conn_param(ep, &cp, ep->pdata, ep->pdata_len);
-		if (rdma_connect(ep->id, &cp) != 0) {
-			DSP_DBG("rdma_connect: %s", strerror(errno));
+		cp = conn_param(ep, ep->pdata, ep->pdata_len);
+		n = vc_connect(ep->id, &cp);
+		if (n) {
+			DSP_DBG("rdma_connect: %s", strerror(-n));
 			ep_down(ep, DAT_CONNECTION_EVENT_UNREACHABLE, NULL, 0);
 		}
 		break;
@@ -586,60 +581,21 @@ void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev)
 			break;
 		/* our peer frames what it sends; a reject without that
 		 * framing (no listener, a stack's refusal) is not a peer's */
-		n = dsp_unframe_pdata(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				      pd);
-		if (n >= 0 && (ep->h.ia->iwarp || ev->status == 28 /* IB_CM_REJ_CONSUMER_DEFINED */))
+		n = vc_rejected(ev, ep->h.ia->iwarp, pd);
+		if (n >= 0)
 			ep_down(ep, DAT_CONNECTION_EVENT_PEER_REJECTED, pd, n);
 		else
 			ep_down(ep, DAT_CONNECTION_EVENT_NON_PEER_REJECTED, NULL, 0);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		if (!pending(ep)) {
-			/* timed out or disconnected meanwhile */
-			if (!ep->disconnect_called) {
-				ep->disconnect_called = true;
-				rdma_disconnect(ep->id);
-			}
-			break;
-		}
-		if (ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING && ep->rtr_promised) {
-			/* dsp_ep_check_timeouts reports it once the write lands */
-			ep->rtr_wait = true;
-			ep->rtr_deadline_ms = dsp_now_ms() + DSP_RTR_MS;
-			DSP_DBG("ep %p: established, waiting for the initiator's RTR write",
-				(void *)ep);
-			break;
-		}
-		if (ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING && ep->rtr_mr) {
-			uint64_t addr;
-			uint32_t rkey;
-
-			if (dsp_pdata_rtr_target(ev->param.conn.private_data,
-						 ev->param.conn.private_data_len, &addr, &rkey)) {
-				if (!rtr_write(ep, addr, rkey)) {
-					ep->disconnect_called = true;
-					rdma_disconnect(ep->id);
-					ep_down(ep, DAT_CONNECTION_EVENT_BROKEN, NULL, 0);
-					break;
-				}
-				ep->rtr_addr = addr;
-				ep->rtr_rkey = rkey;
-				ep->rtr_resends = 0;
-				ep->rtr_first_ms = dsp_now_ms();
-			}
-		}
-		ep->state = DAT_EP_STATE_CONNECTED;
-		ep->deadline_ms = 0;
-		n = dsp_unframe_pdata(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				      pd);
-		dsp_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, pd, n > 0 ? n : 0);
+		if (pending(ep))
+			established(ep, ev);
+		else	/* timed out or disconnected meanwhile */
+			vc_disconnect_once(ep->id, &ep->disconnect_called);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
-		if (!ep->disconnect_called) {
-			/* answer the peer's disconnect so that its side completes */
-			ep->disconnect_called = true;
-			rdma_disconnect(ep->id);
-		}
+		/* answer the peer's disconnect so that its side completes */
+		vc_disconnect_once(ep->id, &ep->disconnect_called);
 		if (ep->state == DAT_EP_STATE_CONNECTED ||
 		    ep->state == DAT_EP_STATE_DISCONNECT_PENDING || pending(ep))
 			ep_down(ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
@@ -656,59 +612,37 @@ void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev)
 
 void dsp_ep_check_timeouts(struct dsp_ia *ia, int *next_ms)
 {
-	uint64_t now = dsp_now_ms();
+	uint64_t now = vc_now_ms();
 	struct dsp_hdr *h;
 
 	for (h = ia->eps.head.next; h != &ia->eps.head; h = h->next) {
 		struct dsp_ep *ep = (struct dsp_ep *)h;
+		uint64_t waited = 0;
+		int r;
 
-		if (ep->rtr_first_ms && ep->state != DAT_EP_STATE_CONNECTED)
-			ep->rtr_first_ms = 0;
-		if (ep->rtr_first_ms) {
-			static const int after_ms[DSP_RTR_RESENDS] = { 10, 100, 1000 };
-			uint64_t due = ep->rtr_first_ms + (uint64_t)after_ms[ep->rtr_resends];
-
-			if (now >= due) {
-				rtr_write(ep, ep->rtr_addr, ep->rtr_rkey);
-				if (++ep->rtr_resends == DSP_RTR_RESENDS)
-					ep->rtr_first_ms = 0;
-				else
-					due = ep->rtr_first_ms + (uint64_t)after_ms[ep->rtr_resends];
-			}
-			if (ep->rtr_first_ms && (*next_ms < 0 || (int)(due - now) < *next_ms))
-				*next_ms = (int)(due - now);
-		}
-		if (ep->rtr_wait) {
-			if (__atomic_load_n(&ep->rtr_word, __ATOMIC_ACQUIRE)) {
-				uint64_t waited = now + DSP_RTR_MS - ep->rtr_deadline_ms;
-
-				if (waited >= 5)	/* slow, or caught up by a repeat */
-					DSP_DBG("ep %p: the RTR write seen after %llu ms", (void *)ep,
-						(unsigned long long)waited);
-				ep->rtr_wait = false;
-				ep->state = DAT_EP_STATE_CONNECTED;
-				dsp_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, NULL, 0);
-			} else if (now >= ep->rtr_deadline_ms) {
-				DSP_DBG("ep %p: no RTR write from the initiator", (void *)ep);
-				ep_down(ep, DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, NULL, 0);
-				if (ep->id && !ep->disconnect_called) {
-					ep->disconnect_called = true;
-					rdma_disconnect(ep->id);
-				}
-			} else {
-				/* the word is polled: a write completes nothing here */
-				*next_ms = 1;
-			}
-			continue;
+		/* the handshake runs while connected (the initiator's repeats)
+		 * or accepting (the responder's wait) only */
+		if (ep->state != DAT_EP_STATE_CONNECTED &&
+		    ep->state != DAT_EP_STATE_PASSIVE_CONNECTION_PENDING)
+			vc_rtr_stop(&ep->rtr);
+		r = vc_rtr_busy(&ep->rtr) ? vc_rtr_tick(&ep->rtr, ep->qp, now, next_ms, &waited)
+					  : VC_RTR_IDLE;
+		if (r == VC_RTR_SEEN) {
+			if (waited >= 5)	/* slow, or caught up by a repeat */
+				DSP_DBG("ep %p: the RTR write seen after %llu ms", (void *)ep,
+					(unsigned long long)waited);
+			ep->state = DAT_EP_STATE_CONNECTED;
+			dsp_conn_event(ep, DAT_CONNECTION_EVENT_ESTABLISHED, NULL, 0);
+		} else if (r < 0) {
+			DSP_DBG("ep %p: no RTR write from the initiator", (void *)ep);
+			ep_down(ep, DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, NULL, 0);
+			vc_disconnect_once(ep->id, &ep->disconnect_called);
 		}
 		if (!ep->deadline_ms || ep->state != DAT_EP_STATE_ACTIVE_CONNECTION_PENDING)
 			continue;
 		if (now >= ep->deadline_ms) {
 			ep_down(ep, DAT_CONNECTION_EVENT_TIMED_OUT, NULL, 0);
-			if (ep->id && !ep->disconnect_called) {
-				ep->disconnect_called = true;
-				rdma_disconnect(ep->id);
-			}
+			vc_disconnect_once(ep->id, &ep->disconnect_called);
 			continue;
 		}
 		if (*next_ms < 0 || (int)(ep->deadline_ms - now) < *next_ms)
@@ -724,7 +658,6 @@ DAT_RETURN dsp_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_Q
 	struct dsp_ia *ia = ep->h.ia;
 	struct sockaddr_storage dst;
 	DAT_RETURN rc = DAT_SUCCESS;
-	uint16_t port;
 
 	if (!remote || (remote->sa_family != AF_INET && remote->sa_family != AF_INET6))
 		return DSP_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_MALFORMED);
@@ -734,15 +667,7 @@ DAT_RETURN dsp_ep_connect(DAT_EP_HANDLE h, DAT_IA_ADDRESS_PTR remote, DAT_CONN_Q
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG7);
 	if (flags & DAT_CONNECT_MULTIPATH_REQUIRED_FLAG)
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG8);
-	memset(&dst, 0, sizeof(dst));
-	port = htons((uint16_t)dsp_qual_to_port(qual));
-	if (remote->sa_family == AF_INET) {
-		memcpy(&dst, remote, sizeof(struct sockaddr_in));
-		((struct sockaddr_in *)&dst)->sin_port = port;
-	} else {
-		memcpy(&dst, remote, sizeof(struct sockaddr_in6));
-		((struct sockaddr_in6 *)&dst)->sin6_port = port;
-	}
+	vc_sa_copy(&dst, remote, (uint16_t)dsp_qual_to_port(qual));
 	pthread_mutex_lock(&ia->lock);
 	if (ep->state != DAT_EP_STATE_UNCONNECTED || !ep->id) {
 		rc = DSP_ERR(DAT_INVALID_STATE, ep->state == DAT_EP_STATE_CONNECTED
@@ -764,15 +689,15 @@ DAT_RETURN dsp_ep_start_connect(struct dsp_ep *ep, const struct sockaddr_storage
 				DAT_TIMEOUT timeout)
 {
 	struct dsp_ia *ia = ep->h.ia;
+	int r;
 
 	ep->remote = *dst;
-	ep->remote_port = ntohs(dst->ss_family == AF_INET
-					? ((const struct sockaddr_in *)dst)->sin_port
-					: ((const struct sockaddr_in6 *)dst)->sin6_port);
+	ep->remote_port = vc_sa_port((const struct sockaddr *)dst);
 	ep->deadline_ms = timeout == DAT_TIMEOUT_INFINITE ? 0
-				: dsp_now_ms() + (timeout + 999) / 1000;
-	if (rdma_resolve_addr(ep->id, NULL, (struct sockaddr *)dst, DSP_RESOLVE_MS) != 0) {
-		DSP_DBG("rdma_resolve_addr: %s", strerror(errno));
+				: vc_now_ms() + (timeout + 999) / 1000;
+	r = vc_resolve_addr(ep->id, NULL, (const struct sockaddr *)dst);
+	if (r) {
+		DSP_DBG("rdma_resolve_addr: %s", strerror(-r));
 		ep->deadline_ms = 0;
 		return DSP_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNREACHABLE);
 	}
@@ -797,17 +722,14 @@ DAT_RETURN dsp_ep_disconnect(DAT_EP_HANDLE h, DAT_CLOSE_FLAGS flags)
 		ep->state = DAT_EP_STATE_DISCONNECT_PENDING;
 		if (!ep->disconnect_called) {
 			ep->disconnect_called = true;
-			if (rdma_disconnect(ep->id) != 0)
+			if (vc_disconnect(ep->id) != 0)
 				ep_down(ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		}
 		break;
 	case DAT_EP_STATE_ACTIVE_CONNECTION_PENDING:
 	case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
 		/* cancel: the connect's own events are ignored from now */
-		if (!ep->disconnect_called) {
-			ep->disconnect_called = true;
-			rdma_disconnect(ep->id);
-		}
+		vc_disconnect_once(ep->id, &ep->disconnect_called);
 		ep_down(ep, DAT_CONNECTION_EVENT_DISCONNECTED, NULL, 0);
 		break;
 	case DAT_EP_STATE_DISCONNECT_PENDING:

@@ -16,7 +16,6 @@
  * thread hand-off.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +67,7 @@ static void poll_cq_locked(struct dsp_evd *evd, bool drain)
 {
 	struct ibv_wc wc[8];
 
-	if (!evd->cq)
+	if (!evd->vcq.cq)
 		return;
 	for (;;) {
 		int room = drain ? 8 : evd->cap - evd->count;
@@ -76,7 +75,7 @@ static void poll_cq_locked(struct dsp_evd *evd, bool drain)
 
 		if (room <= 0)
 			return;
-		n = ibv_poll_cq(evd->cq, room < 8 ? room : 8, wc);
+		n = ibv_poll_cq(evd->vcq.cq, room < 8 ? room : 8, wc);
 		if (n <= 0)
 			return;
 		for (int i = 0; i < n; i++) {
@@ -181,13 +180,7 @@ DAT_RETURN dsp_evd_create(DAT_IA_HANDLE ia_handle, DAT_COUNT qlen, DAT_CNO_HANDL
 
 		if (cqe > ia->dev_attr.max_cqe)
 			cqe = ia->dev_attr.max_cqe;
-		evd->cc = ibv_create_comp_channel(ia->verbs);
-		if (!evd->cc)
-			goto nomem;
-		evd->cq = ibv_create_cq(ia->verbs, cqe, evd, evd->cc, 0);
-		if (!evd->cq)
-			goto nomem;
-		if (fcntl(evd->cc->fd, F_SETFL, fcntl(evd->cc->fd, F_GETFL) | O_NONBLOCK) != 0)
+		if (vc_cq_open(ia->verbs, cqe, evd, &evd->vcq) != 0)
 			goto nomem;
 	}
 	pthread_mutex_lock(&ia->lock);
@@ -196,10 +189,6 @@ DAT_RETURN dsp_evd_create(DAT_IA_HANDLE ia_handle, DAT_COUNT qlen, DAT_CNO_HANDL
 	*out = evd;
 	return DAT_SUCCESS;
 nomem:
-	if (evd->cq)
-		ibv_destroy_cq(evd->cq);
-	if (evd->cc)
-		ibv_destroy_comp_channel(evd->cc);
 	if (evd->efd >= 0)
 		close(evd->efd);
 	free(evd->ring);
@@ -216,10 +205,7 @@ void dsp_evd_destroy(struct dsp_evd *evd)
 	dsp_list_del(&ia->evds, &evd->h);
 	pthread_mutex_unlock(&ia->lock);
 	evd->h.magic = 0;
-	if (evd->cq)
-		ibv_destroy_cq(evd->cq);
-	if (evd->cc)
-		ibv_destroy_comp_channel(evd->cc);
+	vc_cq_close(&evd->vcq);
 	close(evd->efd);
 	free(evd->ring);
 	pthread_mutex_destroy(&evd->lock);
@@ -364,7 +350,7 @@ DAT_RETURN dsp_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT thresho
 	if (!nmore)
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG5);
 	if (timeout != DAT_TIMEOUT_INFINITE)
-		deadline = dsp_now_ms() + (timeout + 999) / 1000;
+		deadline = vc_now_ms() + (timeout + 999) / 1000;
 
 	pthread_mutex_lock(&evd->lock);
 	if (!evd->waitable) {
@@ -388,10 +374,10 @@ DAT_RETURN dsp_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT thresho
 			rc = DSP_ERR(DAT_INVALID_STATE, DAT_INVALID_STATE_EVD_UNWAITABLE);
 			break;
 		}
-		if (evd->cq && !evd->armed) {
+		if (evd->vcq.cq && !evd->armed) {
 			/* arm, then look again: a completion between the poll
 			 * and the arming would not raise the channel */
-			if (ibv_req_notify_cq(evd->cq, 0) != 0) {
+			if (ibv_req_notify_cq(evd->vcq.cq, 0) != 0) {
 				rc = DSP_ERR(DAT_INTERNAL_ERROR, DAT_NO_SUBTYPE);
 				break;
 			}
@@ -399,7 +385,7 @@ DAT_RETURN dsp_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT thresho
 			continue;
 		}
 		if (deadline) {
-			uint64_t now = dsp_now_ms();
+			uint64_t now = vc_now_ms();
 
 			if (now >= deadline) {
 				rc = DSP_ERR(DAT_TIMEOUT_EXPIRED, DAT_NO_SUBTYPE);
@@ -408,8 +394,8 @@ DAT_RETURN dsp_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT thresho
 			ms = (int)(deadline - now);
 		}
 		pfd[n++] = (struct pollfd){ .fd = evd->efd, .events = POLLIN };
-		if (evd->cc)
-			pfd[n++] = (struct pollfd){ .fd = evd->cc->fd, .events = POLLIN };
+		if (evd->vcq.cc)
+			pfd[n++] = (struct pollfd){ .fd = evd->vcq.cc->fd, .events = POLLIN };
 		pthread_mutex_unlock(&evd->lock);
 		if (poll(pfd, (nfds_t)n, ms) < 0 && errno != EINTR) {
 			pthread_mutex_lock(&evd->lock);
@@ -417,15 +403,8 @@ DAT_RETURN dsp_evd_wait(DAT_EVD_HANDLE h, DAT_TIMEOUT timeout, DAT_COUNT thresho
 			break;
 		}
 		pthread_mutex_lock(&evd->lock);
-		if (evd->cc && n > 1 && pfd[1].revents) {
-			struct ibv_cq *cq;
-			void *ctx;
-
-			if (ibv_get_cq_event(evd->cc, &cq, &ctx) == 0) {
-				ibv_ack_cq_events(cq, 1);
-				evd->armed = false;
-			}
-		}
+		if (n > 1 && pfd[1].revents && vc_cq_take_events(&evd->vcq) > 0)
+			evd->armed = false;
 	}
 	if (rc == DAT_SUCCESS)
 		ring_get(evd, event);

@@ -14,7 +14,6 @@
  * not the thread's business (evd.c).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -94,7 +93,7 @@ static void handle_cm_event(struct dsp_ia *ia, struct rdma_cm_event *ev)
 			dsp_psp_cm_event((struct dsp_psp *)h, ev);
 			return;
 		}
-		rdma_reject(ev->id, NULL, 0);
+		vc_reject(ev->id, NULL, 0);
 		return;
 	}
 	h = ev->id->context;
@@ -111,22 +110,21 @@ static void async_event(struct dsp_ia *ia, struct ibv_async_event *ae)
 	DAT_EVENT ev;
 
 	memset(&ev, 0, sizeof(ev));
-	switch (ae->event_type) {
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
+	switch (vc_async_kind(ae)) {
+	case VC_ASYNC_QP:
 		ev.event_number = DAT_ASYNC_ERROR_EP_BROKEN;
 		ev.event_data.asynch_error_event_data.dat_handle = ae->element.qp->qp_context;
 		break;
-	case IBV_EVENT_CQ_ERR:
+	case VC_ASYNC_CQ:
 		ev.event_number = DAT_ASYNC_ERROR_EVD_OVERFLOW;
 		ev.event_data.asynch_error_event_data.dat_handle = ae->element.cq->cq_context;
 		break;
-	case IBV_EVENT_DEVICE_FATAL:
+	case VC_ASYNC_DEVICE:
 		ev.event_number = DAT_ASYNC_ERROR_IA_CATASTROPHIC;
 		ev.event_data.asynch_error_event_data.dat_handle = ia;
 		break;
-	default:
+	case VC_ASYNC_PORT:
+	case VC_ASYNC_OTHER:
 		return;
 	}
 	ev.event_data.asynch_error_event_data.reason = (DAT_COUNT)ae->event_type;
@@ -165,24 +163,24 @@ static void *progress(void *arg)
 		if (pfd[0].revents) {
 			struct rdma_cm_event *ev;
 
-			while (rdma_get_cm_event(ia->ch, &ev) == 0) {
+			while (vc_cm_next(ia->ch, &ev) == 0) {
 				DSP_DBG("cm event %s status %d, %u bytes of private data",
 					rdma_event_str(ev->event), ev->status,
 					ev->param.conn.private_data_len);
 				pthread_mutex_lock(&ia->lock);
 				handle_cm_event(ia, ev);
 				pthread_mutex_unlock(&ia->lock);
-				rdma_ack_cm_event(ev);
+				vc_cm_ack(ev);
 			}
 		}
 		if (pfd[1].revents) {
 			struct ibv_async_event ae;
 
-			while (ibv_get_async_event(ia->verbs, &ae) == 0) {
+			while (vc_async_next(ia->verbs, &ae) == 0) {
 				pthread_mutex_lock(&ia->lock);
 				async_event(ia, &ae);
 				pthread_mutex_unlock(&ia->lock);
-				ibv_ack_async_event(&ae);
+				vc_async_ack(&ae);
 			}
 		}
 	}
@@ -195,13 +193,6 @@ void dsp_ia_kick(struct dsp_ia *ia)
 
 	if (write(ia->kick_fd, &one, sizeof(one)) < 0)
 		DSP_DBG("kick write: %s", strerror(errno));
-}
-
-static int set_nonblock(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
 /* ---- open / close ------------------------------------------------------------ */
@@ -219,10 +210,8 @@ static void ia_teardown(struct dsp_ia *ia)
 		close(ia->stop_fd);
 	if (ia->kick_fd >= 0)
 		close(ia->kick_fd);
-	if (ia->bind_id)
-		rdma_destroy_id(ia->bind_id);
-	if (ia->ch)
-		rdma_destroy_event_channel(ia->ch);
+	vc_id_free(ia->bind_id);
+	vc_channel_free(ia->ch);
 	pthread_mutex_destroy(&ia->lock);
 	ia->h.magic = 0;
 	free(ia);
@@ -234,6 +223,7 @@ DAT_RETURN dsp_ia_open(const DAT_NAME_PTR name, DAT_COUNT qlen, DAT_EVD_HANDLE *
 	struct dsp_provider *p;
 	struct dsp_ia *ia;
 	DAT_RETURN rc;
+	int r;
 
 	if (!name)
 		return DSP_ERR(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
@@ -265,21 +255,21 @@ DAT_RETURN dsp_ia_open(const DAT_NAME_PTR name, DAT_COUNT qlen, DAT_EVD_HANDLE *
 		rc = DSP_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED);
 		goto fail;
 	}
-	ia->ch = rdma_create_event_channel();
-	if (!ia->ch || rdma_create_id(ia->ch, &ia->bind_id, NULL, RDMA_PS_TCP) != 0) {
+	ia->ch = vc_channel_new();
+	if (!ia->ch || vc_id_new(ia->ch, &ia->bind_id, NULL) != 0) {
 		rc = DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE);
 		goto fail;
 	}
-	if (rdma_bind_addr(ia->bind_id, (struct sockaddr *)&ia->addr) != 0 ||
-	    !ia->bind_id->verbs) {
+	r = vc_bind(ia->bind_id, (struct sockaddr *)&ia->addr, false);
+	if (r || !ia->bind_id->verbs) {
 		DSP_DBG("%s: no RDMA device serves \"%s\": %s", name, p->ia_params,
-			strerror(errno));
+			r ? strerror(-r) : "a wildcard address");
 		rc = DSP_ERR(DAT_INVALID_ADDRESS, DAT_INVALID_ADDRESS_UNSUPPORTED);
 		goto fail;
 	}
 	ia->verbs = ia->bind_id->verbs;
-	ia->iwarp = ia->verbs->device->transport_type == IBV_TRANSPORT_IWARP;
-	if (ibv_query_device(ia->verbs, &ia->dev_attr) != 0) {
+	ia->iwarp = vc_iwarp(ia->verbs);
+	if (RDMA(ibv_query_device(ia->verbs, &ia->dev_attr)) != 0) {
 		rc = DSP_ERR(DAT_INTERNAL_ERROR, DAT_NO_SUBTYPE);
 		goto fail;
 	}
@@ -309,8 +299,7 @@ DAT_RETURN dsp_ia_open(const DAT_NAME_PTR name, DAT_COUNT qlen, DAT_EVD_HANDLE *
 
 	ia->stop_fd = eventfd(0, EFD_CLOEXEC);
 	ia->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (ia->stop_fd < 0 || ia->kick_fd < 0 || set_nonblock(ia->ch->fd) != 0 ||
-	    set_nonblock(ia->verbs->async_fd) != 0 ||
+	if (ia->stop_fd < 0 || ia->kick_fd < 0 || vc_nonblock(ia->verbs->async_fd) != 0 ||
 	    pthread_create(&ia->thread, NULL, progress, ia) != 0) {
 		rc = DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 		goto fail;
@@ -396,8 +385,8 @@ static void fill_ia_attr(struct dsp_ia *ia, DAT_IA_ATTR *a)
 	unsigned fw_major = 0, fw_minor = 0;
 	uint32_t max_msg = 1u << 30;
 
-	if (ibv_query_port(ia->verbs, ia->bind_id->port_num ? ia->bind_id->port_num : 1,
-			   &port) == 0 && port.max_msg_sz)
+	if (RDMA(ibv_query_port(ia->verbs, ia->bind_id->port_num ? ia->bind_id->port_num : 1,
+				&port)) == 0 && port.max_msg_sz)
 		max_msg = port.max_msg_sz;
 	sscanf(d->fw_ver, "%u.%u", &fw_major, &fw_minor);
 	memset(a, 0, sizeof(*a));

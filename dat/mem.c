@@ -22,7 +22,7 @@ DAT_RETURN dsp_pz_create(DAT_IA_HANDLE ia_handle, DAT_PZ_HANDLE *out)
 	if (!pz)
 		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	dsp_hdr_init(&pz->h, ia, DSP_T_PZ);
-	pz->pd = ibv_alloc_pd(ia->verbs);
+	pz->pd = vc_pd_new(ia->verbs);
 	if (!pz->pd) {
 		free(pz);
 		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_PROTECTION_DOMAIN);
@@ -55,7 +55,7 @@ void dsp_pz_destroy(struct dsp_pz *pz)
 	dsp_list_del(&ia->pzs, &pz->h);
 	pthread_mutex_unlock(&ia->lock);
 	pz->h.magic = 0;
-	ibv_dealloc_pd(pz->pd);
+	vc_pd_free(pz->pd);
 	free(pz);
 }
 
@@ -125,7 +125,7 @@ DAT_RETURN dsp_lmr_create(DAT_IA_HANDLE ia_handle, DAT_MEM_TYPE mem_type,
 	if (!lmr)
 		return DSP_ERR(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 	dsp_hdr_init(&lmr->h, ia, DSP_T_LMR);
-	lmr->mr = ibv_reg_mr(pz->pd, region.for_va, (size_t)length, priv_to_access(ia, priv));
+	lmr->mr = vc_mr_reg(pz->pd, region.for_va, (size_t)length, priv_to_access(ia, priv));
 	if (!lmr->mr) {
 		DSP_DBG("ibv_reg_mr(%p, %llu): failed", region.for_va,
 			(unsigned long long)length);
@@ -186,7 +186,7 @@ void dsp_lmr_destroy(struct dsp_lmr *lmr)
 	lmr->pz->refs--;
 	pthread_mutex_unlock(&ia->lock);
 	lmr->h.magic = 0;
-	ibv_dereg_mr(lmr->mr);
+	vc_mr_dereg(lmr->mr);
 	free(lmr);
 }
 

@@ -25,11 +25,11 @@
  *   extensions: every op but the iWARP extension's four (ssp.c), which
  *         dsp_handle_extendedop dispatches
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "provider.h"
 #include "dat_iw_extensions.h"
@@ -82,14 +82,6 @@ void dsp_list_del(struct dsp_list *l, struct dsp_hdr *h)
 	l->count--;
 }
 
-uint64_t dsp_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* A conn_qual that fits a port is the port; larger ones are folded into
  * the upper half of the port space the way upstream DAPL's cma provider
  * does, so that the two agree on the wire. */
@@ -99,76 +91,23 @@ DAT_CONN_QUAL dsp_qual_to_port(DAT_CONN_QUAL q)
 }
 
 /* The framed room for a consumer's private data (its maximum is one less):
- * on iWARP an accept keeps DSP_RTR_LEN of the MPA reply's for the RTR
- * target, and requests get the same maximum, so that one number (the IA's
- * max_private_data_size) holds for all. */
+ * on iWARP an accept keeps VC_RTR_LEN of the MPA reply's for the start
+ * rule's target, and requests get the same maximum, so that one number
+ * (the IA's max_private_data_size) holds for all. */
 int dsp_pdata_room(const struct dsp_ia *ia)
 {
-	return ia->iwarp ? DSP_IW_ROOM - DSP_RTR_LEN : DSP_IB_REQ_ROOM;
-}
-
-/* [len][bytes]; returns the framed length or -1 when it does not fit. */
-int dsp_frame_pdata(uint8_t *out, int room, const void *pdata, DAT_COUNT len)
-{
-	if (len < 0 || len + 1 > room || len > DSP_PDATA_MAX - 1)
-		return -1;
-	out[0] = (uint8_t)len;
-	if (len)
-		memcpy(out + 1, pdata, (size_t)len);
-	return len + 1;
-}
-
-/* Returns the consumer's length, or -1 when the data is not framed by us
- * (e.g. nothing at all: a reject by the stack, not by a consumer). */
-int dsp_unframe_pdata(const void *in, int inlen, uint8_t *out)
-{
-	const uint8_t *p = in;
-
-	if (!p || inlen < 1 || p[0] > inlen - 1)
-		return -1;
-	memcpy(out, p + 1, p[0]);
-	return p[0];
+	return ia->iwarp ? DSP_IW_ROOM - VC_RTR_LEN : VC_IB_REQ_ROOM;
 }
 
 /* A connect request's private data: framed, and on iWARP followed by the
- * flags byte that asks for the RTR handshake (provider.h). */
+ * flags byte that asks for the start rule's handshake (vcore.h).  The
+ * framed length, or a negative errno when the bytes do not fit. */
 int dsp_frame_connect_pdata(const struct dsp_ia *ia, uint8_t *out, const void *pdata,
 			    DAT_COUNT len)
 {
-	int n = dsp_frame_pdata(out, dsp_pdata_room(ia), pdata, len);
+	int n = len < 0 ? -EINVAL : vc_frame(out, (size_t)dsp_pdata_room(ia), pdata, (size_t)len);
 
-	if (n < 0 || !ia->iwarp)
-		return n;
-	out[n] = DSP_RTR_WANTED;
-	return n + 1;
-}
-
-/* Did this connect request ask for the RTR handshake? */
-bool dsp_pdata_rtr_wanted(const void *in, int inlen)
-{
-	const uint8_t *p = in;
-
-	return p && inlen >= 1 && p[0] <= inlen - 2 && (p[1 + p[0]] & DSP_RTR_WANTED);
-}
-
-/* The RTR target an accept carries after the consumer's bytes:
- * address (8 bytes) and rkey (4), big-endian. */
-bool dsp_pdata_rtr_target(const void *in, int inlen, uint64_t *addr, uint32_t *rkey)
-{
-	const uint8_t *p = in;
-	uint64_t a = 0;
-	uint32_t k = 0;
-
-	if (!p || inlen < 1 || p[0] > inlen - 1 - DSP_RTR_LEN)
-		return false;
-	p += 1 + p[0];
-	for (int i = 0; i < 8; i++)
-		a = a << 8 | p[i];
-	for (int i = 8; i < 12; i++)
-		k = k << 8 | p[i];
-	*addr = a;
-	*rkey = k;
-	return true;
+	return n < 0 || !ia->iwarp ? n : vc_rtr_ask(out, n);
 }
 
 /* ---- the extension hook ------------------------------------------------ */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * libdaplsdp: a uDAPL (DAT 2.0) provider over libibverbs + librdmacm.
- * Internal types shared by the files of dat/.
+ * libdaplsdp: a uDAPL (DAT 2.0) provider over libibverbs + librdmacm,
+ * through libsdp's verbs core (transports/verbs/vcore.h), which the
+ * "ib" and "iwarp" transports stand on too.  Internal types shared by the
+ * files of dat/.
  *
  * Every object handed to the consumer as a DAT handle starts with a
  * struct dsp_hdr, whose first word is the DAT_PROVIDER pointer: libdat2
@@ -25,13 +27,13 @@
 
 #include <dat2/udat.h>
 #include <dat2/dat_registry.h>
-#include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <rdma/rdma_cma.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+#include "verbs/vcore.h"
 
 #define DSP_ERR(type, sub) ((DAT_RETURN)(DAT_CLASS_ERROR | (type) | (sub)))
 #define DSP_NOT_IMPL DSP_ERR(DAT_NOT_IMPLEMENTED, DAT_NO_SUBTYPE)
@@ -41,33 +43,14 @@
 #define DSP_VERSION_MINOR 0
 #define DSP_EXT_VERSION 201	/* DAT_EXTENSION_VERSION "2.0.1" */
 
-/* Private data: one length byte then the consumer's bytes (the wire may
- * pad it: librdmacm fills an IB connect request to 56 bytes). */
-#define DSP_PDATA_MAX 255
-#define DSP_IB_REQ_ROOM 56
+/* Private data travels framed (vcore.h, vc_frame: one length byte, then
+ * the consumer's bytes; the wire may pad it).  The framed room: 196 (an IB
+ * REP's; the MPA messages carry as much) for an accept and an iWARP
+ * reject, 148 for an IB REJ, VC_IB_REQ_ROOM for an IB connect request; an
+ * iWARP connect request gets what an accept leaves beside the start
+ * rule's target (dsp_pdata_room). */
 #define DSP_IW_ROOM 196
-
-/*
- * iWARP's ready-to-receive (RTR) handshake.  An MPA responder must not
- * send before it has received the initiator's first FPDU (RFC 5044 7.1.2);
- * siw, as initiator, drops a connection whose responder's first message
- * arrives with the MPA reply (CONNECT_ERROR), and MPA v2's own RTR is not
- * available on siw.  So on iWARP the provider makes the first FPDU itself:
- * a connect request carries a flags byte after the consumer's bytes
- * (DSP_RTR_WANTED), an accept of such a request carries {address, rkey}
- * of an 8-byte word of the EP's (DSP_RTR_LEN), the initiator RDMA-writes
- * that word as soon as it is established, and the responder reports
- * ESTABLISHED (and lets its consumer post) only once the word has landed.
- * Peers that do not ask get the old behaviour.
- */
-#define DSP_RTR_WANTED 0x01
-#define DSP_RTR_LEN 12
-#define DSP_RTR_MS 30000	/* the responder's wait for the initiator's write */
-/* siw's responder ignores what arrives between its MPA reply and the hand
- * over of the socket to the QP, until more comes: the initiator writes the
- * word again 10, 100 and 1000 ms later (these need send queue room too) */
-#define DSP_RTR_RESENDS 3
-#define DSP_RTR_SQ_ROOM (1 + DSP_RTR_RESENDS)
+#define DSP_IB_REJ_ROOM 148
 
 #define DSP_MAGIC 0x44535044u	/* "DPSD" */
 
@@ -138,8 +121,7 @@ struct dsp_evd {
 	DAT_EVENT *ring;
 	int cap, head, count;
 	int efd;	/* eventfd: something was queued by another thread */
-	struct ibv_comp_channel *cc;
-	struct ibv_cq *cq;
+	struct vc_cq vcq;	/* DTO EVDs: the CQ and its completion channel */
 	bool armed;
 	bool enabled, waitable;
 	int waiters;
@@ -182,13 +164,13 @@ struct dsp_ep {
 	struct rdma_cm_id *id;
 	struct ibv_qp *qp;
 	/* connect in progress */
-	uint8_t pdata[DSP_PDATA_MAX + 1];
+	uint8_t pdata[VC_PDATA_MAX + 1];
 	int pdata_len;	/* framed length */
 	uint64_t deadline_ms;	/* 0: none */
 	bool disconnect_called;
 	bool freeing;
 	/* what the last connection event carried (event private_data points here) */
-	uint8_t ev_pdata[DSP_PDATA_MAX];
+	uint8_t ev_pdata[VC_PDATA_MAX];
 	struct sockaddr_storage remote;
 	DAT_PORT_QUAL remote_port;
 	pthread_mutex_t slot_lock;
@@ -200,17 +182,10 @@ struct dsp_ep {
 	/* a socket conversion (ssp.c) owns the EP's connection events until
 	 * it has finished with the socket: dsp_conn_event hands them to it */
 	struct dsp_ssp *conv;
-	/* the iWARP RTR handshake (DSP_RTR_WANTED): the word the initiator
-	 * writes (the responder's target, the initiator's source) */
-	uint64_t rtr_word;
-	struct ibv_mr *rtr_mr;	/* iWARP only */
-	bool rtr_promised;	/* responder: our accept asked for the write */
-	bool rtr_wait;		/* responder: established, the write not yet seen */
-	uint64_t rtr_deadline_ms;
-	uint64_t rtr_first_ms;	/* initiator: the first write (0: none to repeat) */
-	int rtr_resends;	/* initiator: writes done after the first */
-	uint64_t rtr_addr;	/* initiator: the responder's target */
-	uint32_t rtr_rkey;
+	/* iWARP's start rule (vcore.h, struct vc_rtr): the word the
+	 * initiator writes and the handshake's state; rtr.mr is NULL on
+	 * other devices */
+	struct vc_rtr rtr;
 };
 
 struct dsp_psp {
@@ -227,12 +202,12 @@ struct dsp_cr {
 	struct rdma_cm_id *id;
 	struct dsp_psp *psp;	/* NULL once the PSP is gone */
 	DAT_CONN_QUAL qual;
-	uint8_t pdata[DSP_PDATA_MAX];
+	uint8_t pdata[VC_PDATA_MAX];
 	int pdata_len;
 	struct sockaddr_storage remote;
 	DAT_PORT_QUAL remote_port;
 	uint8_t initiator_depth, responder_resources;
-	bool rtr_wanted;	/* the request asked for the RTR handshake */
+	bool rtr_wanted;	/* the request asked for the start rule's handshake */
 	struct dsp_ssp *ssp;	/* the request came over an SSP's socket (no id) */
 };
 
@@ -252,15 +227,10 @@ static inline bool dsp_check(const void *handle, enum dsp_type type)
 
 	return h && h->magic == DSP_MAGIC && h->type == type;
 }
-uint64_t dsp_now_ms(void);
 DAT_CONN_QUAL dsp_qual_to_port(DAT_CONN_QUAL q);
-int dsp_frame_pdata(uint8_t *out, int room, const void *pdata, DAT_COUNT len);
-int dsp_unframe_pdata(const void *in, int inlen, uint8_t *out);
 int dsp_pdata_room(const struct dsp_ia *ia);
 int dsp_frame_connect_pdata(const struct dsp_ia *ia, uint8_t *out, const void *pdata,
 			    DAT_COUNT len);
-bool dsp_pdata_rtr_wanted(const void *in, int inlen);
-bool dsp_pdata_rtr_target(const void *in, int inlen, uint64_t *addr, uint32_t *rkey);
 
 /* provider.c */
 DAT_RETURN dsp_handle_extendedop(DAT_HANDLE handle, DAT_EXTENDED_OP op, va_list args);
@@ -337,6 +307,11 @@ void dsp_ep_cm_event(struct dsp_ep *ep, struct rdma_cm_event *ev);
 void dsp_ep_check_timeouts(struct dsp_ia *ia, int *next_ms);
 int dsp_ep_accept_pdata(struct dsp_ep *ep, bool rtr_wanted, uint8_t *out, const void *pdata,
 			DAT_COUNT len);
+/* an accept: the EP's QP onto the request's id, and its parameters */
+void dsp_ep_take_id(struct dsp_ep *ep, struct rdma_cm_id *id,
+		    const struct sockaddr_storage *remote);
+struct rdma_conn_param dsp_ep_accept_param(struct dsp_ep *ep, const uint8_t *pdata, int len,
+					   uint8_t initiator_depth, uint8_t responder_resources);
 void dsp_conn_event(struct dsp_ep *ep, DAT_EVENT_NUMBER num, const void *pdata, int len);
 /* start an rdma_cm connect of ep to dst: ia->lock held, ep->pdata framed,
  * state set to ACTIVE_CONNECTION_PENDING by the caller */

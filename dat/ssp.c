@@ -57,7 +57,7 @@ enum ssp_verdict { V_NONE, V_ACCEPT, V_REJECT };
 
 struct hooked_event {
 	DAT_EVENT_NUMBER num;
-	uint8_t pd[DSP_PDATA_MAX];
+	uint8_t pd[VC_PDATA_MAX];
 	int len;
 };
 
@@ -105,27 +105,7 @@ struct dsp_ssp {
 
 static uint16_t sa_port(const struct sockaddr_storage *a)
 {
-	return ntohs(a->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
-					      : ((const struct sockaddr_in *)a)->sin_port);
-}
-
-static void sa_set_port(struct sockaddr_storage *a, uint16_t port)
-{
-	if (a->ss_family == AF_INET6)
-		((struct sockaddr_in6 *)a)->sin6_port = htons(port);
-	else
-		((struct sockaddr_in *)a)->sin_port = htons(port);
-}
-
-static bool same_ip(const struct sockaddr *a, const struct sockaddr_storage *b)
-{
-	if (!a || a->sa_family != b->ss_family)
-		return false;
-	if (a->sa_family == AF_INET)
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-		       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+	return vc_sa_port((const struct sockaddr *)a);
 }
 
 /*
@@ -143,7 +123,7 @@ static bool socket_ok(struct dsp_ia *ia, int sock, struct dsp_ssp *s)
 	l = sizeof(s->peer);
 	if (getpeername(sock, (struct sockaddr *)&s->peer, &l) != 0)
 		return false;
-	if (!same_ip((struct sockaddr *)&s->local, &ia->addr)) {
+	if (!vc_same_ip((struct sockaddr *)&s->local, (struct sockaddr *)&ia->addr)) {
 		DSP_DBG("ssp: socket %d is not on the IA's address", sock);
 		return false;
 	}
@@ -333,13 +313,10 @@ static void finish_ep(struct dsp_ssp *s, bool ok, DAT_EVENT_NUMBER num, const vo
 				dsp_conn_event(ep, s->ev[i].num, s->ev[i].pd, s->ev[i].len);
 		}
 	} else {
-		if (s->matched && ep->id && !ep->disconnect_called &&
-		    (ep->state == DAT_EP_STATE_CONNECTED ||
-		     ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING ||
-		     ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING)) {
-			ep->disconnect_called = true;
-			rdma_disconnect(ep->id);
-		}
+		if (s->matched && (ep->state == DAT_EP_STATE_CONNECTED ||
+				   ep->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING ||
+				   ep->state == DAT_EP_STATE_PASSIVE_CONNECTION_PENDING))
+			vc_disconnect_once(ep->id, &ep->disconnect_called);
 		ep->state = DAT_EP_STATE_DISCONNECTED;
 		ep->deadline_ms = 0;
 		dsp_conn_event(ep, num, pd, len);
@@ -407,29 +384,24 @@ static int refuse(struct dsp_ssp *s, const struct conv_frame *req, uint8_t reaso
 static int open_listener(struct dsp_ssp *s, uint16_t *port)
 {
 	struct dsp_ia *ia = s->h.ia;
-	struct sockaddr_storage a = s->local;
+	struct sockaddr_storage a;
 	struct dsp_psp *l = calloc(1, sizeof(*l));
-	int e = 0;
+	int r;
 
 	if (!l)
 		return -ENOMEM;
 	dsp_hdr_init(&l->h, ia, DSP_T_PSP);	/* on no list: ssp.c's own */
 	l->ssp = s;
 	l->evd = s->evd;
-	sa_set_port(&a, 0);
-	if (rdma_create_id(ia->ch, &l->id, l, RDMA_PS_TCP) != 0) {
-		e = errno;
-		free(l);
-		return -e;
+	vc_sa_copy(&a, (struct sockaddr *)&s->local, 0);
+	r = vc_listen_on(ia->ch, (struct sockaddr *)&a, 4, l, &l->id);
+	if (!r && l->id->verbs && l->id->verbs != ia->verbs) {
+		r = -ENODEV;	/* the address is on another device than the IA's */
+		vc_id_free(l->id);
 	}
-	if (rdma_bind_addr(l->id, (struct sockaddr *)&a) != 0 || rdma_listen(l->id, 4) != 0)
-		e = errno;
-	else if (l->id->verbs && l->id->verbs != ia->verbs)
-		e = ENODEV;	/* the address is on another device than the IA's */
-	if (e) {
-		rdma_destroy_id(l->id);
+	if (r) {
 		free(l);
-		return -e;
+		return r;
 	}
 	*port = ntohs(rdma_get_src_port(l->id));
 	pthread_mutex_lock(&ia->lock);
@@ -461,13 +433,12 @@ static void close_listener(struct dsp_ssp *s)
 	s->nstrays = s->maxstrays = 0;
 	pthread_mutex_unlock(&ia->lock);
 	if (l) {
-		rdma_destroy_id(l->id);
+		vc_id_free(l->id);
 		free(l);
 	}
-	if (old)
-		rdma_destroy_id(old);
+	vc_id_free(old);
 	for (i = 0; i < n; i++)
-		rdma_destroy_id(strays[i]);
+		vc_id_free(strays[i]);
 	free(strays);
 }
 
@@ -493,17 +464,16 @@ void dsp_ssp_conn_request(struct dsp_psp *lsn, struct rdma_cm_event *ev)
 {
 	struct dsp_ssp *s = lsn->ssp;
 	struct dsp_ep *ep = s ? s->ep : NULL;
-	uint8_t pd[DSP_PDATA_MAX], framed[DSP_PDATA_MAX + 1];
+	uint8_t pd[VC_PDATA_MAX], framed[VC_PDATA_MAX + 1];
 	struct rdma_conn_param cp;
-	int n = dsp_unframe_pdata(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				  pd);
+	int n = vc_unframe(ev->param.conn.private_data, ev->param.conn.private_data_len, pd), r;
 
 	if (!s || s->matched || s->stopping || !ep || ep->conv != s || !ep->qp ||
 	    ep->state != DAT_EP_STATE_PASSIVE_CONNECTION_PENDING || ev->id->verbs != ep->qp->context ||
 	    n != CONV_NONCE_LEN || memcmp(pd, s->nonce, CONV_NONCE_LEN) ||
-	    !same_ip(rdma_get_peer_addr(ev->id), &s->peer)) {
+	    !vc_same_ip(rdma_get_peer_addr(ev->id), (struct sockaddr *)&s->peer)) {
 		DSP_DBG("ssp: a connect request on the hidden listener that is not the peer's");
-		rdma_reject(ev->id, NULL, 0);
+		vc_reject(ev->id, NULL, 0);
 		ev->id->context = NULL;
 		if (s)
 			add_stray(s, ev->id);
@@ -512,31 +482,18 @@ void dsp_ssp_conn_request(struct dsp_psp *lsn, struct rdma_cm_event *ev)
 	s->matched = true;
 	/* the QP moves to the request's id, as in dsp_cr_accept */
 	s->old_id = ep->id;
-	ev->id->qp = ep->qp;
-	s->old_id->qp = NULL;
-	s->old_id->context = NULL;
-	ep->id = ev->id;
-	ep->id->context = ep;
-	ep->remote = s->peer;
-	ep->remote_port = sa_port(&s->peer);
-	ep->disconnect_called = false;
-	memset(&cp, 0, sizeof(cp));
+	dsp_ep_take_id(ep, ev->id, &s->peer);
 	/* the consumer's private data went over the socket (RSP): here only
-	 * the RTR target, if the request asked (provider.h) */
-	cp.private_data = framed;
-	cp.private_data_len = (uint8_t)dsp_ep_accept_pdata(
-		ep, ep->h.ia->iwarp && dsp_pdata_rtr_wanted(ev->param.conn.private_data,
-							    ev->param.conn.private_data_len),
-		framed, NULL, 0);
-	cp.responder_resources = (uint8_t)(ep->attr.max_rdma_read_in < ev->param.conn.initiator_depth
-						   ? ep->attr.max_rdma_read_in
-						   : ev->param.conn.initiator_depth);
-	cp.initiator_depth = (uint8_t)(ep->attr.max_rdma_read_out < ev->param.conn.responder_resources
-					       ? ep->attr.max_rdma_read_out
-					       : ev->param.conn.responder_resources);
-	cp.rnr_retry_count = 7;
-	if (rdma_accept(ep->id, &cp) != 0) {
-		DSP_DBG("ssp: rdma_accept: %s", strerror(errno));
+	 * the start rule's target, if the request asked (vcore.h) */
+	n = dsp_ep_accept_pdata(ep, ep->h.ia->iwarp &&
+					    vc_rtr_asked(ev->param.conn.private_data,
+							 ev->param.conn.private_data_len),
+				framed, NULL, 0);
+	cp = dsp_ep_accept_param(ep, framed, n, ev->param.conn.initiator_depth,
+				 ev->param.conn.responder_resources);
+	r = vc_accept(ep->id, &cp);
+	if (r) {
+		DSP_DBG("ssp: rdma_accept: %s", strerror(-r));
 		dsp_ssp_hook_event(s, DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, NULL, 0);
 	}
 	pthread_cond_broadcast(&s->cond);
@@ -994,7 +951,7 @@ static void *active_thread(void *arg)
 	struct sockaddr_storage dst = s->peer;
 	DAT_RETURN rc;
 
-	sa_set_port(&dst, rsp.port);
+	vc_sa_set_port((struct sockaddr *)&dst, rsp.port);
 	pthread_mutex_lock(&ia->lock);
 	if (s->stopping || !s->ep) {
 		pthread_mutex_unlock(&ia->lock);
