@@ -22,7 +22,7 @@ set -u
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 
 DIRS="common transports/verbs transports/ib transports/iwarp transports/tcp-fallback
-transports conf sdp ops preload"
+transports conf sdp dat ops preload"
 SDP_FILES="wire convert_wire base regcache progress mode post zcopy write_zcopy conn
 sock poll convert"
 OPS_FILES="clock stats peercache epset fdtable sigio relayed relay switch epoll fork convert io ctl poll"
@@ -30,7 +30,8 @@ OPS_FILES="clock stats peercache epset fdtable sigio relayed relay switch epoll 
 command -v nm >/dev/null 2>&1 || { echo "lint_layers: SKIP: no nm"; exit 77; }
 
 mapfile -t objs < <(find "$top_builddir" -path '*/.libs/*' \
-	\( -name 'libsdp_core_la-*.o' -o -name 'libsdp_la-*.o' \) | sort)
+	\( -name 'libsdp_core_la-*.o' -o -name 'libsdp_la-*.o' -o -name 'libdaplsdp_la-*.o' \) |
+	sort)
 if [ "${#objs[@]}" -lt 30 ]; then
 	echo "lint_layers: FAIL: only ${#objs[@]} library objects under $top_builddir"
 	exit 1
@@ -42,6 +43,7 @@ unit_of() {
 	base=$(basename "$o" .o)
 	base=${base#libsdp_core_la-}
 	base=${base#libsdp_la-}
+	base=${base#libdaplsdp_la-}
 	echo "${o%%/.libs/*}/$base"
 }
 
