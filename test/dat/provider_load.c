@@ -17,7 +17,7 @@ int main(int argc, char **argv)
 {
 	static const char *const exported[] = { "dat_provider_init", "dat_provider_fini",
 						"dapl_extensions" };
-	static const char *const hidden[] = { "sys", "sys_resolve", "sdp_internal", "vc_frame",
+	static const char *const hidden[] = { "sys", "sys_resolve", "libsdp_internal", "vc_frame",
 					      "vc_rtr_tick", "conv_send", "dsp_ia_open" };
 	const char *path = argc > 1 ? argv[1] : ".libs/libdaplsdp.so";
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
