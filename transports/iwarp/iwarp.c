@@ -48,8 +48,8 @@
  * before it reports OTI_EV_ESTABLISHED, and again 10, 100 and 1000 ms
  * later; the passive side reports OTI_EV_ESTABLISHED once the word has
  * landed.  A peer of an older libsdp does not ask for it and gets none.
- * (The engine's own hold, sdp/engine.h await_first_rx and first_nudges,
- * predates it and is now redundant on this transport.)
+ * The engine's own hold (sdp/engine.h, await_first_rx and first_nudges)
+ * stays: it is what keeps the rule with such a peer.
  */
 #include "tunables.h"
 #include "verbs/verbs.h"
