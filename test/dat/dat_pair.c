@@ -227,6 +227,7 @@ static void burst(struct ctx *c, int server, const struct sockaddr *dst, unsigne
 	struct msg m;
 	DAT_EVENT ev;
 	char what[48];
+	unsigned flushed = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(what, sizeof(what), "burst %u: established", i);
@@ -236,12 +237,15 @@ static void burst(struct ctx *c, int server, const struct sockaddr *dst, unsigne
 			pair_ck(dat_cr_accept(ev.event_data.cr_arrival_event_data.cr_handle, c->s.ep, 0,
 					 NULL), "burst accept");
 			pair_wait(c->s.conn_evd, DAT_CONNECTION_EVENT_ESTABLISHED, what);
-			/* at once: no message of the client's has come yet */
+			/* at once: no message of the client's has come yet.  The
+			 * client answers and disconnects: the send's completion
+			 * is taken after the answer (pair_post_send) */
 			m = (struct msg){ .type = MSG_HELLO, .len = i };
-			send_msg(c, &m);
+			pair_post_send(&c->s, &m, sizeof(m));
 			m = recv_msg(c, MSG_HELLO_ACK);
 			if (m.len != i)
 				pair_fail("burst %u: the answer says %llu", i, (unsigned long long)m.len);
+			flushed += pair_send_done(&c->s, sizeof(m), 1);
 			disconnect(c, 0);
 		} else {
 			pair_ck(dat_ep_connect(c->s.ep, (DAT_IA_ADDRESS_PTR)dst, c->port, PAIR_TMO, 0, NULL,
@@ -259,6 +263,9 @@ static void burst(struct ctx *c, int server, const struct sockaddr *dst, unsigne
 	}
 	if (n)
 		pair_checks++;
+	if (flushed)
+		fprintf(stderr, "dat_pair: %s: %u of %u burst messages answered, then flushed by "
+			"the client's disconnect\n", pair_role, flushed, n);
 }
 
 static void teardown(struct ctx *c)

@@ -175,25 +175,44 @@ void pair_post_recv(struct pair_side *s, int i)
 		"post_recv");
 }
 
-void pair_send(struct pair_side *s, const void *msg, size_t len)
+void pair_post_send(struct pair_side *s, const void *msg, size_t len)
 {
 	DAT_LMR_TRIPLET iov = { (DAT_VADDR)(uintptr_t)slot(s, s->nrecv), (DAT_SEG_LENGTH)len,
 				s->msg_lctx };
 	DAT_DTO_COOKIE cookie = { .as_64 = 0x5e9d };
-	DAT_DTO_COMPLETION_EVENT_DATA *d;
-	DAT_EVENT ev;
 
 	if (len > s->slot)
 		pair_fail("a %zu-byte message in a %zu-byte slot", len, s->slot);
 	memcpy(slot(s, s->nrecv), msg, len);
 	pair_ck(dat_ep_post_send(s->ep, 1, &iov, cookie, DAT_COMPLETION_DEFAULT_FLAG),
 		"post_send");
-	ev = pair_wait(s->req_evd, DAT_DTO_COMPLETION_EVENT, "send completion");
+}
+
+int pair_send_done(struct pair_side *s, size_t len, int flushed_ok)
+{
+	DAT_DTO_COMPLETION_EVENT_DATA *d;
+	DAT_EVENT ev;
+	DAT_COUNT nmore;
+	int flushed;
+
+	pair_ck(dat_evd_wait(s->req_evd, PAIR_TMO, 1, &ev, &nmore), "send completion");
+	if (ev.event_number != DAT_DTO_COMPLETION_EVENT)
+		pair_fail("send completion: event 0x%x", ev.event_number);
 	d = &ev.event_data.dto_completion_event_data;
+	flushed = flushed_ok && d->status == DAT_DTO_ERR_FLUSHED;
+	if (d->status != DAT_DTO_SUCCESS && !flushed)
+		pair_fail("send completion: DTO status %d", d->status);
 	if (d->user_cookie.as_64 != 0x5e9d || d->ep_handle != s->ep ||
-	    d->transfered_length != len || d->operation != DAT_DTO_SEND)
+	    d->operation != DAT_DTO_SEND || (!flushed && d->transfered_length != len))
 		pair_fail("send completion: wrong cookie, EP, length or operation");
 	pair_checks++;
+	return flushed;
+}
+
+void pair_send(struct pair_side *s, const void *msg, size_t len)
+{
+	pair_post_send(s, msg, len);
+	pair_send_done(s, len, 0);
 }
 
 size_t pair_recv(struct pair_side *s, void *out, size_t min_len, int repost)

@@ -85,6 +85,18 @@ void pair_post_recv(struct pair_side *s, int i);
 /* Send len bytes of msg from the send slot and wait for the completion,
  * which must name the EP, the cookie and the length. */
 void pair_send(struct pair_side *s, const void *msg, size_t len);
+/*
+ * pair_send in two halves, for a message whose peer answers it and then
+ * disconnects at once: the send is posted, the answer awaited, and only
+ * then the send's completion, which may be flushed (flushed_ok; 1 is
+ * returned then).  The answer proves the message arrived; RC gives no
+ * order between the transport's acknowledgement of a send and the peer's
+ * disconnect request, which travels apart (the CM's own QP), so the
+ * disconnect that flushes this side's queue may overtake it (seen on
+ * rxe under load).
+ */
+void pair_post_send(struct pair_side *s, const void *msg, size_t len);
+int pair_send_done(struct pair_side *s, size_t len, int flushed_ok);
 /* The next receive's bytes into out (at most s->slot), their number
  * returned; at least min_len must have come.  The slot is posted again
  * unless this is the connection's last message (a receive posted on an
