@@ -1425,48 +1425,6 @@ static int do_send(struct ctx *c, int argc, char **argv, int how)
 	return 0;
 }
 
-static int op_send(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return do_send(c, argc, argv, S_SEND);
-}
-
-static int op_sendto(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return do_send(c, argc, argv, S_SENDTO);
-}
-
-static int op_write(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return argc == 3 ? do_send(c, argc, argv, S_WRITE) : bad(c, "write X N");
-}
-
-static int op_writev(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return argc == 3 ? do_send(c, argc, argv, S_WRITEV) : bad(c, "writev X N,N,...");
-}
-
-static int op_sendmsg(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return do_send(c, argc, argv, S_SENDMSG);
-}
-
-static int op_sendfile(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return argc == 3 ? do_send(c, argc, argv, S_SENDFILE) : bad(c, "sendfile X N");
-}
-
-static int op_splice_to(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return argc == 3 ? do_send(c, argc, argv, S_SPLICE) : bad(c, "splice_to X N (N < 64K)");
-}
-
 /* --- receiving ------------------------------------------------------------------- */
 
 enum { R_RECV, R_RECVFROM, R_READ, R_READV, R_RECVMSG, R_SPLICE };
@@ -1572,40 +1530,41 @@ static int do_recv(struct ctx *c, int argc, char **argv, int how)
 	return 0;
 }
 
-static int op_recv(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return do_recv(c, argc, argv, R_RECV);
-}
+/* The data calls, one step each: the sending and receiving families
+ * differ only in the call they make (how); some take exactly one size. */
+static const struct {
+	const char *name;
+	bool out;
+	int how;
+	const char *usage;	/* exactly "X N": its usage; else NULL */
+} io_ops[] = {
+	{ "send", true, S_SEND, NULL },
+	{ "sendto", true, S_SENDTO, NULL },
+	{ "write", true, S_WRITE, "write X N" },
+	{ "writev", true, S_WRITEV, "writev X N,N,..." },
+	{ "sendmsg", true, S_SENDMSG, NULL },
+	{ "sendfile", true, S_SENDFILE, "sendfile X N" },
+	{ "splice_to", true, S_SPLICE, "splice_to X N (N < 64K)" },
+	{ "recv", false, R_RECV, NULL },
+	{ "recvfrom", false, R_RECVFROM, NULL },
+	{ "read", false, R_READ, "read X N" },
+	{ "readv", false, R_READV, "readv X N,N,..." },
+	{ "recvmsg", false, R_RECVMSG, NULL },
+	{ "splice_from", false, R_SPLICE, NULL },
+};
 
-static int op_recvfrom(struct ctx *c, int argc, char **argv, const char *dst)
+static int op_io(struct ctx *c, int argc, char **argv, const char *dst)
 {
 	(void)dst;
-	return do_recv(c, argc, argv, R_RECVFROM);
-}
-
-static int op_read(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return argc == 3 ? do_recv(c, argc, argv, R_READ) : bad(c, "read X N");
-}
-
-static int op_readv(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return argc == 3 ? do_recv(c, argc, argv, R_READV) : bad(c, "readv X N,N,...");
-}
-
-static int op_recvmsg(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return do_recv(c, argc, argv, R_RECVMSG);
-}
-
-static int op_splice_from(struct ctx *c, int argc, char **argv, const char *dst)
-{
-	(void)dst;
-	return do_recv(c, argc, argv, R_SPLICE);
+	for (size_t i = 0; i < sizeof(io_ops) / sizeof(io_ops[0]); i++) {
+		if (strcmp(io_ops[i].name, argv[0]) != 0)
+			continue;
+		if (io_ops[i].usage && argc != 3)
+			return bad(c, "%s", io_ops[i].usage);
+		return io_ops[i].out ? do_send(c, argc, argv, io_ops[i].how)
+				     : do_recv(c, argc, argv, io_ops[i].how);
+	}
+	return bad(c, "unknown data step '%s'", argv[0]);
 }
 
 /* Read until N bytes, EOF or an error, blocking. */
@@ -2362,13 +2321,13 @@ static const struct {
 	{ "connect", op_connect, false },    { "accept", op_accept, true },
 	{ "accept4", op_accept4, true },     { "pair", op_pair, false },
 	{ "close", op_close, false },	     { "shutdown", op_shutdown, false },
-	{ "send", op_send, false },	     { "sendto", op_sendto, false },
-	{ "write", op_write, false },	     { "writev", op_writev, false },
-	{ "sendmsg", op_sendmsg, false },    { "sendfile", op_sendfile, false },
-	{ "splice_to", op_splice_to, false }, { "recv", op_recv, false },
-	{ "recvfrom", op_recvfrom, false },  { "read", op_read, false },
-	{ "readv", op_readv, false },	     { "recvmsg", op_recvmsg, false },
-	{ "splice_from", op_splice_from, false }, { "recvall", op_recvall, false },
+	{ "send", op_io, false },	     { "sendto", op_io, false },
+	{ "write", op_io, false },	     { "writev", op_io, false },
+	{ "sendmsg", op_io, false },	     { "sendfile", op_io, false },
+	{ "splice_to", op_io, false },	     { "recv", op_io, false },
+	{ "recvfrom", op_io, false },	     { "read", op_io, false },
+	{ "readv", op_io, false },	     { "recvmsg", op_io, false },
+	{ "splice_from", op_io, false },     { "recvall", op_recvall, false },
 	{ "drain", op_drain, false },	     { "fill", op_fill, false },
 	{ "bgsend", op_bgsend, false },	     { "bgrecv", op_bgrecv, false },
 	{ "join", op_join, false },	     { "setopt", op_setopt, false },
