@@ -69,12 +69,25 @@ static int check_addr(struct sdp_sock *s, const struct sockaddr *addr, socklen_t
 	return 0;
 }
 
+/* ss in the socket's own family: an IPv4 address on an AF_INET6 socket
+ * is v4-mapped (::ffff:a.b.c.d), as Linux reports a dual-stack
+ * listener's IPv4 peers (rdma_cm gives them as AF_INET). */
 static void copy_addr_out(const struct sockaddr_storage *ss, int domain,
 			  struct sockaddr *addr, socklen_t *len)
 {
 	socklen_t full = domain_addrlen(domain);
 	struct sockaddr_storage tmp = *ss;
 
+	if (domain == AF_INET6 && ss->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&tmp;
+
+		memset(&tmp, 0, sizeof(tmp));
+		in6->sin6_port = in->sin_port;
+		in6->sin6_addr.s6_addr[10] = 0xff;
+		in6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&in6->sin6_addr.s6_addr[12], &in->sin_addr, 4);
+	}
 	tmp.ss_family = (sa_family_t)domain;
 	if (addr && len)
 		memcpy(addr, &tmp, *len < full ? *len : full);
