@@ -547,6 +547,15 @@ again:
 		if (ret)
 			goto destroy_id;
 	}
+	/* A bind to a device's address has rdma_cm open its context, whose
+	 * async fd would hold a low number until the first connection moved
+	 * it: the application's next socket would get another fd than on
+	 * TCP (test/conform, pair.basic on rxe).  Move it now. */
+	if ((l->id->verbs && !vb_dev_of(l->id->verbs)) ||
+	    (l->id4 && l->id4->verbs && !vb_dev_of(l->id4->verbs))) {
+		ret = -EMFILE;
+		goto destroy_id;
+	}
 	*out = (struct oti_listener *)l;
 	return 0;
 
