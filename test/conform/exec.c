@@ -1357,33 +1357,50 @@ static ssize_t sendfile_n(int sock, const char *buf, size_t n, int *err)
 	return r;
 }
 
-static int do_send(struct ctx *c, int argc, char **argv, int how)
+/*
+ * A data step's words, "OP X N[,N...] [flags]": the socket, and n
+ * buffers of the sizes given (a list when vectored) in one allocation
+ * (*buf, *total bytes) that iov describes.  -1 (after bad()) on error.
+ */
+static int io_args(struct ctx *c, int argc, char **argv, bool vectored, struct var **v,
+		   struct iovec iov[8], int *n, int *flags, char **buf, size_t *total)
 {
-	size_t lens[8], total = 0;
-	int n = 1, flags = 0, e = 0;
-	struct var *v;
-	ssize_t r;
+	size_t lens[8], off = 0;
 
-	if (argc < 3 || !(v = need_var(c, argv[1], V_SOCK)))
+	*total = 0;
+	*flags = 0;
+	if (argc < 3 || !(*v = need_var(c, argv[1], V_SOCK)))
 		return bad(c, "%s X N [flags]", argv[0]);
-	if (how == S_WRITEV || how == S_SENDMSG)
-		n = parse_list(c, argv[2], lens, 8);
+	if (vectored)
+		*n = parse_list(c, argv[2], lens, 8);
 	else
-		n = parse_size(c, argv[2], &lens[0]) < 0 ? -1 : 1;
-	if (n < 0 || parse_msgflags(c, argc - 3, argv + 3, &flags) < 0)
+		*n = parse_size(c, argv[2], &lens[0]) < 0 ? -1 : 1;
+	if (*n < 0 || parse_msgflags(c, argc - 3, argv + 3, flags) < 0)
 		return -1;
-	for (int i = 0; i < n; i++)
-		total += lens[i];
-	char *buf = xmalloc(total);
-	struct iovec iov[8];
-	size_t off = 0;
-
-	pat_fill(v->ep->id, v->ep->m.tx, buf, total);
-	for (int i = 0; i < n; i++) {
-		iov[i].iov_base = buf + off;
+	for (int i = 0; i < *n; i++)
+		*total += lens[i];
+	*buf = xmalloc(*total);
+	for (int i = 0; i < *n; i++) {
+		iov[i].iov_base = *buf + off;
 		iov[i].iov_len = lens[i];
 		off += lens[i];
 	}
+	return 0;
+}
+
+static int do_send(struct ctx *c, int argc, char **argv, int how)
+{
+	size_t total;
+	int n, flags, e = 0;
+	struct var *v;
+	ssize_t r;
+	struct iovec iov[8];
+	char *buf;
+
+	if (io_args(c, argc, argv, how == S_WRITEV || how == S_SENDMSG, &v, iov, &n, &flags,
+		    &buf, &total) < 0)
+		return -1;
+	pat_fill(v->ep->id, v->ep->m.tx, buf, total);
 	switch (how) {
 	case S_SEND:
 		r = send(v->fd, buf, total, flags);
@@ -1451,34 +1468,20 @@ static ssize_t splice_out(int sock, char *buf, size_t n, int flags, int *err)
 
 static int do_recv(struct ctx *c, int argc, char **argv, int how)
 {
-	size_t lens[8], total = 0;
-	int n, flags = 0, e = 0;
+	size_t total;
+	int n, flags, e = 0;
 	struct var *v;
 	ssize_t r;
 	struct sockaddr_storage from;
 	socklen_t fromlen = sizeof(from);
 	struct msghdr mh = { 0 };
-
-	if (argc < 3 || !(v = need_var(c, argv[1], V_SOCK)))
-		return bad(c, "%s X N [flags]", argv[0]);
-	if (how == R_READV || how == R_RECVMSG)
-		n = parse_list(c, argv[2], lens, 8);
-	else
-		n = parse_size(c, argv[2], &lens[0]) < 0 ? -1 : 1;
-	if (n < 0 || parse_msgflags(c, argc - 3, argv + 3, &flags) < 0)
-		return -1;
-	for (int i = 0; i < n; i++)
-		total += lens[i];
-	char *buf = xmalloc(total);
 	struct iovec iov[8];
-	size_t off = 0;
+	char *buf;
 
+	if (io_args(c, argc, argv, how == R_READV || how == R_RECVMSG, &v, iov, &n, &flags,
+		    &buf, &total) < 0)
+		return -1;
 	memset(buf, 0, total);
-	for (int i = 0; i < n; i++) {
-		iov[i].iov_base = buf + off;
-		iov[i].iov_len = lens[i];
-		off += lens[i];
-	}
 	memset(&from, 0xa5, sizeof(from));
 	switch (how) {
 	case R_RECV:
