@@ -753,28 +753,40 @@ static struct vb_ep *ep_alloc(void)
 
 /* The verbs objects once the id is bound to a device: CQ and QP, and on
  * iWARP the start rule's word. */
+/* What ep_make_qp() could not make, as a warning (SDP_LOG_LEVEL 8): a
+ * connect or accept that fails with ENOMEM or EIO otherwise does not say
+ * which verb the device refused. */
+static int qp_fail(const struct vb_ep *e, const char *what, int r)
+{
+	sdp_warn(e->fl->name, "%s connection: %s failed: %s",
+		     e->passive ? "accepted" : "outgoing", what, strerror(-r));
+	return r;
+}
+
 static int ep_make_qp(struct vb_ep *e)
 {
 	struct ibv_context *ctx = e->id->verbs;
 	int r;
 
+	errno = 0;
 	e->dev = vb_dev_of(ctx);
 	if (!e->dev)
-		return -ENOMEM;
+		return qp_fail(e, "the device's async fd", neg_errno(ENOMEM));
+	errno = 0;
 	e->pd = vb_pd_new(ctx);
 	if (!e->pd)
-		return -ENOMEM;
+		return qp_fail(e, "ibv_alloc_pd", neg_errno(ENOMEM));
 	r = vc_cq_open(ctx, VB_CQ_DEPTH, e, &e->cq);
 	if (!r)
 		r = vb_own_fd(&e->cq.cc->fd);
 	if (r < 0)
-		return r;
+		return qp_fail(e, "the completion queue", r);
 	if (ibv_req_notify_cq(e->cq.cq, 0))
-		return -EIO;
+		return qp_fail(e, "ibv_req_notify_cq", -EIO);
 	if (e->fl->rtr) {
 		r = vc_rtr_init(&e->rtr, e->pd->pd);
 		if (r)
-			return r;
+			return qp_fail(e, "the start rule's memory registration", r);
 	}
 
 	struct ibv_qp_init_attr attr = {
@@ -792,7 +804,7 @@ static int ep_make_qp(struct vb_ep *e)
 		attr.cap.max_inline_data = 0;
 		r = vc_qp_new(e->id, e->pd->pd, &attr);
 		if (r)
-			return r;
+			return qp_fail(e, "rdma_create_qp", r);
 	}
 	e->max_inline = attr.cap.max_inline_data;
 
@@ -1421,6 +1433,7 @@ int vb_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
 	if (!m->mr) {
 		int ret = neg_errno(ENOMEM);
 
+		sdp_warn(e->fl->name, "ibv_reg_mr of %zu bytes failed: %s", len, strerror(-ret));
 		free(m);
 		return ret;
 	}
