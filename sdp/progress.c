@@ -401,7 +401,6 @@ void progress_watch(struct sdp_sock *s)
 static pthread_key_t waker_key;
 static pthread_once_t waker_once = PTHREAD_ONCE_INIT;
 static __thread int waker_fd = -1;
-static __thread pid_t waker_pid;
 
 static void waker_destroy(void *p)
 {
@@ -418,7 +417,9 @@ static void waker_key_init(void)
 
 int sdp_thread_waker(void)
 {
-	if (waker_fd >= 0 && waker_pid == getpid())
+	/* No getpid() here, on every wait: prog_atfork_child() forgets the
+	 * forking thread's waker, the only thread a child has. */
+	if (waker_fd >= 0)
 		return waker_fd;
 	pthread_once(&waker_once, waker_key_init);
 	int fd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -426,7 +427,6 @@ int sdp_thread_waker(void)
 	if (fd < 0)
 		return fd;
 	waker_fd = fd;
-	waker_pid = getpid();
 	/* +1 so that fd 0 is not taken for "no value". */
 	pthread_setspecific(waker_key, (void *)(intptr_t)(waker_fd + 1));
 	return waker_fd;
@@ -645,6 +645,8 @@ static void prog_atfork_child(void)
 		fdspace_close(prog_wakefd);
 	prog_epfd = prog_wakefd = -1;
 	prog_running = false;
+	/* The parent's too: this thread makes a waker of its own. */
+	waker_fd = -1;
 	/* The lists hold references the parent's thread owned; the memory
 	 * is the child's copy and is left alone. */
 	prog_releases = NULL;
