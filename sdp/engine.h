@@ -463,6 +463,18 @@ void progress_adopt_orphan(struct sdp_sock *s);
  * only when driven, once its fd is writable).  Caller holds s->lock.
  */
 void progress_posted(struct sdp_sock *s);
+/* The fds that bring news for s, armed, into fds[] (room for
+ * SDP_MAX_LISTENERS) with the events to wait for; returns how many, or
+ * -EAGAIN if news is already there.  Caller holds s->lock. */
+int progress_wait_fds(struct sdp_sock *s, struct pollfd *fds);
+/*
+ * A thread about to sleep on s's connection fd itself (one of
+ * progress_wait_fds()) takes it out of the progress thread's epoll until
+ * it wakes (progress_unpark()): one completion then wakes one thread.
+ * False if fd is not one to park.  Caller holds s->lock.
+ */
+bool progress_park(struct sdp_sock *s, int fd);
+void progress_unpark(struct sdp_sock *s);
 /* Tick s, fast, while it holds a Transaction request (conn.trans_held). */
 void progress_hold(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)

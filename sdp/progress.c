@@ -445,10 +445,7 @@ static int wait_timeout_ms(uint64_t deadline_ns)
 	return ms > 60000 ? 60000 : (int)ms;
 }
 
-/* The fds that bring news for s, armed, into fds[] (room for
- * SDP_MAX_LISTENERS) with the events to wait for; returns how many, or
- * -EAGAIN if news is already there. */
-static int wait_source_fds(struct sdp_sock *s, struct pollfd *fds)
+int progress_wait_fds(struct sdp_sock *s, struct pollfd *fds)
 {
 	if (s->nlsn) {
 		for (int i = 0; i < s->nlsn; i++) {
@@ -477,7 +474,7 @@ static int wait_source_fds(struct sdp_sock *s, struct pollfd *fds)
  * parks the fd, the last one puts it back; if the connection went away or
  * left the progress set meanwhile, it is not put back.
  */
-static bool park_ep(struct sdp_sock *s, int fd)
+bool progress_park(struct sdp_sock *s, int fd)
 {
 	if (s->nlsn || !s->conn || !s->conn->in_progress_set || s->conn->ep_fd != fd)
 		return false;
@@ -491,7 +488,7 @@ static bool park_ep(struct sdp_sock *s, int fd)
 	return true;
 }
 
-static void unpark_ep(struct sdp_sock *s)
+void progress_unpark(struct sdp_sock *s)
 {
 	if (--s->ep_parked > 0)
 		return;
@@ -515,7 +512,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 
 	if (deadline_ns && sdp_now_ns() >= deadline_ns)
 		return -EAGAIN;
-	int nsrc = wait_source_fds(s, pfd + 1);
+	int nsrc = progress_wait_fds(s, pfd + 1);
 
 	if (nsrc == -EAGAIN)
 		return 0;
@@ -537,7 +534,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 	nfds += nsrc;
-	bool parked = nsrc == 1 && park_ep(s, pfd[1].fd);
+	bool parked = nsrc == 1 && progress_park(s, pfd[1].fd);
 
 	if (parked)
 		w.ep_events = pfd[1].events;
@@ -548,7 +545,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 
 	pthread_mutex_lock(&s->lock);
 	if (parked)
-		unpark_ep(s);
+		progress_unpark(s);
 	for (struct sdp_waiter **p = &s->waiters; *p; p = &(*p)->next) {
 		if (*p == &w) {
 			*p = w.next;

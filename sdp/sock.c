@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "engine.h"
 #include "fdspace.h"
 #include "log.h"
+#include "spin.h"
 #include "sys.h"
 #include "tunables.h"
 
@@ -478,26 +478,17 @@ int sdp_fallback_reason(int sd)
 }
 
 /*
- * Busy-poll instead of sleeping, for the spin_us tunable: lets other
- * threads at the socket between polls.  Returns false once the time is
- * up (or spinning is off), and the caller sleeps.
+ * The poll half of recv's poll-then-block (common/spin.h): lets other
+ * threads at the socket between polls.  False once the budget is spent
+ * (or the thread does not spin now), and the caller sleeps.
  */
-static bool spin_wait(struct sdp_sock *s, uint64_t *spin_until)
+static bool spin_wait(struct sdp_sock *s, struct spin *sp)
 {
-	long us = tun_int(TUN_spin_us);
-
-	if (us <= 0)
-		return false;
-	uint64_t now = sdp_now_ns();
-
-	if (!*spin_until)
-		*spin_until = now + (uint64_t)us * 1000ull;
-	if (now >= *spin_until)
-		return false;
 	pthread_mutex_unlock(&s->lock);
-	sched_yield();
+	bool again = spin_again(sp);
+
 	pthread_mutex_lock(&s->lock);
-	return true;
+	return again;
 }
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)
@@ -831,6 +822,8 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	struct sdp_sock *s;
 	size_t total, done = 0;
 	ssize_t ret;
+	struct spin sp;
+	bool spinning = false;	/* sp begun: this call waited */
 
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return -EINVAL;
@@ -851,7 +844,6 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		goto out;
 	}
 	bool driven = false;	/* see sdp_sendv() */
-	uint64_t spin_until = 0;
 	bool wz_off = false;	/* this call's buffer could not be advertised */
 
 	for (;;) {
@@ -921,10 +913,15 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 		/* Nobody will carry a held request: it goes now. */
 		conn_end_hold(s);
-		if (spin_wait(s, &spin_until)) {
+		if (!spinning) {
+			spin_begin(&sp);
+			spinning = true;
+		}
+		if (spin_wait(s, &sp)) {
 			driven = false;
 			continue;
 		}
+		spin_sleeping(&sp);
 		ret = sdp_wait(s, deadline);
 		if (ret) {
 			ret = done ? (ssize_t)done : ret;
@@ -934,6 +931,8 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	ret = (ssize_t)done;
 out:
+	if (spinning)
+		spin_end(&sp, ret >= 0);
 	recv_finish(s);
 	sock_unlock_put(s);
 	return ret;
