@@ -443,7 +443,7 @@ Test(tunables, malformed_environment_reported)
 		  "SDP_SEND_BUFS=\"\" ignored: not an integer from 4 to 1024; send_bufs is 16 (default 16)\n" },
 		/* What the value holds is shown as one clean line. */
 		{ "SDP_SPIN_US", "1\n2\"\x1b\\",
-		  "SDP_SPIN_US=\"1\\x0a2\\x22\\x1b\\x5c\" ignored: not an integer from 0 to 100000; spin_us is 50 (default 50)\n" },
+		  "SDP_SPIN_US=\"1\\x0a2\\x22\\x1b\\x5c\" ignored: not an integer from 0 to 100000; spin_us is 0 (default 0)\n" },
 		{ "SDP_TRANSPORTS", NULL,
 		  "SDP_TRANSPORTS=\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" ignored: longer than 255 bytes; transports is \"tcp-fallback\" (default \"tcp-fallback\")\n" },
 	};
