@@ -26,7 +26,7 @@ void spin_begin(struct spin *sp)
 	sp->sleep_ns = 0;
 }
 
-bool spin_again(struct spin *sp)
+bool spin_left(struct spin *sp)
 {
 	if (!sp->budget_ns)
 		return false;
@@ -34,7 +34,12 @@ bool spin_again(struct spin *sp)
 
 	if (!sp->start_ns)
 		sp->start_ns = now;
-	if (now - sp->start_ns >= sp->budget_ns)
+	return now - sp->start_ns < sp->budget_ns;
+}
+
+bool spin_again(struct spin *sp)
+{
+	if (!spin_left(sp))
 		return false;
 	/* On a shared core the peer we wait for may need this CPU. */
 	sched_yield();

@@ -43,6 +43,10 @@ void spin_begin(struct spin *sp);
 /* Poll once more?  Yields the CPU first; false once the budget is spent
  * (or there is none).  The caller holds no lock. */
 bool spin_again(struct spin *sp);
+/* Is budget left?  No yield: a caller that must drop a lock to spin asks
+ * this first, because a sleep decided after the lock was dropped could miss
+ * a change made meanwhile. */
+bool spin_left(struct spin *sp);
 /* The caller is about to sleep. */
 void spin_sleeping(struct spin *sp);
 /* The wait is over: found says whether it ended with something to report

@@ -480,15 +480,20 @@ int sdp_fallback_reason(int sd)
 /*
  * The poll half of recv's poll-then-block (common/spin.h): lets other
  * threads at the socket between polls.  False once the budget is spent
- * (or the thread does not spin now), and the caller sleeps.
+ * (or the thread does not spin now), and the caller sleeps.  The lock is
+ * dropped only when true, so that the caller looks at the socket again
+ * before it sleeps: what the progress thread delivered while the lock was
+ * free would otherwise wait in the socket for a sleeper that is not yet
+ * among its waiters (sdp_wait() sleeps on the transport, now quiet).
  */
 static bool spin_wait(struct sdp_sock *s, struct spin *sp)
 {
+	if (!spin_left(sp))
+		return false;
 	pthread_mutex_unlock(&s->lock);
-	bool again = spin_again(sp);
-
+	(void)spin_again(sp);	/* the yield; the next call sees the budget */
 	pthread_mutex_lock(&s->lock);
-	return again;
+	return true;
 }
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)

@@ -39,6 +39,13 @@ Test(spin, off_never_spins)
 	for (int i = 0; i < 2 * SPIN_MISSES; i++)
 		cr_assert(!one_wait(true, false), "wait %d spun with spin_us 0", i);
 	cr_assert_eq(spin_misses(), 0, "spinning off counts no misses");
+	/* recv() drops its socket lock to spin only if spin_left() says so
+	 * (sdp/sock.c spin_wait()): with no budget it must say no. */
+	struct spin sp;
+
+	spin_begin(&sp);
+	cr_assert(!spin_left(&sp), "no budget, yet spin_left() says spin");
+	spin_end(&sp, false);
 }
 
 Test(spin, misses_stop_spinning_and_an_answer_restarts_it)
