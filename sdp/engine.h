@@ -270,6 +270,8 @@ struct sdp_sock {
 	bool shut_rd, shut_wr;	/* local shutdown() */
 	bool bound;
 	bool is_child;		/* made by a listener, not yet accepted */
+	bool was_established;	/* reached ESTABLISHED once (a child reset
+				 * before accept() is still accepted) */
 	int so_error;		/* positive errno, as SO_ERROR gives */
 	bool reset;		/* connection ended abnormally */
 	bool connect_unreported;	/* non-blocking connect not yet confirmed by a
