@@ -356,6 +356,35 @@ void progress_adopt_orphan(struct sdp_sock *s)
 	prog_kick();
 }
 
+/* The socket whose sdp_sendv()/sdp_recvv() this thread is in. */
+static __thread struct sdp_sock *call_sock;
+
+struct sdp_sock *progress_call_enter(struct sdp_sock *s)
+{
+	struct sdp_sock *outer = call_sock;
+
+	call_sock = s;
+	return outer;
+}
+
+void progress_call_exit(struct sdp_sock *s, struct sdp_sock *outer)
+{
+	struct sdp_conn *c = s->conn;
+
+	/* Posts made by this drive mark s again: they are looked at once,
+	 * below, not one poke each. */
+	if (s->reap_on_exit && c && c->ep && !c->transport_down &&
+	    c->t->ep_arm(c->ep) == -EAGAIN) {
+		s->reap_on_exit = false;
+		sdp_upcalls.drive(s);
+	}
+	call_sock = outer;
+	if (s->reap_on_exit) {
+		s->reap_on_exit = false;
+		progress_posted(s);
+	}
+}
+
 void progress_posted(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
@@ -363,6 +392,10 @@ void progress_posted(struct sdp_sock *s)
 	/* The progress thread re-arms what it drives itself. */
 	if (on_progress_thread || !c || !c->ep || c->transport_down)
 		return;
+	if (call_sock == s) {
+		s->reap_on_exit = true;
+		return;
+	}
 	/* Work is pending, or output the transport holds needs the fd's
 	 * writability, which the progress thread does not wait for yet. */
 	if (c->t->ep_arm(c->ep) != -EAGAIN &&

@@ -588,6 +588,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 
 	flags &= ~MSG_OOB;
 	pthread_mutex_lock(&s->lock);
+	struct sdp_sock *outer = progress_call_enter(s);
 	uint64_t deadline = deadline_from(&s->sndtimeo);
 	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
 
@@ -703,6 +704,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		s->conn->trans_last_send = !zc_used && total <= conn_piggyback_max(s->conn);
 	}
 out:
+	progress_call_exit(s, outer);
 	sock_unlock_put(s);
 	return ret;
 }
@@ -839,6 +841,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		return -EBADF;
 	total = iov_total(iov, iovcnt);
 	pthread_mutex_lock(&s->lock);
+	struct sdp_sock *outer = progress_call_enter(s);
 	uint64_t deadline = deadline_from(&s->rcvtimeo);
 	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
 	size_t want = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total
@@ -939,6 +942,7 @@ out:
 	if (spinning)
 		spin_end(&sp, ret >= 0);
 	recv_finish(s);
+	progress_call_exit(s, outer);
 	sock_unlock_put(s);
 	return ret;
 }
