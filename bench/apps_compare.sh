@@ -80,14 +80,17 @@ sdpconf() { # LOGFILE
 	echo "$f"
 }
 # run_as MODE LOG CMD...: CMD natively (MODE tcp) or preloaded (MODE sdp,
-# its connections logged to LOG).
+# its connections logged to LOG).  Only ever in a subshell of its own
+# (CMD & or $(...)), because it execs CMD: a server started with & is then
+# $! itself, and killing $! stops it (a function run with & is a subshell
+# whose child the server would be, left running by the kill).
 run_as() {
 	local mode=$1 logf=$2
 	shift 2
 	if [ "$mode" = sdp ]; then
-		LD_PRELOAD=$lib LIBSDP_CONFIG_FILE=$(sdpconf "$logf") SDP_TRANSPORTS=tcp-fallback "$@"
+		LD_PRELOAD=$lib LIBSDP_CONFIG_FILE=$(sdpconf "$logf") SDP_TRANSPORTS=tcp-fallback exec "$@"
 	else
-		"$@"
+		exec "$@"
 	fi
 }
 # A free TCP port P whose SDP port P + 20000 is free too.

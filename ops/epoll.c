@@ -14,6 +14,7 @@
 
 #include "ops.h"
 #include "sock.h"
+#include "spin.h"
 #include "sys.h"
 
 int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -78,14 +79,24 @@ int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int tim
 		return -EINVAL;
 	}
 	uint64_t deadline = timeout > 0 ? ops_now_ns() + (uint64_t)timeout * 1000000ull : 0;
+	struct spin sp;
 	int ret;
 
+	spin_begin(&sp);
 	for (;;) {
 		uint64_t cdl = settle_connects(ep);
 
 		ret = ops_epset_report(ep, events, maxevents);
 		if (ret != 0 || timeout == 0)
 			break;
+		/* Poll-then-block (common/spin.h): each report drives the SDP
+		 * members and asks the kernel for the native ones. */
+		if (spin_again(&sp)) {
+			if (deadline && ops_now_ns() >= deadline)
+				break;
+			continue;
+		}
+		spin_sleeping(&sp);
 		/* Sleep in the kernel on everything: native members and the
 		 * doorbell. */
 		int ms = -1;
@@ -118,6 +129,8 @@ int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int tim
 			break;
 		}
 	}
+	if (timeout != 0)
+		spin_end(&sp, ret > 0);
 	ops_epset_put(ep);
 	return ret;
 }

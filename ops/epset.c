@@ -66,6 +66,15 @@ struct ops_epi {
 	 * EPOLLIN. */
 	uint32_t last_mask;
 	unsigned seen_edges;
+	/* The ready list (doc/fastpath.md): a member is looked at (driven
+	 * and asked for its events) only if it is new or re-armed (look),
+	 * was ready at the last report (level-triggered: reported while
+	 * ready), or changed since (every change of an engine socket bumps
+	 * its watch's counter, sock_changed()).  The others cannot have
+	 * anything to report, and looking costs a lock and a transport
+	 * poll each. */
+	bool look, was_ready;
+	unsigned seen_changes;
 	struct sdp_watch *watch;
 	struct ops_epi *next_in_ep, *next_in_sock;
 };
@@ -185,6 +194,7 @@ static int epi_attach(struct ops_epi *epi)
 		 * it is added: every ready event is new to the first scan. */
 		epi->last_mask = 0;
 		epi->seen_edges = sdp_watch_edges(epi->watch);
+		epi->look = true;
 		ring(epi->ep);
 	}
 	return 0;
@@ -410,6 +420,7 @@ int ops_epset_ctl(int epfd, int op, int fd, struct ops_sock *s, struct epoll_eve
 		if (epi->watch) {
 			/* MOD re-arms: what is ready now is reported again. */
 			epi->last_mask = 0;
+			epi->look = true;
 			ring(ep);
 		}
 		break;
@@ -442,6 +453,12 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
 		return 0;	/* settled by the caller first */
+	/* Read before the look: a change during it makes the next one look
+	 * again. */
+	unsigned changes = sdp_watch_changes(epi->watch);
+
+	if (!epi->look && !epi->was_ready && changes == epi->seen_changes)
+		return 0;
 	/* sdp_events() drives the connection: arrivals it processes are
 	 * part of what it reports, so the edge count is read after it. */
 	int ev = sdp_events(s->sd);
@@ -454,6 +471,12 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 	uint32_t want = (epi->events & ~(EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)) |
 			EPOLLHUP | EPOLLERR;
 	uint32_t got = (uint32_t)ev & want;
+
+	if (update) {
+		epi->look = false;
+		epi->was_ready = got != 0;
+		epi->seen_changes = changes;
+	}
 
 	if (epi->events & EPOLLET) {
 		bool fresh = got & ~epi->last_mask;

@@ -358,6 +358,7 @@ static bool conn_iwarp_rules(const struct sdp_conn *c)
 static void conn_established(struct sdp_sock *s)
 {
 	s->state = SDP_S_ESTABLISHED;
+	s->was_established = true;
 	conn_fill_names(s);
 	s->conn->deadline_ns = 0;
 	sdp_conn_log(LOGSYS, "sd %d: SDP connection established over %s (%s side)",
@@ -822,7 +823,8 @@ err_child:
 /*
  * acceptq holds the established children in [0, acceptq_len) in arrival
  * order, then the ones still handshaking.  Move newly established children
- * to the end of the first part, drop failed ones.
+ * to the end of the first part (also those established and reset since),
+ * drop failed ones.
  */
 static void listener_progress_children(struct sdp_sock *s)
 {
@@ -837,11 +839,15 @@ static void listener_progress_children(struct sdp_sock *s)
 		    sdp_now_ns() > child->conn->deadline_ns && child->state == SDP_S_CONNECTING)
 			conn_abort(child, ETIMEDOUT);
 		enum sdp_state st = child->state;
+		bool was_established = child->was_established;
 
 		pthread_mutex_unlock(&child->lock);
 		if (st == SDP_S_CONNECTING) {
 			i++;
-		} else if (st == SDP_S_ESTABLISHED) {
+		} else if (st == SDP_S_ESTABLISHED || was_established) {
+			/* Also one that was established and reset within
+			 * this drive: Linux accepts a connection reset
+			 * before accept(), and recv() then says ECONNRESET. */
 			/* Rotate [acceptq_len, i] right by one: the child
 			 * becomes the last ready one. */
 			memmove(&s->acceptq[s->acceptq_len + 1], &s->acceptq[s->acceptq_len],

@@ -270,6 +270,8 @@ struct sdp_sock {
 	bool shut_rd, shut_wr;	/* local shutdown() */
 	bool bound;
 	bool is_child;		/* made by a listener, not yet accepted */
+	bool was_established;	/* reached ESTABLISHED once (a child reset
+				 * before accept() is still accepted) */
 	int so_error;		/* positive errno, as SO_ERROR gives */
 	bool reset;		/* connection ended abnormally */
 	bool connect_unreported;	/* non-blocking connect not yet confirmed by a
@@ -308,6 +310,8 @@ struct sdp_sock {
 	 * fd, out of the progress thread's epoll meanwhile (sdp_wait). */
 	int ep_parked;
 	int parked_fd;
+	bool reap_on_exit;	/* a post in the current call left work for
+				 * its exit (progress_call_exit) */
 
 	/* Listener: one transport listener per backend serving the bound
 	 * address (RDMA first, the software transport last), all on one
@@ -463,6 +467,30 @@ void progress_adopt_orphan(struct sdp_sock *s);
  * only when driven, once its fd is writable).  Caller holds s->lock.
  */
 void progress_posted(struct sdp_sock *s);
+/*
+ * Run to completion at the calls' exit (doc/fastpath.md, step 0): between
+ * progress_call_enter() and progress_call_exit() (sdp_sendv, sdp_recvv),
+ * progress_posted() for s only marks it, and the exit drives s once, at a
+ * point where no operation is half-way, and then pokes the progress
+ * thread only for what is still pending.  A call that sleeps meanwhile
+ * sleeps on the transport itself (sdp_wait), so nothing waits for the
+ * poke.  Caller holds s->lock for both; enter returns what exit restores
+ * (a signal handler's call nests).
+ */
+struct sdp_sock *progress_call_enter(struct sdp_sock *s);
+void progress_call_exit(struct sdp_sock *s, struct sdp_sock *outer);
+/* The fds that bring news for s, armed, into fds[] (room for
+ * SDP_MAX_LISTENERS) with the events to wait for; returns how many, or
+ * -EAGAIN if news is already there.  Caller holds s->lock. */
+int progress_wait_fds(struct sdp_sock *s, struct pollfd *fds);
+/*
+ * A thread about to sleep on s's connection fd itself (one of
+ * progress_wait_fds()) takes it out of the progress thread's epoll until
+ * it wakes (progress_unpark()): one completion then wakes one thread.
+ * False if fd is not one to park.  Caller holds s->lock.
+ */
+bool progress_park(struct sdp_sock *s, int fd);
+void progress_unpark(struct sdp_sock *s);
 /* Tick s, fast, while it holds a Transaction request (conn.trans_held). */
 void progress_hold(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "spin.h"
 #include "sys.h"
 
 int sdp_events(int sd)
@@ -85,14 +86,32 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks, b
 	return ready;
 }
 
+/*
+ * Parking a connection's fd (progress_park) costs two epoll_ctl calls on
+ * the progress thread's set per socket and sleep: worth it for the few
+ * sockets of a request/response loop, not for a large set, where the
+ * progress thread waking too is the cheaper evil.
+ */
+#define POLL_PARK_MAX 4
+
+/*
+ * Before a sleep: this thread's waker in every engine socket's waiters
+ * (another thread's change wakes it), and each socket's transport fds
+ * into kfds[*n...] (news from the peer wakes it, and it drives the
+ * connection itself on the next scan).  News already pending, or a
+ * change since the scan, signals the waker so the sleep ends at once.
+ */
 static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const struct pollfd *fds,
-			nfds_t nfds, int wfd)
+			nfds_t nfds, int wfd, struct pollfd *kfds, nfds_t *n, bool park)
 {
+	uint64_t one = 1;
+
 	for (nfds_t i = 0; i < nfds; i++) {
 		if (!socks[i])
 			continue;
 		pthread_mutex_lock(&socks[i]->lock);
 		w[i].fd = wfd;
+		w[i].ep_events = 0;
 		w[i].changes = NULL;
 		w[i].edges = NULL;
 		w[i].next = socks[i]->waiters;
@@ -100,14 +119,15 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		/* A change between the scan and now must not be missed: look
 		 * again under the lock. */
 		int ev = sock_events_locked(socks[i]) & (fds[i].events | POLLHUP | POLLERR);
+		int m = progress_wait_fds(socks[i], kfds + *n);
 
+		if (m == 1 && park && progress_park(socks[i], kfds[*n].fd))
+			w[i].ep_events = kfds[*n].events;
 		pthread_mutex_unlock(&socks[i]->lock);
-		if (ev) {
-			uint64_t one = 1;
-
-			if (sys.write(wfd, &one, sizeof(one)) < 0) {
-				/* already signalled */
-			}
+		if (m > 0)
+			*n += (nfds_t)m;
+		if ((ev || m == -EAGAIN) && sys.write(wfd, &one, sizeof(one)) < 0) {
+			/* already signalled */
 		}
 	}
 }
@@ -128,6 +148,8 @@ static void waiters_del(struct sdp_sock **socks, struct sdp_waiter *w, nfds_t nf
 		if (!socks[i])
 			continue;
 		pthread_mutex_lock(&socks[i]->lock);
+		if (w[i].ep_events)
+			progress_unpark(socks[i]);
 		waiter_unlink(socks[i], &w[i]);
 		pthread_mutex_unlock(&socks[i]->lock);
 	}
@@ -136,31 +158,42 @@ static void waiters_del(struct sdp_sock **socks, struct sdp_waiter *w, nfds_t nf
 /*
  * The loop shared by sdp_poll and sdp_ppoll.  deadline: 0 = no timeout;
  * zero_timeout: one scan only.  In mixed mode the kernel polls the other
- * entries in the same sleep, together with this thread's waker (which
- * every change of the engine's sockets in the set signals), under
- * sigmask.
+ * entries in the same sleep.  Before it sleeps the thread polls for a
+ * while (common/spin.h); then it sleeps, under sigmask, on the other
+ * entries, the engine sockets' transport fds and its waker (which every
+ * change of the engine's sockets in the set signals).
  */
 static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool zero_timeout,
 		     const sigset_t *sigmask, bool mixed)
 {
 	struct sdp_sock **socks;
 	struct sdp_waiter *w;
-	struct pollfd *kfds;
-	nfds_t *kidx, nk = 0;
+	struct pollfd *kfds = NULL;
+	nfds_t *kidx = NULL, nk = 0, nsdp = 0;
+	struct spin sp;
+	bool waited = false;	/* sp begun */
 	int ret = 0;
 
 	if (nfds > 1024 * 1024)
 		return -EINVAL;
 	socks = calloc(nfds ? nfds : 1, sizeof(*socks));
 	w = calloc(nfds ? nfds : 1, sizeof(*w));
-	kfds = calloc(nfds + 1, sizeof(*kfds));
-	kidx = calloc(nfds + 1, sizeof(*kidx));
-	if (!socks || !w || !kfds || !kidx) {
+	if (!socks || !w) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	for (nfds_t i = 0; i < nfds; i++) {
 		socks[i] = fds[i].fd >= 0 ? sock_get(fds[i].fd) : NULL;
+		if (socks[i])
+			nsdp++;
+	}
+	kfds = calloc(nfds + 1 + nsdp * SDP_MAX_LISTENERS, sizeof(*kfds));
+	kidx = calloc(nfds + 1, sizeof(*kidx));
+	if (!kfds || !kidx) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (nfds_t i = 0; i < nfds; i++) {
 		if (mixed && fds[i].fd >= 0 && !socks[i]) {
 			kidx[nk] = i;
 			kfds[nk++] = fds[i];
@@ -171,6 +204,7 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 		int sready = poll_scan(fds, nfds, socks, mixed);
 		int kready = 0, wfd = -1, r;
 		bool can_sleep = !sready && !zero_timeout;
+		bool spin = false;
 		struct timespec ts = { 0, 0 }, *tsp = &ts;
 		nfds_t n = nk;
 
@@ -186,11 +220,23 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 		} else if (can_sleep) {
 			tsp = NULL;
 		}
-		if (!nk && !can_sleep) {
+		if (can_sleep) {
+			if (!waited) {
+				spin_begin(&sp);
+				waited = true;
+			}
+			spin = spin_again(&sp);
+		}
+		if (spin) {
+			if (!nk)
+				continue;
+			ts = (struct timespec){ 0, 0 };
+			tsp = &ts;
+		} else if (!nk && !can_sleep) {
 			ret = sready;
 			break;
 		}
-		if (can_sleep) {
+		if (can_sleep && !spin) {
 			wfd = sdp_thread_waker();
 			if (wfd < 0) {
 				ret = wfd;
@@ -201,8 +247,9 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 			if (sys.read(wfd, &v, sizeof(v)) < 0) {
 				/* nothing stale */
 			}
-			waiters_add(socks, w, fds, nfds, wfd);
+			waiters_add(socks, w, fds, nfds, wfd, kfds, &n, nsdp <= POLL_PARK_MAX);
 			kfds[n++] = (struct pollfd){ .fd = wfd, .events = POLLIN };
+			spin_sleeping(&sp);
 		}
 		r = sys.ppoll(kfds, n, tsp, sigmask);
 		int err = errno;
@@ -219,8 +266,12 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 				kready++;
 		}
 		if (sready || kready) {
+			bool engine_woke = false;
+
+			for (nfds_t k = nk; k < n; k++)
+				engine_woke = engine_woke || kfds[k].revents;
 			/* The engine's side as of now, if it spoke too. */
-			if (!sready && wfd >= 0 && kfds[n - 1].revents)
+			if (!sready && engine_woke)
 				sready = poll_scan(fds, nfds, socks, mixed);
 			ret = sready + kready;
 			break;
@@ -230,6 +281,8 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 			break;
 		}
 	}
+	if (waited)
+		spin_end(&sp, ret > 0);
 out_free:
 	if (socks) {
 		for (nfds_t i = 0; i < nfds; i++)

@@ -356,6 +356,35 @@ void progress_adopt_orphan(struct sdp_sock *s)
 	prog_kick();
 }
 
+/* The socket whose sdp_sendv()/sdp_recvv() this thread is in. */
+static __thread struct sdp_sock *call_sock;
+
+struct sdp_sock *progress_call_enter(struct sdp_sock *s)
+{
+	struct sdp_sock *outer = call_sock;
+
+	call_sock = s;
+	return outer;
+}
+
+void progress_call_exit(struct sdp_sock *s, struct sdp_sock *outer)
+{
+	struct sdp_conn *c = s->conn;
+
+	/* Posts made by this drive mark s again: they are looked at once,
+	 * below, not one poke each. */
+	if (s->reap_on_exit && c && c->ep && !c->transport_down &&
+	    c->t->ep_arm(c->ep) == -EAGAIN) {
+		s->reap_on_exit = false;
+		sdp_upcalls.drive(s);
+	}
+	call_sock = outer;
+	if (s->reap_on_exit) {
+		s->reap_on_exit = false;
+		progress_posted(s);
+	}
+}
+
 void progress_posted(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
@@ -363,6 +392,10 @@ void progress_posted(struct sdp_sock *s)
 	/* The progress thread re-arms what it drives itself. */
 	if (on_progress_thread || !c || !c->ep || c->transport_down)
 		return;
+	if (call_sock == s) {
+		s->reap_on_exit = true;
+		return;
+	}
 	/* Work is pending, or output the transport holds needs the fd's
 	 * writability, which the progress thread does not wait for yet. */
 	if (c->t->ep_arm(c->ep) != -EAGAIN &&
@@ -401,7 +434,6 @@ void progress_watch(struct sdp_sock *s)
 static pthread_key_t waker_key;
 static pthread_once_t waker_once = PTHREAD_ONCE_INIT;
 static __thread int waker_fd = -1;
-static __thread pid_t waker_pid;
 
 static void waker_destroy(void *p)
 {
@@ -418,7 +450,9 @@ static void waker_key_init(void)
 
 int sdp_thread_waker(void)
 {
-	if (waker_fd >= 0 && waker_pid == getpid())
+	/* No getpid() here, on every wait: prog_atfork_child() forgets the
+	 * forking thread's waker, the only thread a child has. */
+	if (waker_fd >= 0)
 		return waker_fd;
 	pthread_once(&waker_once, waker_key_init);
 	int fd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -426,7 +460,6 @@ int sdp_thread_waker(void)
 	if (fd < 0)
 		return fd;
 	waker_fd = fd;
-	waker_pid = getpid();
 	/* +1 so that fd 0 is not taken for "no value". */
 	pthread_setspecific(waker_key, (void *)(intptr_t)(waker_fd + 1));
 	return waker_fd;
@@ -445,10 +478,7 @@ static int wait_timeout_ms(uint64_t deadline_ns)
 	return ms > 60000 ? 60000 : (int)ms;
 }
 
-/* The fds that bring news for s, armed, into fds[] (room for
- * SDP_MAX_LISTENERS) with the events to wait for; returns how many, or
- * -EAGAIN if news is already there. */
-static int wait_source_fds(struct sdp_sock *s, struct pollfd *fds)
+int progress_wait_fds(struct sdp_sock *s, struct pollfd *fds)
 {
 	if (s->nlsn) {
 		for (int i = 0; i < s->nlsn; i++) {
@@ -477,7 +507,7 @@ static int wait_source_fds(struct sdp_sock *s, struct pollfd *fds)
  * parks the fd, the last one puts it back; if the connection went away or
  * left the progress set meanwhile, it is not put back.
  */
-static bool park_ep(struct sdp_sock *s, int fd)
+bool progress_park(struct sdp_sock *s, int fd)
 {
 	if (s->nlsn || !s->conn || !s->conn->in_progress_set || s->conn->ep_fd != fd)
 		return false;
@@ -491,7 +521,7 @@ static bool park_ep(struct sdp_sock *s, int fd)
 	return true;
 }
 
-static void unpark_ep(struct sdp_sock *s)
+void progress_unpark(struct sdp_sock *s)
 {
 	if (--s->ep_parked > 0)
 		return;
@@ -515,7 +545,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 
 	if (deadline_ns && sdp_now_ns() >= deadline_ns)
 		return -EAGAIN;
-	int nsrc = wait_source_fds(s, pfd + 1);
+	int nsrc = progress_wait_fds(s, pfd + 1);
 
 	if (nsrc == -EAGAIN)
 		return 0;
@@ -537,7 +567,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 	nfds += nsrc;
-	bool parked = nsrc == 1 && park_ep(s, pfd[1].fd);
+	bool parked = nsrc == 1 && progress_park(s, pfd[1].fd);
 
 	if (parked)
 		w.ep_events = pfd[1].events;
@@ -548,7 +578,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 
 	pthread_mutex_lock(&s->lock);
 	if (parked)
-		unpark_ep(s);
+		progress_unpark(s);
 	for (struct sdp_waiter **p = &s->waiters; *p; p = &(*p)->next) {
 		if (*p == &w) {
 			*p = w.next;
@@ -645,6 +675,8 @@ static void prog_atfork_child(void)
 		fdspace_close(prog_wakefd);
 	prog_epfd = prog_wakefd = -1;
 	prog_running = false;
+	/* The parent's too: this thread makes a waker of its own. */
+	waker_fd = -1;
 	/* The lists hold references the parent's thread owned; the memory
 	 * is the child's copy and is left alone. */
 	prog_releases = NULL;

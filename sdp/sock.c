@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "engine.h"
 #include "fdspace.h"
 #include "log.h"
+#include "spin.h"
 #include "sys.h"
 #include "tunables.h"
 
@@ -478,24 +478,20 @@ int sdp_fallback_reason(int sd)
 }
 
 /*
- * Busy-poll instead of sleeping, for the spin_us tunable: lets other
- * threads at the socket between polls.  Returns false once the time is
- * up (or spinning is off), and the caller sleeps.
+ * The poll half of recv's poll-then-block (common/spin.h): lets other
+ * threads at the socket between polls.  False once the budget is spent
+ * (or the thread does not spin now), and the caller sleeps.  The lock is
+ * dropped only when true, so that the caller looks at the socket again
+ * before it sleeps: what the progress thread delivered while the lock was
+ * free would otherwise wait in the socket for a sleeper that is not yet
+ * among its waiters (sdp_wait() sleeps on the transport, now quiet).
  */
-static bool spin_wait(struct sdp_sock *s, uint64_t *spin_until)
+static bool spin_wait(struct sdp_sock *s, struct spin *sp)
 {
-	long us = tun_int(TUN_spin_us);
-
-	if (us <= 0)
-		return false;
-	uint64_t now = sdp_now_ns();
-
-	if (!*spin_until)
-		*spin_until = now + (uint64_t)us * 1000ull;
-	if (now >= *spin_until)
+	if (!spin_left(sp))
 		return false;
 	pthread_mutex_unlock(&s->lock);
-	sched_yield();
+	(void)spin_again(sp);	/* the yield; the next call sees the budget */
 	pthread_mutex_lock(&s->lock);
 	return true;
 }
@@ -592,6 +588,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 
 	flags &= ~MSG_OOB;
 	pthread_mutex_lock(&s->lock);
+	struct sdp_sock *outer = progress_call_enter(s);
 	uint64_t deadline = deadline_from(&s->sndtimeo);
 	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
 
@@ -707,6 +704,7 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		s->conn->trans_last_send = !zc_used && total <= conn_piggyback_max(s->conn);
 	}
 out:
+	progress_call_exit(s, outer);
 	sock_unlock_put(s);
 	return ret;
 }
@@ -831,6 +829,8 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	struct sdp_sock *s;
 	size_t total, done = 0;
 	ssize_t ret;
+	struct spin sp;
+	bool spinning = false;	/* sp begun: this call waited */
 
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return -EINVAL;
@@ -841,6 +841,7 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		return -EBADF;
 	total = iov_total(iov, iovcnt);
 	pthread_mutex_lock(&s->lock);
+	struct sdp_sock *outer = progress_call_enter(s);
 	uint64_t deadline = deadline_from(&s->rcvtimeo);
 	bool dontwait = s->nonblock || (flags & MSG_DONTWAIT);
 	size_t want = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total
@@ -851,7 +852,6 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		goto out;
 	}
 	bool driven = false;	/* see sdp_sendv() */
-	uint64_t spin_until = 0;
 	bool wz_off = false;	/* this call's buffer could not be advertised */
 
 	for (;;) {
@@ -921,10 +921,15 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 		}
 		/* Nobody will carry a held request: it goes now. */
 		conn_end_hold(s);
-		if (spin_wait(s, &spin_until)) {
+		if (!spinning) {
+			spin_begin(&sp);
+			spinning = true;
+		}
+		if (spin_wait(s, &sp)) {
 			driven = false;
 			continue;
 		}
+		spin_sleeping(&sp);
 		ret = sdp_wait(s, deadline);
 		if (ret) {
 			ret = done ? (ssize_t)done : ret;
@@ -934,7 +939,10 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags)
 	}
 	ret = (ssize_t)done;
 out:
+	if (spinning)
+		spin_end(&sp, ret >= 0);
 	recv_finish(s);
+	progress_call_exit(s, outer);
 	sock_unlock_put(s);
 	return ret;
 }

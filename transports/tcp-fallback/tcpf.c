@@ -255,6 +255,11 @@ struct tcpf_ep {
 	bool tcp_up;		/* the TCP handshake is done */
 	bool shut_wanted;	/* disconnect(): SHUT_WR once the output is out */
 	bool down_held;		/* DISCONNECTED waits for an empty CQ */
+	/* get_event() has just read the socket dry: the poll_cq() that
+	 * follows it in a drive need not try again (a recv() that says
+	 * EAGAIN, twice per round of the engine's drive).  Anything that
+	 * arrives meanwhile keeps the fd readable, so a sleeper wakes. */
+	bool just_read;
 	int down_status;
 	struct sockaddr_storage local, peer;
 
@@ -1375,8 +1380,10 @@ static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 {
 	struct tcpf_ep *e = EP(oep);
 
-	if (!e->ev_count)
+	if (!e->ev_count) {
 		ep_progress(e);
+		e->just_read = true;
+	}
 	if (!e->ev_count && e->down_held && !e->cq_count) {
 		e->down_held = false;
 		push_event(e, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
@@ -1394,8 +1401,9 @@ static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 	struct tcpf_ep *e = EP(oep);
 	int got = 0;
 
-	if (e->cq_count < (uint32_t)n)
+	if (e->cq_count < (uint32_t)n && !e->just_read)
 		ep_progress(e);
+	e->just_read = false;
 	while (got < n && e->cq_count) {
 		wc[got++] = e->cq[e->cq_head];
 		e->cq_head = (e->cq_head + 1) % e->cq_cap;

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The adaptive poll-then-block (spin.h). */
+#include <sched.h>
+#include <time.h>
+
+#include "spin.h"
+#include "tunables.h"
+
+static __thread unsigned misses;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void spin_begin(struct spin *sp)
+{
+	long us = tun_int(TUN_spin_us);
+
+	sp->limit_ns = us > 0 ? (uint64_t)us * 1000ull : 0;
+	sp->budget_ns = misses < SPIN_MISSES ? sp->limit_ns : 0;
+	sp->start_ns = 0;
+	sp->sleep_ns = 0;
+}
+
+bool spin_left(struct spin *sp)
+{
+	if (!sp->budget_ns)
+		return false;
+	uint64_t now = now_ns();
+
+	if (!sp->start_ns)
+		sp->start_ns = now;
+	return now - sp->start_ns < sp->budget_ns;
+}
+
+bool spin_again(struct spin *sp)
+{
+	if (!spin_left(sp))
+		return false;
+	/* On a shared core the peer we wait for may need this CPU. */
+	sched_yield();
+	return true;
+}
+
+void spin_sleeping(struct spin *sp)
+{
+	if (!sp->sleep_ns)
+		sp->sleep_ns = now_ns();
+}
+
+void spin_end(struct spin *sp, bool found)
+{
+	if (!sp->limit_ns)
+		return;
+	if (!sp->sleep_ns) {
+		/* Answered without sleeping: by the spin, or at once. */
+		if (found)
+			misses = 0;
+		return;
+	}
+	/* It slept: a miss, unless the answer came so soon that a spin
+	 * would have caught it. */
+	if (found && now_ns() - sp->sleep_ns < sp->limit_ns)
+		misses = 0;
+	else if (misses < SPIN_MISSES)
+		misses++;
+}
+
+unsigned spin_misses(void)
+{
+	return misses;
+}
