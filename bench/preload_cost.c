@@ -5,7 +5,7 @@
  * every socket call it makes is one the preload sees; bench/preload_cost.sh
  * runs it with and without the preload and prints the figures side by side.
  *
- *   preload_cost serve --port-file F [--echo]
+ *   preload_cost serve --port-file F [--echo] [--host IPV4]
  *       listen on 127.0.0.1:0, write the port to F, accept forever (a
  *       thread per connection); with --echo send every byte back, else
  *       read until EOF and close
@@ -75,7 +75,7 @@ static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: preload_cost serve --port-file FILE [--echo]\n"
+		"usage: preload_cost serve --port-file FILE [--echo] [--host IPV4]\n"
 		"       preload_cost connect HOST:PORT N [--send BYTES]\n"
 		"       preload_cost pingpong HOST:PORT N SIZE\n"
 		"       preload_cost syscalls N\n");
@@ -257,7 +257,7 @@ out:
 
 static int cmd_serve(int argc, char **argv)
 {
-	const char *port_file = NULL;
+	const char *port_file = NULL, *host = "127.0.0.1";
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sa);
 	pthread_attr_t attr;
@@ -268,18 +268,21 @@ static int cmd_serve(int argc, char **argv)
 			port_file = argv[++i];
 		else if (!strcmp(argv[i], "--echo"))
 			echo_mode = 1;
+		else if (!strcmp(argv[i], "--host") && i + 1 < argc)
+			host = argv[++i];
 		else
 			usage();
 	}
-	if (!port_file)
+	/* --host: an RDMA device serves no loopback; in the guest the tests
+	 * listen on the device's address. */
+	if (!port_file || inet_pton(AF_INET, host, &sa.sin_addr) != 1)
 		usage();
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	lfd = socket(AF_INET, SOCK_STREAM, 0);
 	if (lfd < 0)
 		die("socket: %s", strerror(errno));
 	(void)setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		die("bind 127.0.0.1:0: %s", strerror(errno));
+		die("bind %s:0: %s", host, strerror(errno));
 	if (listen(lfd, 1024) < 0)
 		die("listen: %s", strerror(errno));
 	if (getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0)
@@ -296,7 +299,7 @@ static int cmd_serve(int argc, char **argv)
 		die("%s: %s", tmp, strerror(errno));
 	if (rename(tmp, port_file) < 0)
 		die("rename %s: %s", port_file, strerror(errno));
-	fprintf(stderr, "preload_cost: serving on 127.0.0.1:%u%s\n", ntohs(sa.sin_port),
+	fprintf(stderr, "preload_cost: serving on %s:%u%s\n", host, ntohs(sa.sin_port),
 		echo_mode ? " (echo)" : "");
 
 	pthread_attr_init(&attr);

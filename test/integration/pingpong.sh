@@ -22,7 +22,7 @@ write_conf "$TMP/sdp.conf" "log min-level 7 destination file $TMP/sdp.log" \
 	"use both server * *:*" "use both client * *:*"
 PRE=$(preload_env "$TMP/sdp.conf")
 
-env $PRE "$PC" serve --port-file "$TMP/port" --echo >"$TMP/serve.out" 2>&1 &
+env $PRE "$PC" serve --port-file "$TMP/port" --echo --host "$TEST_HOST" >"$TMP/serve.out" 2>&1 &
 SERVER=$!
 for _ in $(seq 100); do
 	[ -s "$TMP/port" ] && break
@@ -32,7 +32,7 @@ done
 
 pids=()
 for i in $(seq "$CLIENTS"); do
-	run_with_timeout 60 env $PRE "$PC" pingpong "127.0.0.1:$(cat "$TMP/port")" "$ROUNDS" 64 \
+	run_with_timeout 60 env $PRE "$PC" pingpong "$TEST_HOST:$(cat "$TMP/port")" "$ROUNDS" 64 \
 		>"$TMP/client.$i" 2>&1 &
 	pids+=($!)
 done
@@ -50,7 +50,7 @@ kill "$SERVER" 2>/dev/null
 wait "$SERVER" 2>/dev/null
 [ "$failures" -eq 0 ] || fail "$failures of $CLIENTS clients did not finish $ROUNDS round trips"
 
-sdp=$(grep -c 'connected to 127.0.0.1:[0-9]* over SDP' "$TMP/sdp.log")
+sdp=$(grep -c "connected to $TEST_HOST:[0-9]* over SDP" "$TMP/sdp.log")
 [ "$sdp" -eq "$CLIENTS" ] || fail "$sdp of $CLIENTS connections went over SDP: $(grep -E 'no SDP|TCP' "$TMP/sdp.log" | head -3)"
 log "PASS: $CLIENTS x $ROUNDS round trips over SDP"
 exit 0
