@@ -1,0 +1,875 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * soak_check: many SDP connections at once through the engine's API
+ * (include/sdp.h), each carrying checksummed data both ways at the same
+ * time, each on one data path of the engine, so that every path carries
+ * bytes side by side with the others.  Run by soak.sh (short) and
+ * test/soak/long_soak.sh (10 GiB).
+ *
+ *   soak_check [--host ADDR] [--conns N] [--bytes TOTAL] [--seed S]
+ *              [--modes M[,M...]] [--thresh BYTES] [--stall SECS]
+ *              [--progress SECS]
+ *
+ * Connection i runs mode M[i % count] (default: all five):
+ *
+ *   bcopy  zero copy off on both sockets (SDP_ZCOPY_THRESH 0): Data only;
+ *          writes and reads of 1 B .. 4 x thresh.
+ *   read   Read Zcopy: writes of thresh .. 16 x thresh (each offered with
+ *          SrcAvail), reads below thresh, so the sink pulls them through
+ *          its staging buffer and never asks for Pipelined.
+ *   write  Write Zcopy: the same writes into reads of thresh .. 16 x
+ *          thresh; the sink reads one SrcAvail straight into a waiting
+ *          buffer, asks for Pipelined, then advertises its buffers.  Each
+ *          writer waits (at most 10 ms, pacing only) until its reader sits
+ *          in recv(), so that adverts find a writer to use them.
+ *   trans  request/response: the client sends a request of 1 B .. 2 KiB
+ *          and recv()s the reply of thresh .. 4 x thresh into a buffer of
+ *          exactly its size; the requests ride on the reply's SinkAvail
+ *          once the client's half is in Transaction mode.
+ *   mixed  writes and reads of 1 B .. 16 x thresh: every path, with the
+ *          transitions between them.
+ *
+ * Every stream is a seeded generator (tools/xfer.h): each chunk received
+ * is checked where it lands, the byte counts must match, and the XXH64 of
+ * what each side sent must equal that of what the other received.  Write
+ * and read sizes come from seeded generators too; the seed is printed, and
+ * --seed replays a run.  Both ends of every connection are in this
+ * process, so the engine's counters (sdp_get_stats) must account for every
+ * byte: bytes_sent and bytes_received equal the bytes the connections
+ * moved, split by path: Read Zcopy (RDMA read), Write Zcopy (RDMA write)
+ * and the rest (Data, inline bytes, Transaction piggybacks).  Each mode
+ * run must have left its mark there (RDMA reads for read, writes for
+ * write, piggybacks for trans, Bcopy bytes for bcopy), no connection may
+ * have been reset or seen a protocol error, and each must be on
+ * TEST_TRANSPORT when that is set.
+ *
+ * A hang fails the run: when the engine has moved no byte for --stall
+ * seconds (default 120, x TEST_SLOW) the threads still running are named
+ * and the process exits 1.  Exit 0 pass, 1 fail, 2 bad usage.
+ */
+
+#include "sdp.h"
+#include "say.h"
+#include "xfer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *say_prefix = "soak_check";
+
+enum smode { M_BCOPY, M_READ, M_WRITE, M_TRANS, M_MIXED, M_COUNT };
+static const char *const mode_names[M_COUNT] = { "bcopy", "read", "write", "trans", "mixed" };
+
+#define TR_REQ_MAX 2048
+#define PACE_MAX_NS 10000000ull
+
+/* One direction of one connection. */
+struct flow {
+	int tx_sd, rx_sd;
+	uint32_t seed;			/* of the data */
+	uint64_t total;			/* to send (streams) */
+	size_t wmin, wmax, rmin, rmax;
+	uint64_t wrng, rrng;		/* size generators */
+	bool pace;			/* write: wait for the reader */
+	atomic_bool rx_waiting;		/* the reader is in recv() */
+	atomic_int *running;		/* the connection's threads still running */
+	/* results, read after the threads are joined */
+	uint64_t sent, rcvd;
+	uint64_t tx_hash, rx_hash;
+	uint64_t bad_off;		/* first corrupt byte, or UINT64_MAX */
+	int err;			/* first error, -errno */
+	const char *err_op;
+};
+
+struct conn {
+	int idx;
+	enum smode mode;
+	int csd, ssd;			/* client's and server's socket */
+	struct flow up, down;		/* client -> server, server -> client */
+	uint64_t rep_total;		/* trans: reply bytes */
+	uint64_t turns;
+	pthread_t th[4];
+	int nth;
+	atomic_int running;
+};
+
+static struct conn *conns;
+static int nconns = 10;
+static uint64_t total_bytes = 64ull << 20;
+static uint32_t seed;
+static bool seed_given;
+static size_t thresh = 65536;
+static unsigned slow = 1;
+static unsigned stall_secs = 120;
+static unsigned progress_secs;
+static const char *host = "127.0.0.1";
+static const char *want_transport;
+static bool mode_on[M_COUNT];
+static atomic_bool all_done;
+
+static const char *errname(int e)
+{
+	static __thread char buf[24];
+
+	switch (e < 0 ? -e : e) {
+#define E(x) case x: return #x
+	E(EPIPE); E(ECONNRESET); E(ECONNABORTED); E(EAGAIN); E(EINTR); E(ETIMEDOUT);
+	E(ENOTCONN); E(EINVAL); E(EPROTO); E(EBADF); E(ENOMEM); E(EIO); E(ECONNREFUSED);
+	E(EHOSTUNREACH); E(ENODEV); E(EADDRNOTAVAIL);
+#undef E
+	default:
+		snprintf(buf, sizeof(buf), "E#%d", e < 0 ? -e : e);
+		return buf;
+	}
+}
+
+static void flow_fail(struct flow *f, const char *op, int err)
+{
+	if (!f->err) {
+		f->err = err ? err : -EIO;
+		f->err_op = op;
+	}
+}
+
+static void pause_ns(long ns)
+{
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = ns };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Send all of buf; 0 or -errno. */
+static int send_all(struct flow *f, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = sdp_send(f->tx_sd, buf, len, MSG_NOSIGNAL);
+
+		if (n == -EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? (int)n : -EIO;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* What a receiver does with a chunk: check it where it lands, hash it. */
+static void rx_chunk(struct flow *f, struct xgen *g, struct xhash *h, const uint8_t *buf,
+		     size_t n)
+{
+	size_t bad = xgen_check(g, buf, n);
+
+	if (bad < n && f->bad_off == UINT64_MAX)
+		f->bad_off = f->rcvd + bad;
+	xhash_update(h, buf, n);
+	f->rcvd += n;
+}
+
+/* --- streams: bcopy, read, write, mixed ----------------------------------------- */
+
+static void *stream_tx(void *arg)
+{
+	struct flow *f = arg;
+	uint8_t *buf = malloc(f->wmax);
+	struct xgen g;
+	struct xhash h;
+
+	xgen_init(&g, f->seed);
+	xhash_init(&h);
+	if (!buf)
+		flow_fail(f, "malloc", -ENOMEM);
+	while (buf && f->sent < f->total && !f->err) {
+		size_t n = xrand_range(&f->wrng, f->wmin, f->wmax);
+		int r;
+
+		if (n > f->total - f->sent)
+			n = (size_t)(f->total - f->sent);
+		xgen_fill(&g, buf, n);
+		if (f->pace)
+			for (uint64_t t0 = xfer_now_ns();
+			     !atomic_load(&f->rx_waiting) && xfer_now_ns() - t0 < PACE_MAX_NS;)
+				pause_ns(20000);
+		r = send_all(f, buf, n);
+		if (r) {
+			flow_fail(f, "send", r);
+			break;
+		}
+		xhash_update(&h, buf, n);
+		f->sent += n;
+	}
+	if (!f->err) {
+		int r = sdp_shutdown(f->tx_sd, SHUT_WR);
+
+		if (r)
+			flow_fail(f, "shutdown", r);
+	}
+	f->tx_hash = xhash_digest(&h);
+	free(buf);
+	atomic_fetch_sub(f->running, 1);
+	return NULL;
+}
+
+static void *stream_rx(void *arg)
+{
+	struct flow *f = arg;
+	uint8_t *buf = malloc(f->rmax);
+	struct xgen g;
+	struct xhash h;
+
+	xgen_init(&g, f->seed);
+	xhash_init(&h);
+	if (!buf)
+		flow_fail(f, "malloc", -ENOMEM);
+	while (buf) {
+		size_t want = xrand_range(&f->rrng, f->rmin, f->rmax);
+		ssize_t n;
+
+		atomic_store(&f->rx_waiting, true);
+		n = sdp_recv(f->rx_sd, buf, want, 0);
+		atomic_store(&f->rx_waiting, false);
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			flow_fail(f, "recv", (int)n);
+		if (n <= 0)
+			break;
+		rx_chunk(f, &g, &h, buf, (size_t)n);
+	}
+	f->rx_hash = xhash_digest(&h);
+	free(buf);
+	atomic_fetch_sub(f->running, 1);
+	return NULL;
+}
+
+/* --- trans: request/response ------------------------------------------------ */
+
+/* The size of turn t's request and reply, the same at both ends. */
+static void tr_sizes(uint64_t *rng, uint64_t left, size_t *req, size_t *rep)
+{
+	*req = xrand_range(rng, 1, TR_REQ_MAX);
+	*rep = xrand_range(rng, thresh ? thresh : 65536, 4 * (thresh ? thresh : 65536));
+	if (*rep > left)
+		*rep = (size_t)left;
+}
+
+/* Receive exactly len bytes (the reply into one buffer of its size, so
+ * that the first recv() may advertise all of it); 0, 1 on EOF, -errno. */
+static int recv_exact(struct flow *f, uint8_t *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = sdp_recv(f->rx_sd, buf + got, len - got, 0);
+
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return 1;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static void *trans_client(void *arg)
+{
+	struct conn *c = arg;
+	struct flow *req = &c->up, *rep = &c->down;
+	size_t max = 4 * (thresh ? thresh : 65536);
+	uint8_t *rbuf = malloc(max), qbuf[TR_REQ_MAX];
+	struct xgen gq, gr;
+	struct xhash hq, hr;
+	uint64_t rng = req->wrng;
+
+	xgen_init(&gq, req->seed);
+	xgen_init(&gr, rep->seed);
+	xhash_init(&hq);
+	xhash_init(&hr);
+	if (!rbuf)
+		flow_fail(req, "malloc", -ENOMEM);
+	while (rbuf && rep->rcvd < c->rep_total) {
+		size_t qn, rn;
+		int r;
+
+		tr_sizes(&rng, c->rep_total - rep->rcvd, &qn, &rn);
+		xgen_fill(&gq, qbuf, qn);
+		r = send_all(req, qbuf, qn);
+		if (r) {
+			flow_fail(req, "send request", r);
+			break;
+		}
+		xhash_update(&hq, qbuf, qn);
+		req->sent += qn;
+		r = recv_exact(rep, rbuf, rn);
+		if (r) {
+			flow_fail(rep, r > 0 ? "recv reply (early EOF)" : "recv reply", r > 0 ? -EIO : r);
+			break;
+		}
+		rx_chunk(rep, &gr, &hr, rbuf, rn);
+		c->turns++;
+	}
+	if (!req->err && !rep->err) {
+		int r = sdp_shutdown(req->tx_sd, SHUT_WR);
+		ssize_t n;
+
+		if (r)
+			flow_fail(req, "shutdown", r);
+		/* Nothing may follow the last reply. */
+		n = sdp_recv(rep->rx_sd, qbuf, 1, 0);
+		if (n != 0)
+			flow_fail(rep, "recv after the last reply (not EOF)", n < 0 ? (int)n : -EIO);
+	}
+	req->tx_hash = xhash_digest(&hq);
+	rep->rx_hash = xhash_digest(&hr);
+	free(rbuf);
+	atomic_fetch_sub(&c->running, 1);
+	return NULL;
+}
+
+static void *trans_server(void *arg)
+{
+	struct conn *c = arg;
+	struct flow *req = &c->up, *rep = &c->down;
+	size_t max = 4 * (thresh ? thresh : 65536);
+	uint8_t *rbuf = malloc(max), qbuf[TR_REQ_MAX];
+	struct xgen gq, gr;
+	struct xhash hq, hr;
+	uint64_t rng = req->wrng;
+
+	xgen_init(&gq, req->seed);
+	xgen_init(&gr, rep->seed);
+	xhash_init(&hq);
+	xhash_init(&hr);
+	if (!rbuf)
+		flow_fail(rep, "malloc", -ENOMEM);
+	while (rbuf && rep->sent < c->rep_total) {
+		size_t qn, rn;
+		int r;
+
+		tr_sizes(&rng, c->rep_total - rep->sent, &qn, &rn);
+		r = recv_exact(req, qbuf, qn);
+		if (r) {
+			flow_fail(req, r > 0 ? "recv request (early EOF)" : "recv request",
+				  r > 0 ? -EIO : r);
+			break;
+		}
+		rx_chunk(req, &gq, &hq, qbuf, qn);
+		xgen_fill(&gr, rbuf, rn);
+		r = send_all(rep, rbuf, rn);
+		if (r) {
+			flow_fail(rep, "send reply", r);
+			break;
+		}
+		xhash_update(&hr, rbuf, rn);
+		rep->sent += rn;
+	}
+	if (!req->err && !rep->err) {
+		ssize_t n = sdp_recv(req->rx_sd, qbuf, 1, 0);
+		int r;
+
+		if (n != 0)
+			flow_fail(req, "recv after the last request (not EOF)", n < 0 ? (int)n : -EIO);
+		r = sdp_shutdown(rep->tx_sd, SHUT_WR);
+		if (r)
+			flow_fail(rep, "shutdown", r);
+	}
+	req->rx_hash = xhash_digest(&hq);
+	rep->tx_hash = xhash_digest(&hr);
+	free(rbuf);
+	atomic_fetch_sub(&c->running, 1);
+	return NULL;
+}
+
+/* --- set-up ------------------------------------------------------------------ */
+
+struct acceptor {
+	int lsd, n, err;
+	int sd[4096];
+	int port[4096];
+};
+
+static void *accept_main(void *arg)
+{
+	struct acceptor *a = arg;
+
+	for (int i = 0; i < a->n; i++) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int sd = sdp_accept(a->lsd, (struct sockaddr *)&ss, &len, 0);
+
+		if (sd == -EINTR) {
+			i--;
+			continue;
+		}
+		if (sd < 0) {
+			a->err = sd;
+			return NULL;
+		}
+		a->sd[i] = sd;
+		a->port[i] = xfer_addr_port((struct sockaddr *)&ss);
+	}
+	return NULL;
+}
+
+static int set_thresh(int sd, size_t v)
+{
+	int iv = (int)v;
+
+	return sdp_setsockopt(sd, SOL_SDP, SDP_ZCOPY_THRESH, &iv, sizeof(iv));
+}
+
+static void flow_setup(struct flow *f, int tx, int rx, uint32_t s, uint64_t total,
+		       enum smode m)
+{
+	size_t th = thresh ? thresh : 65536;
+
+	f->tx_sd = tx;
+	f->rx_sd = rx;
+	f->seed = s;
+	f->total = total;
+	f->wrng = xfer_size_seed(s, 0);
+	f->rrng = xfer_size_seed(s, 1);
+	f->bad_off = UINT64_MAX;
+	atomic_init(&f->rx_waiting, false);
+	switch (m) {
+	case M_BCOPY:
+		f->wmin = f->rmin = 1;
+		f->wmax = f->rmax = 4 * th;
+		break;
+	case M_READ:
+		f->wmin = th;
+		f->wmax = 16 * th;
+		f->rmin = 1;
+		f->rmax = th - 1;
+		break;
+	case M_WRITE:
+		f->wmin = f->rmin = th;
+		f->wmax = f->rmax = 16 * th;
+		f->pace = true;
+		break;
+	case M_MIXED:
+	case M_TRANS:
+	case M_COUNT:
+		f->wmin = f->rmin = 1;
+		f->wmax = f->rmax = 16 * th;
+		break;
+	}
+}
+
+/* Connects nconns pairs, sets each one up; 0 or -1 after say(). */
+static int connect_all(void)
+{
+	static struct acceptor acc;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	const char *step = "parse";
+	pthread_t th;
+	char addr[80];
+	int r, k = 0, modes[M_COUNT], nmodes = 0;
+
+	for (int m = 0; m < M_COUNT; m++)
+		if (mode_on[m])
+			modes[nmodes++] = m;
+	snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:0" : "%s:0", host);
+	r = xfer_parse_addr(addr, true, &ss, &len);
+	if (r == 0) {
+		r = xfer_listen(&xsock_sdp, (struct sockaddr *)&ss, len, 0, nconns, true, &step);
+		acc.lsd = r;
+	}
+	if (r < 0) {
+		say("FAIL listen on %s: %s: %s", addr, step, errname(r));
+		return -1;
+	}
+	acc.n = nconns;
+	if (pthread_create(&th, NULL, accept_main, &acc)) {
+		say("FAIL pthread_create");
+		return -1;
+	}
+	for (int i = 0; i < nconns; i++) {
+		struct sockaddr_storage me;
+		socklen_t mlen = sizeof(me);
+
+		r = xfer_dial(&xsock_sdp, (struct sockaddr *)&ss, len, (int)(60000 * slow), &step);
+		if (r < 0) {
+			say("FAIL connection %d: %s: %s", i, step, errname(r));
+			_exit(1);	/* the acceptor waits for it */
+		}
+		conns[i].csd = r;
+		sdp_getsockname(r, (struct sockaddr *)&me, &mlen);
+		conns[i].ssd = -xfer_addr_port((struct sockaddr *)&me);	/* matched below */
+	}
+	pthread_join(th, NULL);
+	sdp_close(acc.lsd);
+	if (acc.err) {
+		say("FAIL accept: %s", errname(acc.err));
+		return -1;
+	}
+	for (int i = 0; i < nconns; i++) {
+		struct conn *c = &conns[i];
+		int j;
+
+		for (j = 0; j < nconns && acc.port[j] != -c->ssd; j++)
+			;
+		if (j == nconns) {
+			say("FAIL connection %d: no accepted socket from port %d", i, -c->ssd);
+			return -1;
+		}
+		c->ssd = acc.sd[j];
+		c->idx = i;
+		c->mode = modes[i % nmodes];
+		if (want_transport) {
+			const char *t1 = sdp_transport_name(c->csd), *t2 = sdp_transport_name(c->ssd);
+
+			if (!t1 || !t2 || strcmp(t1, want_transport) || strcmp(t2, want_transport)) {
+				say("FAIL connection %d is on %s/%s, not %s", i, t1 ? t1 : "nothing",
+				    t2 ? t2 : "nothing", want_transport);
+				k++;
+			}
+		}
+		r = set_thresh(c->csd, c->mode == M_BCOPY ? 0 : thresh);
+		if (!r)
+			r = set_thresh(c->ssd, c->mode == M_BCOPY ? 0 : thresh);
+		if (r) {
+			say("FAIL connection %d: SDP_ZCOPY_THRESH: %s", i, errname(r));
+			return -1;
+		}
+	}
+	return k ? -1 : 0;
+}
+
+/* --- watchdog ---------------------------------------------------------------- */
+
+static void *watchdog_main(void *arg)
+{
+	uint64_t t0 = *(uint64_t *)arg, last_change = xfer_now_ns(), last_bytes = 0;
+	uint64_t last_report = t0;
+
+	while (!atomic_load(&all_done)) {
+		struct sdp_stats st;
+		uint64_t now;
+
+		pause_ns(100000000);
+		now = xfer_now_ns();
+		sdp_get_stats(&st);
+		if (st.bytes_received != last_bytes) {
+			last_bytes = st.bytes_received;
+			last_change = now;
+		}
+		if (progress_secs && now - last_report >= progress_secs * 1000000000ull) {
+			last_report = now;
+			say("progress: %.0f s, %.1f MiB received by the engine", (now - t0) / 1e9,
+			    st.bytes_received / 1048576.0);
+		}
+		if (now - last_change >= (uint64_t)stall_secs * slow * 1000000000ull) {
+			say("FAIL no byte moved for %u s: a hang.  Still running:", stall_secs * slow);
+			for (int i = 0; i < nconns; i++)
+				if (atomic_load(&conns[i].running))
+					say("  connection %d (%s): %d thread(s)", i,
+					    mode_names[conns[i].mode], atomic_load(&conns[i].running));
+			_exit(1);
+		}
+	}
+	return NULL;
+}
+
+/* --- checks and figures ------------------------------------------------------ */
+
+static int check_flow(const struct conn *c, const struct flow *f, const char *dir,
+		      uint64_t want)
+{
+	int bad = 0;
+
+	if (f->err) {
+		say("FAIL connection %d (%s) %s: %s: %s", c->idx, mode_names[c->mode], dir,
+		    f->err_op, errname(f->err));
+		bad++;
+	}
+	if (f->bad_off != UINT64_MAX) {
+		say("FAIL connection %d (%s) %s: DATA CORRUPT from byte %" PRIu64, c->idx,
+		    mode_names[c->mode], dir, f->bad_off);
+		bad++;
+	}
+	if (f->sent != want || f->rcvd != want) {
+		say("FAIL connection %d (%s) %s: %" PRIu64 " bytes to send, %" PRIu64 " sent, %"
+		    PRIu64 " received", c->idx, mode_names[c->mode], dir, want, f->sent, f->rcvd);
+		bad++;
+	} else if (f->tx_hash != f->rx_hash) {
+		say("FAIL connection %d (%s) %s: XXH64 sent %016" PRIx64 ", received %016" PRIx64,
+		    c->idx, mode_names[c->mode], dir, f->tx_hash, f->rx_hash);
+		bad++;
+	}
+	return bad;
+}
+
+static double mib(uint64_t b)
+{
+	return b / 1048576.0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: soak_check [--host ADDR] [--conns N] [--bytes TOTAL] [--seed S]\n"
+		   "                  [--modes bcopy,read,write,trans,mixed] [--thresh BYTES]\n"
+		   "                  [--stall SECS] [--progress SECS]\n");
+}
+
+static int parse_modes(const char *s)
+{
+	char buf[128], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	memset(mode_on, 0, sizeof(mode_on));
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int m;
+
+		for (m = 0; m < M_COUNT && strcmp(t, mode_names[m]); m++)
+			;
+		if (m == M_COUNT)
+			return -1;
+		mode_on[m] = true;
+	}
+	for (int m = 0; m < M_COUNT; m++)
+		if (mode_on[m])
+			return 0;
+	return -1;
+}
+
+static int parse_args(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "host", required_argument, NULL, 'h' },
+		{ "conns", required_argument, NULL, 'c' },
+		{ "bytes", required_argument, NULL, 'b' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "modes", required_argument, NULL, 'm' },
+		{ "thresh", required_argument, NULL, 't' },
+		{ "stall", required_argument, NULL, 'S' },
+		{ "progress", required_argument, NULL, 'p' },
+		{ NULL, 0, NULL, 0 }
+	};
+	uint64_t v;
+	int o;
+
+	for (int m = 0; m < M_COUNT; m++)
+		mode_on[m] = true;
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'h':
+			host = optarg;
+			break;
+		case 'c':
+			if (xfer_parse_size(optarg, &v) || v < 1 || v > 4096)
+				return -1;
+			nconns = (int)v;
+			break;
+		case 'b':
+			if (xfer_parse_size(optarg, &total_bytes))
+				return -1;
+			break;
+		case 's':
+			if (xfer_parse_size(optarg, &v) || v > UINT32_MAX)
+				return -1;
+			seed = (uint32_t)v;
+			seed_given = true;
+			break;
+		case 'm':
+			if (parse_modes(optarg))
+				return -1;
+			break;
+		case 't':
+			if (xfer_parse_size(optarg, &v) || v < 4096 || v > 16 << 20)
+				return -1;
+			thresh = (size_t)v;
+			break;
+		case 'S':
+			if (xfer_parse_size(optarg, &v) || v < 1 || v > 86400)
+				return -1;
+			stall_secs = (unsigned)v;
+			break;
+		case 'p':
+			if (xfer_parse_size(optarg, &v) || v > 86400)
+				return -1;
+			progress_secs = (unsigned)v;
+			break;
+		default:
+			return -1;
+		}
+	}
+	return optind == argc ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct sdp_stats s0, s1;
+	uint64_t t0, ns, moved = 0, per_mode[M_COUNT] = { 0 };
+	uint64_t bcopy, turns = 0;
+	int nmode[M_COUNT] = { 0 }, bad = 0;
+	const char *e;
+	pthread_t wd;
+
+	if (parse_args(argc, argv)) {
+		usage(stderr);
+		return 2;
+	}
+	if ((e = getenv("TEST_SLOW")) && atoi(e) > 0)
+		slow = (unsigned)atoi(e);
+	if ((e = getenv("TEST_TRANSPORT")) && *e)
+		want_transport = e;
+	if (!seed_given) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = (uint32_t)(ts.tv_nsec ^ ts.tv_sec ^ getpid());
+	}
+	conns = calloc((size_t)nconns, sizeof(*conns));
+	if (!conns)
+		return 1;
+	say("seed %" PRIu32 " (--seed %" PRIu32 " replays the sizes and data), %d connections, "
+	    "%.1f MiB in all, zero-copy threshold %zu", seed, seed, nconns, mib(total_bytes),
+	    thresh);
+	if (connect_all())
+		return 1;
+
+	/* Each connection's share, half each way (trans: all of it in the
+	 * replies, its requests on top). */
+	uint64_t share = total_bytes / (uint64_t)nconns / 2;
+
+	sdp_get_stats(&s0);
+	t0 = xfer_now_ns();
+	if (pthread_create(&wd, NULL, watchdog_main, &t0)) {
+		say("FAIL pthread_create");
+		return 1;
+	}
+	for (int i = 0; i < nconns; i++) {
+		struct conn *c = &conns[i];
+		uint32_t cs = (uint32_t)xfer_size_seed(seed, i + 2);
+
+		nmode[c->mode]++;
+		flow_setup(&c->up, c->csd, c->ssd, cs, share, c->mode);
+		flow_setup(&c->down, c->ssd, c->csd, xfer_reply_seed(cs), share, c->mode);
+		c->up.running = c->down.running = &c->running;
+		if (c->mode == M_TRANS) {
+			c->rep_total = 2 * share;
+			c->nth = 2;
+			atomic_store(&c->running, 2);
+			if (pthread_create(&c->th[0], NULL, trans_client, c) ||
+			    pthread_create(&c->th[1], NULL, trans_server, c)) {
+				say("FAIL pthread_create");
+				return 1;
+			}
+			continue;
+		}
+		c->nth = 4;
+		atomic_store(&c->running, 4);
+		if (pthread_create(&c->th[0], NULL, stream_tx, &c->up) ||
+		    pthread_create(&c->th[1], NULL, stream_rx, &c->up) ||
+		    pthread_create(&c->th[2], NULL, stream_tx, &c->down) ||
+		    pthread_create(&c->th[3], NULL, stream_rx, &c->down)) {
+			say("FAIL pthread_create");
+			return 1;
+		}
+	}
+	for (int i = 0; i < nconns; i++) {
+		struct conn *c = &conns[i];
+
+		for (int k = 0; k < c->nth; k++)
+			pthread_join(c->th[k], NULL);
+	}
+	ns = xfer_now_ns() - t0;
+	atomic_store(&all_done, true);
+	pthread_join(wd, NULL);
+	sdp_get_stats(&s1);
+
+	for (int i = 0; i < nconns; i++) {
+		struct conn *c = &conns[i];
+		/* trans: the requests' length is whatever the turns added up
+		 * to; both ends must agree on it (check_flow compares). */
+		uint64_t up_want = c->mode == M_TRANS ? c->up.sent : share;
+		uint64_t down_want = c->mode == M_TRANS ? c->rep_total : share;
+
+		bad += check_flow(c, &c->up, "client->server", up_want);
+		bad += check_flow(c, &c->down, "server->client", down_want);
+		moved += c->up.rcvd + c->down.rcvd;
+		per_mode[c->mode] += c->up.rcvd + c->down.rcvd;
+		turns += c->turns;
+		sdp_close(c->csd);
+		sdp_close(c->ssd);
+	}
+
+#define D(f) (s1.f - s0.f)
+	bcopy = D(bytes_sent) - D(zcopy_bytes_sent) - D(zcopy_bytes_written);
+	say("%" PRIu64 " bytes (%.1f MiB) moved and checked in %.2f s: %.3f Gbit/s, %d error(s)",
+	    moved, mib(moved), ns / 1e9, xfer_gbit_s(moved, ns), bad);
+	for (int m = 0; m < M_COUNT; m++)
+		if (nmode[m])
+			say("  %-5s %3d connection(s), %10.1f MiB%s", mode_names[m], nmode[m],
+			    mib(per_mode[m]), m == M_TRANS ? " (requests and replies)" : "");
+	if (nmode[M_TRANS])
+		say("  trans %" PRIu64 " request/response turns", turns);
+	say("engine: sent %.1f MiB, received %.1f MiB; by path: Bcopy %.1f MiB, Read Zcopy %.1f "
+	    "MiB (%" PRIu64 " SrcAvails, %" PRIu64 " RDMA reads, %.1f MiB direct, %" PRIu64
+	    " cancelled, %" PRIu64 " refused), Write Zcopy %.1f MiB (%" PRIu64 " SinkAvails, %"
+	    PRIu64 " RDMA writes, %" PRIu64 " stale), Transaction %" PRIu64 " piggybacked "
+	    "requests, %" PRIu64 " misses; %" PRIu64 " ModeChanges; %" PRIu64 " resets, %" PRIu64
+	    " protocol errors",
+	    mib(D(bytes_sent)), mib(D(bytes_received)), mib(bcopy), mib(D(zcopy_bytes_sent)),
+	    D(zcopy_offers), D(zcopy_reads), mib(D(zcopy_direct_bytes)), D(zcopy_cancels),
+	    D(zcopy_refused), mib(D(zcopy_bytes_written)), D(zcopy_sink_adverts),
+	    D(zcopy_writes), D(zcopy_sink_stale), D(trans_piggybacks), D(trans_misses),
+	    D(mode_changes_sent), D(resets), D(protocol_errors));
+
+	/* Every byte the connections moved went through the engine, once. */
+	if (D(bytes_sent) != moved || D(bytes_received) != moved) {
+		say("FAIL the engine sent %" PRIu64 " and received %" PRIu64 " bytes, the "
+		    "connections moved %" PRIu64, D(bytes_sent), D(bytes_received), moved);
+		bad++;
+	}
+	if (D(zcopy_bytes_sent) != D(zcopy_bytes_received) ||
+	    D(zcopy_bytes_written) != D(zcopy_sink_bytes)) {
+		say("FAIL the two ends disagree: RDMA-read %" PRIu64 " of %" PRIu64 " offered, "
+		    "RDMA-written %" PRIu64 ", %" PRIu64 " landed in adverts",
+		    D(zcopy_bytes_received), D(zcopy_bytes_sent), D(zcopy_bytes_written),
+		    D(zcopy_sink_bytes));
+		bad++;
+	}
+	if (D(resets) || D(protocol_errors)) {
+		say("FAIL %" PRIu64 " reset(s), %" PRIu64 " protocol error(s)", D(resets),
+		    D(protocol_errors));
+		bad++;
+	}
+	/* Each mode's path carried bytes (the others may have too: mixed
+	 * takes every path, and a SrcAvail the sink did not read in time
+	 * finishes by Bcopy). */
+	if (nmode[M_BCOPY] && !bcopy) {
+		say("FAIL bcopy connections, yet no byte went by Bcopy");
+		bad++;
+	}
+	if (nmode[M_READ] && !D(zcopy_bytes_sent)) {
+		say("FAIL read connections, yet no byte was RDMA-read");
+		bad++;
+	}
+	if (nmode[M_WRITE] && !D(zcopy_bytes_written)) {
+		say("FAIL write connections, yet no byte was RDMA-written into an advert");
+		bad++;
+	}
+	if (nmode[M_TRANS] && !D(trans_piggybacks)) {
+		say("FAIL trans connections, yet no request rode on a SinkAvail");
+		bad++;
+	}
+#undef D
+	say("%s (seed %" PRIu32 ")", bad ? "FAIL" : "PASS", seed);
+	free(conns);
+	return bad ? 1 : 0;
+}
