@@ -11,8 +11,12 @@
 # end, and the engine's counters must account for every byte, each
 # mode's path must have carried some, and nothing may be reset.  Then a
 # second run with another seed and a quarter of the connections on each
-# of Read and Write Zcopy at a threshold of 16 KiB.  The seed of each run
-# is logged, so a failure replays with --seed.
+# of Read and Write Zcopy at a threshold of 16 KiB.  Last, the first run's
+# mix again under the preload, through libc's calls (--libc): there the
+# preload's own counters (sdpstat's) must show every byte on SDP, per
+# socket and per path, no connection on TCP, and the kernel TCP sockets
+# at the application's fds must have carried nothing.  The seed of each
+# run is logged, so a failure replays with --seed.
 #
 # The Transaction hold is 20 ms x TEST_SLOW, as in zcopy.sh: with the
 # default 1 ms a busy host's preemption turns piggybacks into misses
@@ -30,11 +34,16 @@ export SDP_TRANS_HOLD_US=$((20000 * TEST_SLOW))
 export SDP_CONNECT_TIMEOUT_MS=$(($(slow 10) * 1000))
 seed=$(( ($(date +%s) ^ $$) & 0x7fffffff ))
 
+# soak DESC ARGS...: one run of soak_check with ARGS; or soak DESC env ...:
+# that command as it is.
 soak() {
 	local desc=$1 rc
 	shift
 	log "--- $desc"
-	run_with_timeout 150 "$SOAK" --host "$TEST_HOST" --stall 60 "$@" >"$TMP/out" 2>&1
+	if [ "$1" != env ]; then
+		set -- "$SOAK" --host "$TEST_HOST" --stall 60 "$@"
+	fi
+	run_with_timeout 150 "$@" >"$TMP/out" 2>&1
 	rc=$?
 	sed 's/^/  /' "$TMP/out"
 	[ "$rc" -eq 0 ] || bad "$desc: soak_check exit $(status_text "$rc")"
@@ -43,6 +52,16 @@ soak() {
 soak "10 connections, every mode, $bytes" --conns 10 --bytes "$bytes" --seed "$seed"
 soak "8 connections, Read and Write Zcopy, threshold 16 KiB, $bytes" --conns 8 \
 	--bytes "$bytes" --modes read,write --thresh 16K --seed $((seed + 1))
+if preload_lib >/dev/null; then
+	write_conf "$TMP/sdp.conf" "use both server * *:*" "use both client * *:*"
+	export SDP_STATS_DIR=$TMP
+	# shellcheck disable=SC2046
+	soak "under the preload: 10 connections, every mode, $bytes" \
+		env $(preload_env "$TMP/sdp.conf") "$SOAK" --libc --host "$TEST_HOST" --stall 60 \
+		--conns 10 --bytes "$bytes" --seed $((seed + 2))
+else
+	bad "no libsdp.so in $top_builddir: the preload run cannot run"
+fi
 failures_end
 log "PASS"
 exit 0
