@@ -79,6 +79,6 @@ for ((r = 0; r < SOAK_ROUNDS; r++)); do
 	secs=$(awk -v a="$secs" -v b="${s:-0}" 'BEGIN { print a + b }')
 done
 awk -v b="$moved" -v s="$secs" -v f="$failed" -v n="$SOAK_ROUNDS" 'BEGIN {
-	printf "long_soak: total %d bytes (%.2f GiB) checked in %.1f s (%.3f Gbit/s), %d of %d round(s) failed\n",
+	printf "long_soak: total %.0f bytes (%.2f GiB) checked in %.1f s (%.3f Gbit/s), %d of %d round(s) failed\n",
 	       b, b / 1073741824, s, (s > 0 ? b * 8 / s / 1e9 : 0), f, n }'
 [ "$failed" -eq 0 ]
