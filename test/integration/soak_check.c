@@ -101,8 +101,10 @@ struct flow {
 	uint64_t sent, rcvd;
 	uint64_t tx_hash, rx_hash;
 	uint64_t bad_off;		/* first corrupt byte, or UINT64_MAX */
-	int err;			/* first error, -errno */
-	const char *err_op;
+	/* The first error of each side, -errno, and the step; each is
+	 * written by one thread only, the sender's or the receiver's. */
+	int tx_err, rx_err;
+	const char *tx_op, *rx_op;
 };
 
 struct conn {
@@ -144,7 +146,7 @@ static const char *errname(int e)
 #define E(x) case x: return #x
 	E(EPIPE); E(ECONNRESET); E(ECONNABORTED); E(EAGAIN); E(EINTR); E(ETIMEDOUT);
 	E(ENOTCONN); E(EINVAL); E(EPROTO); E(EBADF); E(ENOMEM); E(EIO); E(ECONNREFUSED);
-	E(EHOSTUNREACH); E(ENODEV); E(EADDRNOTAVAIL);
+	E(EHOSTUNREACH); E(ENODEV); E(EADDRNOTAVAIL); E(ENOPROTOOPT); E(ENOENT);
 #undef E
 	default:
 		snprintf(buf, sizeof(buf), "E#%d", e < 0 ? -e : e);
@@ -157,12 +159,25 @@ static double mib(uint64_t b)
 	return b / 1048576.0;
 }
 
-static void flow_fail(struct flow *f, const char *op, int err)
+/* A side failed: say so, and shut its socket down both ways, so that
+ * the threads waiting on it at either end see it end (and fail their
+ * counts) rather than wait for the watchdog. */
+static void fail_tx(struct flow *f, const char *op, int err)
 {
-	if (!f->err) {
-		f->err = err ? err : -EIO;
-		f->err_op = op;
+	if (!f->tx_err) {
+		f->tx_err = err ? err : -EIO;
+		f->tx_op = op;
 	}
+	O->shutdown(f->tx_sd, SHUT_RDWR);
+}
+
+static void fail_rx(struct flow *f, const char *op, int err)
+{
+	if (!f->rx_err) {
+		f->rx_err = err ? err : -EIO;
+		f->rx_op = op;
+	}
+	O->shutdown(f->rx_sd, SHUT_RDWR);
 }
 
 static void pause_ns(long ns)
@@ -213,8 +228,8 @@ static void *stream_tx(void *arg)
 	xgen_init(&g, f->seed);
 	xhash_init(&h);
 	if (!buf)
-		flow_fail(f, "malloc", -ENOMEM);
-	while (buf && f->sent < f->total && !f->err) {
+		fail_tx(f, "malloc", -ENOMEM);
+	while (buf && f->sent < f->total && !f->tx_err) {
 		size_t n = xrand_range(&f->wrng, f->wmin, f->wmax);
 		int r;
 
@@ -227,17 +242,17 @@ static void *stream_tx(void *arg)
 				pause_ns(20000);
 		r = send_all(f, buf, n);
 		if (r) {
-			flow_fail(f, "send", r);
+			fail_tx(f, "send", r);
 			break;
 		}
 		xhash_update(&h, buf, n);
 		f->sent += n;
 	}
-	if (!f->err) {
+	if (!f->tx_err) {
 		int r = O->shutdown(f->tx_sd, SHUT_WR);
 
 		if (r)
-			flow_fail(f, "shutdown", r);
+			fail_tx(f, "shutdown", r);
 	}
 	f->tx_hash = xhash_digest(&h);
 	free(buf);
@@ -255,7 +270,7 @@ static void *stream_rx(void *arg)
 	xgen_init(&g, f->seed);
 	xhash_init(&h);
 	if (!buf)
-		flow_fail(f, "malloc", -ENOMEM);
+		fail_rx(f, "malloc", -ENOMEM);
 	while (buf) {
 		size_t want = xrand_range(&f->rrng, f->rmin, f->rmax);
 		ssize_t n;
@@ -266,7 +281,7 @@ static void *stream_rx(void *arg)
 		if (n == -EINTR)
 			continue;
 		if (n < 0)
-			flow_fail(f, "recv", (int)n);
+			fail_rx(f, "recv", (int)n);
 		if (n <= 0)
 			break;
 		rx_chunk(f, &g, &h, buf, (size_t)n);
@@ -323,7 +338,7 @@ static void *trans_client(void *arg)
 	xhash_init(&hq);
 	xhash_init(&hr);
 	if (!rbuf)
-		flow_fail(req, "malloc", -ENOMEM);
+		fail_tx(req, "malloc", -ENOMEM);
 	while (rbuf && rep->rcvd < c->rep_total) {
 		size_t qn, rn;
 		int r;
@@ -332,29 +347,29 @@ static void *trans_client(void *arg)
 		xgen_fill(&gq, qbuf, qn);
 		r = send_all(req, qbuf, qn);
 		if (r) {
-			flow_fail(req, "send request", r);
+			fail_tx(req, "send request", r);
 			break;
 		}
 		xhash_update(&hq, qbuf, qn);
 		req->sent += qn;
 		r = recv_exact(rep, rbuf, rn);
 		if (r) {
-			flow_fail(rep, r > 0 ? "recv reply (early EOF)" : "recv reply", r > 0 ? -EIO : r);
+			fail_rx(rep, r > 0 ? "recv reply (early EOF)" : "recv reply", r > 0 ? -EIO : r);
 			break;
 		}
 		rx_chunk(rep, &gr, &hr, rbuf, rn);
 		c->turns++;
 	}
-	if (!req->err && !rep->err) {
+	if (!req->tx_err && !rep->rx_err) {
 		int r = O->shutdown(req->tx_sd, SHUT_WR);
 		ssize_t n;
 
 		if (r)
-			flow_fail(req, "shutdown", r);
+			fail_tx(req, "shutdown", r);
 		/* Nothing may follow the last reply. */
 		n = O->recv(rep->rx_sd, qbuf, 1, 0);
 		if (n != 0)
-			flow_fail(rep, "recv after the last reply (not EOF)", n < 0 ? (int)n : -EIO);
+			fail_rx(rep, "recv after the last reply (not EOF)", n < 0 ? (int)n : -EIO);
 	}
 	req->tx_hash = xhash_digest(&hq);
 	rep->rx_hash = xhash_digest(&hr);
@@ -378,7 +393,7 @@ static void *trans_server(void *arg)
 	xhash_init(&hq);
 	xhash_init(&hr);
 	if (!rbuf)
-		flow_fail(rep, "malloc", -ENOMEM);
+		fail_tx(rep, "malloc", -ENOMEM);
 	while (rbuf && rep->sent < c->rep_total) {
 		size_t qn, rn;
 		int r;
@@ -386,7 +401,7 @@ static void *trans_server(void *arg)
 		tr_sizes(&rng, c->rep_total - rep->sent, &qn, &rn);
 		r = recv_exact(req, qbuf, qn);
 		if (r) {
-			flow_fail(req, r > 0 ? "recv request (early EOF)" : "recv request",
+			fail_rx(req, r > 0 ? "recv request (early EOF)" : "recv request",
 				  r > 0 ? -EIO : r);
 			break;
 		}
@@ -394,21 +409,21 @@ static void *trans_server(void *arg)
 		xgen_fill(&gr, rbuf, rn);
 		r = send_all(rep, rbuf, rn);
 		if (r) {
-			flow_fail(rep, "send reply", r);
+			fail_tx(rep, "send reply", r);
 			break;
 		}
 		xhash_update(&hr, rbuf, rn);
 		rep->sent += rn;
 	}
-	if (!req->err && !rep->err) {
+	if (!req->rx_err && !rep->tx_err) {
 		ssize_t n = O->recv(req->rx_sd, qbuf, 1, 0);
 		int r;
 
 		if (n != 0)
-			flow_fail(req, "recv after the last request (not EOF)", n < 0 ? (int)n : -EIO);
+			fail_rx(req, "recv after the last request (not EOF)", n < 0 ? (int)n : -EIO);
 		r = O->shutdown(rep->tx_sd, SHUT_WR);
 		if (r)
-			flow_fail(rep, "shutdown", r);
+			fail_tx(rep, "shutdown", r);
 	}
 	req->rx_hash = xhash_digest(&hq);
 	rep->tx_hash = xhash_digest(&hr);
@@ -679,6 +694,7 @@ static int figs_now(struct figs *f, struct sdp_stats_snap *snap)
 		.piggy = C(TRANS_PIGGYBACKS), .misses = C(TRANS_MISSES),
 		.mode_changes = C(MODE_CHANGES_SENT), .resets = C(CONN_ERRORS),
 	};
+#undef C
 	return 0;
 }
 
@@ -756,9 +772,14 @@ static int check_flow(const struct conn *c, const struct flow *f, const char *di
 {
 	int bad = 0;
 
-	if (f->err) {
-		say("FAIL connection %d (%s) %s: %s: %s", c->idx, mode_names[c->mode], dir,
-		    f->err_op, errname(f->err));
+	if (f->tx_err) {
+		say("FAIL connection %d (%s) %s: sender: %s: %s", c->idx, mode_names[c->mode], dir,
+		    f->tx_op, errname(f->tx_err));
+		bad++;
+	}
+	if (f->rx_err) {
+		say("FAIL connection %d (%s) %s: receiver: %s: %s", c->idx, mode_names[c->mode],
+		    dir, f->rx_op, errname(f->rx_err));
 		bad++;
 	}
 	if (f->bad_off != UINT64_MAX) {
