@@ -11,6 +11,9 @@
 #
 # Environment: SOAK_BYTES (10G), SOAK_CONNS (20), SOAK_ROUNDS (1: runs,
 # each of SOAK_BYTES, seeds SOAK_SEED, +1, ...), SOAK_SEED (random; printed),
+# SOAK_PRELOAD (0; 1: through libc under BUILDDIR's libsdp.so, soak_check
+# --libc, which also proves the application's kernel TCP sockets carried
+# nothing),
 # TEST_TRANSPORT (tcp-fallback), TEST_HOST (127.0.0.1 on tcp-fallback; in
 # the guest the RDMA interface's address), NICE (19).  Each round prints
 # soak_check's figures (bytes, per mode, per path in the engine, duration,
@@ -60,12 +63,23 @@ export SDP_CONNECT_TIMEOUT_MS=${SDP_CONNECT_TIMEOUT_MS:-$((10000 * TEST_SLOW))}
 echo "long_soak: $SOAK_ROUNDS round(s) of $SOAK_BYTES over $SOAK_CONNS connections on" \
 	"$TEST_TRANSPORT ($TEST_HOST), seed $SOAK_SEED, nice $NICE, $(date -u +%FT%TZ)"
 failed=0 moved=0 secs=0
-out=$(mktemp "${TMPDIR:-/tmp}/long_soak.XXXXXX") || exit 2
-trap 'rm -f "$out"' EXIT
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/long_soak.XXXXXX") || exit 2
+trap 'rm -rf "$tmp"' EXIT
+out=$tmp/out
+run=()
+if [ "${SOAK_PRELOAD:-0}" = 1 ]; then
+	[ -e "$build/.libs/libsdp.so" ] || { echo "long_soak: no $build/.libs/libsdp.so" >&2; exit 2; }
+	printf '%s\n' "transport enable $TEST_TRANSPORT" "use both server * *:*" \
+		"use both client * *:*" >"$tmp/sdp.conf"
+	run=(env "LD_PRELOAD=$build/.libs/libsdp.so" "LIBSDP_CONFIG_FILE=$tmp/sdp.conf"
+	     "SDP_STATS_DIR=$tmp")
+	set -- --libc "$@"
+	echo "long_soak: through libc under the preload"
+fi
 for ((r = 0; r < SOAK_ROUNDS; r++)); do
 	echo "long_soak: round $((r + 1)) of $SOAK_ROUNDS"
 	TIMEFORMAT="long_soak: round $((r + 1)): %R s wall, %U s user, %S s system CPU"
-	{ time nice -n "$NICE" "$prog" --host "$TEST_HOST" --conns "$SOAK_CONNS" \
+	{ time nice -n "$NICE" "${run[@]}" "$prog" --host "$TEST_HOST" --conns "$SOAK_CONNS" \
 		--bytes "$SOAK_BYTES" --seed $((SOAK_SEED + r)) --progress 30 "$@" 2>&1 |
 		tee "$out"; } 2>&1
 	rc=$?	# soak_check's: pipefail
