@@ -52,6 +52,12 @@ soak() {
 soak "10 connections, every mode, $bytes" --conns 10 --bytes "$bytes" --seed "$seed"
 soak "8 connections, Read and Write Zcopy, threshold 16 KiB, $bytes" --conns 8 \
 	--bytes "$bytes" --modes read,write --thresh 16K --seed $((seed + 1))
+# A credit window of 4 buffers and a 4-KiB threshold: adverts and
+# offers often wait for credits.  A send whose offer found the peer's
+# advert arriving while it waited once went to sleep with the advert
+# usable, and both ends waited for ever (3 seeds of 3 hung).
+SDP_RECV_BUFS=4 soak "4 connections, Write Zcopy and mixed, 4 receive buffers, threshold 4 KiB, $bytes" \
+	--conns 4 --bytes "$bytes" --modes write,mixed --thresh 4K --seed $((seed + 3))
 if preload_lib >/dev/null; then
 	write_conf "$TMP/sdp.conf" "use both server * *:*" "use both client * *:*"
 	export SDP_STATS_DIR=$TMP
