@@ -10,8 +10,10 @@
 # checked where it lands, each stream's count and XXH64 compared end to
 # end, and the engine's counters must account for every byte, each
 # mode's path must have carried some, and nothing may be reset.  Then a
-# second run with another seed and a quarter of the connections on each
-# of Read and Write Zcopy at a threshold of 16 KiB.  Last, the first run's
+# second run with another seed and half of the connections on each of
+# Read and Write Zcopy at a threshold of 16 KiB, and a third with 4
+# receive buffers (short credits) and a 4-KiB threshold on Write Zcopy
+# and mixed connections.  Last, the first run's
 # mix again under the preload, through libc's calls (--libc): there the
 # preload's own counters (sdpstat's) must show every byte on SDP, per
 # socket and per path, no connection on TCP, and the kernel TCP sockets
