@@ -12,13 +12,13 @@
 # mode's path must have carried some, and nothing may be reset.  Then a
 # second run with another seed and half of the connections on each of
 # Read and Write Zcopy at a threshold of 16 KiB, and a third with 4
-# receive buffers (short credits) and a 4-KiB threshold on Write Zcopy
-# and mixed connections.  Last, the first run's
-# mix again under the preload, through libc's calls (--libc): there the
-# preload's own counters (sdpstat's) must show every byte on SDP, per
-# socket and per path, no connection on TCP, and the kernel TCP sockets
-# at the application's fds must have carried nothing.  The seed of each
-# run is logged, so a failure replays with --seed.
+# receive and 4 send buffers of 4 KiB (short credits, many messages) and
+# a 4-KiB threshold on Write Zcopy and mixed connections.  Last, the
+# first run's mix again under the preload, through libc's calls
+# (--libc): there the preload's own counters (sdpstat's) must show every
+# byte on SDP, per socket and per path, no connection on TCP, and the
+# kernel TCP sockets at the application's fds must have carried nothing.
+# The seed of each run is logged, so a failure replays with --seed.
 #
 # The Transaction hold is 20 ms x TEST_SLOW, as in zcopy.sh: with the
 # default 1 ms a busy host's preemption turns piggybacks into misses
@@ -54,11 +54,13 @@ soak() {
 soak "10 connections, every mode, $bytes" --conns 10 --bytes "$bytes" --seed "$seed"
 soak "8 connections, Read and Write Zcopy, threshold 16 KiB, $bytes" --conns 8 \
 	--bytes "$bytes" --modes read,write --thresh 16K --seed $((seed + 1))
-# A credit window of 4 buffers and a 4-KiB threshold: adverts and
-# offers often wait for credits.  A send whose offer found the peer's
-# advert arriving while it waited once went to sleep with the advert
-# usable, and both ends waited for ever (3 seeds of 3 hung).
-SDP_RECV_BUFS=4 soak "4 connections, Write Zcopy and mixed, 4 receive buffers, threshold 4 KiB, $bytes" \
+# A credit window of 4 buffers of 4 KiB each way and a 4-KiB threshold:
+# adverts and offers often wait for credits.  A send whose offer found
+# the peer's advert arriving while it waited once went to sleep with the
+# advert usable, and both ends waited for ever (every run hung, with one
+# connection or four, with 4 receive buffers alone or these).
+SDP_RECV_BUFS=4 SDP_SEND_BUFS=4 SDP_BUF_SIZE=4096 \
+	soak "4 connections, Write Zcopy and mixed, 4 x 4 KiB buffers each way, threshold 4 KiB, $bytes" \
 	--conns 4 --bytes "$bytes" --modes write,mixed --thresh 4K --seed $((seed + 3))
 if preload_lib >/dev/null; then
 	write_conf "$TMP/sdp.conf" "use both server * *:*" "use both client * *:*"
