@@ -803,7 +803,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: soak_check [--host ADDR] [--conns N] [--bytes TOTAL] [--seed S]\n"
 		   "                  [--modes bcopy,read,write,trans,mixed] [--thresh BYTES]\n"
-		   "                  [--stall SECS] [--progress SECS] [--libc]\n");
+		   "                  [--stall SECS] [--progress SECS] [--libc] [--help]\n");
 }
 
 static int parse_modes(const char *s)
@@ -827,6 +827,7 @@ static int parse_modes(const char *s)
 	return -1;
 }
 
+/* 0: run; 1: --help; -1: a bad argument. */
 static int parse_args(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -839,6 +840,7 @@ static int parse_args(int argc, char **argv)
 		{ "stall", required_argument, NULL, 'S' },
 		{ "progress", required_argument, NULL, 'p' },
 		{ "libc", no_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 }
 	};
 	uint64_t v;
@@ -889,6 +891,8 @@ static int parse_args(int argc, char **argv)
 				return -1;
 			progress_secs = (unsigned)v;
 			break;
+		case 'H':
+			return 1;
 		default:
 			return -1;
 		}
@@ -906,7 +910,13 @@ int main(int argc, char **argv)
 	const char *e;
 	pthread_t wd;
 
-	if (parse_args(argc, argv)) {
+	switch (parse_args(argc, argv)) {
+	case 0:
+		break;
+	case 1:
+		usage(stdout);
+		return 0;
+	default:
 		usage(stderr);
 		return 2;
 	}
