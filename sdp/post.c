@@ -652,10 +652,15 @@ void conn_flush(struct sdp_sock *s)
 	bool sent = data || ctrl;
 
 	/* Credit updates go on after our DisConn while the peer may still
-	 * send; after its DisConn it sends no data, so they stop.  While our
-	 * SrcAvail is out, the last credits are kept for its
+	 * send.  After its DisConn it sends no data, but while our stream
+	 * lasts it still answers it -- RdmaRdCompl for each read of our
+	 * SrcAvail, SendSM, SinkAvail -- and only our updates give it the
+	 * credits for that; once both DisConns are out nothing is owed, and
+	 * ours stays our last message (the transport's closer waits for it).
+	 * While our SrcAvail is out, the last credits are kept for its
 	 * SrcAvailCancel. */
-	if (!sent && !c->disconn_rcvd && sdp_update_needed(&c->cr) && ctrl_slot_free(c) &&
+	if (!sent && !(c->disconn_rcvd && c->disconn_sent) && sdp_update_needed(&c->cr) &&
+	    ctrl_slot_free(c) &&
 	    !(c->tx_sa.active && !c->tx_sa.cancel_sent && sdp_tx_credits(&c->cr) <= 2)) {
 		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
 			SDP_STAT_INC(credit_updates_sent, 1);

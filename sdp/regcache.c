@@ -84,6 +84,29 @@ struct sdp_regcache {
 /* --- the registry ------------------------------------------------------------ */
 
 /*
+ * The release path -- sdp_regcache_invalidate() and every function of
+ * this file it calls -- is not instrumented by a sanitizer, as the
+ * preload's wrappers that call it are not (preload/memhooks.c): a
+ * sanitizer's runtime calls those wrappers too, from where instrumented
+ * code cannot run.  ThreadSanitizer starts a thread by asking
+ * pthread_getattr_np() for its stack, which frees a block, before the
+ * thread's own state exists; our free() then reached
+ * sdp_regcache_invalidate(), whose instrumented entry faulted on the
+ * thread's missing shadow stack, and the process hung in the report.  It
+ * took a program that starts a thread while registrations are cached
+ * (the soak under the preload).  rc_lock is still seen: the pthread calls
+ * are intercepted, not instrumented.
+ */
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define RC_NOSAN __attribute__((disable_sanitizer_instrumentation))
+#endif
+#endif
+#ifndef RC_NOSAN
+#define RC_NOSAN __attribute__((no_sanitize("thread")))
+#endif
+
+/*
  * Per-page filter: rc_filter[page % RC_FILTER] counts the listed anchors
  * that touch a page mapping there.  An anchor spanning RC_FILTER pages or
  * more would touch every slot: it is counted in rc_wide instead, which
@@ -109,20 +132,20 @@ static int rc_tracking;
  * made by a later prepare handler must not wait for it. */
 static __thread bool rc_fork_holder;
 
-static void rc_lock_take(void)
+RC_NOSAN static void rc_lock_take(void)
 {
 	if (!rc_fork_holder)
 		pthread_mutex_lock(&rc_lock);
 }
 
-static void rc_lock_drop(void)
+RC_NOSAN static void rc_lock_drop(void)
 {
 	if (!rc_fork_holder)
 		pthread_mutex_unlock(&rc_lock);
 }
 
 /* Add d to the filter slots of the pages of [lo, hi). */
-static void rc_filter_add(uintptr_t lo, uintptr_t hi, int d)
+RC_NOSAN static void rc_filter_add(uintptr_t lo, uintptr_t hi, int d)
 {
 	uintptr_t first = lo >> RC_PAGE_SHIFT, last = (hi - 1) >> RC_PAGE_SHIFT;
 
@@ -143,7 +166,7 @@ static void rc_filter_add(uintptr_t lo, uintptr_t hi, int d)
  * application could free its buffer (it was receiving into it), so its
  * counts are seen.
  */
-static bool rc_filter_hit(uintptr_t lo, uintptr_t hi)
+RC_NOSAN static bool rc_filter_hit(uintptr_t lo, uintptr_t hi)
 {
 	uintptr_t first = lo >> RC_PAGE_SHIFT, last = (hi - 1) >> RC_PAGE_SHIFT;
 
@@ -167,7 +190,7 @@ static void rc_list_locked(struct sdp_reg *e)
 	__atomic_store_n(&sdp_regcache_live, sdp_regcache_live + 1, __ATOMIC_RELAXED);
 }
 
-static void rc_unlist_locked(struct sdp_reg *e)
+RC_NOSAN static void rc_unlist_locked(struct sdp_reg *e)
 {
 	if (!e->listed || e->gen != rc_gen)
 		return;		/* invalidated already, or a fork parent's */
@@ -226,7 +249,7 @@ void sdp_regcache_tracking_on(void)
 	__atomic_store_n(&rc_tracking, 1, __ATOMIC_RELEASE);
 }
 
-void sdp_regcache_invalidate(const void *addr, size_t len)
+RC_NOSAN void sdp_regcache_invalidate(const void *addr, size_t len)
 {
 	if (!__atomic_load_n(&sdp_regcache_live, __ATOMIC_RELAXED) || !len)
 		return;

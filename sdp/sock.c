@@ -660,8 +660,11 @@ ssize_t sdp_sendv(int sd, const struct iovec *iov, int iovcnt, int flags)
 			if (how == ZC_BCOPY)
 				zc_off = true;
 			/* The peer's advert waits for credits: the loop
-			 * must not spin on it, holding the lock. */
-			if (how == ZC_WAIT) {
+			 * must not spin on it, holding the lock.  But
+			 * zc_send() may have waited itself, and the advert
+			 * came then: if it can be written now, nothing else
+			 * will change to wake us (the peer waits for it). */
+			if (how == ZC_WAIT && !wz_send_ready(s)) {
 				ret = step_wait(s, dontwait, deadline, &driven);
 				if (ret) {
 					ret = done ? (ssize_t)done : ret;

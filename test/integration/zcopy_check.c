@@ -1437,6 +1437,75 @@ static void check_b2a(struct cctx *c)
 }
 
 /*
+ * The receiver shuts down writing before the stream starts, as a client
+ * that sends its request, shuts down and reads the reply does.  Its
+ * RdmaRdCompls still need credits, and only the sender can give them: it
+ * must go on sending credit updates after the receiver's DisConn while its
+ * own stream lasts.  HC_MSGS sends of zcopy_max bytes, one SrcAvail each,
+ * read through the staging buffer into 1-KiB receives: an RdmaRdCompl per
+ * staged read, zcopy_max / zcopy_stage of them (16 with the defaults) on
+ * the credits of one SrcAvail, more than the receiver has.  (The sender
+ * used to stop its updates at the receiver's DisConn: the receiver ran
+ * out of credits with an RdmaRdCompl unsent, each offer stalled for
+ * zcopy_stall_ms, was cancelled and its rest sent by Bcopy.)  Nothing may
+ * be cancelled.
+ */
+#define HC_MSGS 4
+static void cli_half_closed(struct cctx *c)
+{
+	uint8_t *buf = xalloc(zmax), b;
+	struct xgen g;
+	ssize_t n;
+	int i;
+
+	if (!buf) {
+		failf(c, "out of memory");
+		return;
+	}
+	/* The server's end of stream first: all of ours goes after it. */
+	while ((n = sdp_recv(c->sd, &b, 1, 0)) == -EINTR)
+		;
+	if (n != 0) {
+		failf(c, "waiting for the server's end of stream: %s",
+		      n < 0 ? errname(n) : "a byte came");
+		free(buf);
+		return;
+	}
+	xgen_init(&g, seed_a2b(c));
+	for (i = 0; i < HC_MSGS; i++) {
+		if (send_one(c, &g, buf, zmax, 0, "send"))
+			break;
+		expect_send(&c->x, zmax, thresh, 0);
+	}
+	if (i == HC_MSGS)
+		finish(c);
+	free(buf);
+	c->x.staged = true;
+	infof(c, "%d x %zu B into 1 KiB receives after the receiver's shutdown(SHUT_WR)",
+	      HC_MSGS, zmax);
+}
+
+static void srv_half_closed(struct cctx *c)
+{
+	uint8_t *buf = xalloc(KiB), b;
+	struct xgen g;
+	struct rxmode m = { .min = KiB, .max = KiB };
+	int r = sdp_shutdown(c->sd, SHUT_WR);
+	ssize_t n;
+
+	if (r)
+		failf(c, "shutdown: %s", errname(r));
+	xgen_init(&g, seed_a2b(c));
+	if (!r && buf && !recv_stream(c, &g, (uint64_t)HC_MSGS * zmax, &m, buf, "recv")) {
+		while ((n = sdp_recv(c->sd, &b, 1, 0)) == -EINTR)
+			;
+		if (n != 0)
+			failf(c, "after the stream: %s", n < 0 ? errname(n) : "a byte more");
+	}
+	free(buf);
+}
+
+/*
  * Pinned memory must not grow with the number of zero-copy messages on a
  * connection: every registration of a receive buffer made for a read is
  * given back after it.  RDMA devices pin registered pages (VmPin in
@@ -2899,6 +2968,7 @@ static const struct zcase cases[] = {
 	{ "sendv", "sendv: an element >= threshold is offered, smaller ones are not", cli_sendv, srv_sendv, check_a2b, false, false },
 	{ "mixed", "small and large sends interleaved, random receive sizes", cli_mixed, srv_mixed, check_a2b, false, false },
 	{ "server-sends", "the server sends 16 MiB: the client's engine reads", cli_recv_big, srv_send_big, check_b2a, false, false },
+	{ "half-closed-receiver", "the receiver shut down writing first: its RdmaRdCompls still get credits, no offer stalls", cli_half_closed, srv_half_closed, check_a2b, false, false },
 	{ "pinned", "64 zero-copy messages on one connection: VmPin does not grow", cli_pinned, srv_send_many, check_pinned, false, false },
 	{ "bidir", "both sides send zero-copy-sized messages while receiving", cli_bidir, srv_bidir, check_bidir, false, false },
 	{ "cancel-sndtimeo", "SO_SNDTIMEO expires on a pending offer: partial count, rest re-sent", cli_cancel_timeo, srv_cancel, check_cancel, false, false },
