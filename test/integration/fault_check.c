@@ -14,10 +14,11 @@
  *   wc_send, wc_recv, wc_read                     the Nth completion of that
  *                        kind carries -EIO; the endpoint then behaves as an
  *                        RC queue pair in error does: the transport
- *                        connection is shut (the peer sees it go) and every
- *                        later completion is flushed (-ECANCELED)
+ *                        connection breaks (its socket is shut down, so the
+ *                        peer sees it go) and every later completion is
+ *                        flushed (-ECANCELED)
  *   ev_disc, ev_error    the Nth get_event() returns DISCONNECTED (or ERROR,
- *                        -EIO) and the transport connection is shut
+ *                        -EIO) and the transport connection breaks
  *
  * on the connecting (active) or the accepting (passive) endpoint.  N is
  * drawn from the seed.
@@ -99,12 +100,15 @@ static struct {
 	unsigned nth;
 	unsigned calls;
 	bool fired;
+	unsigned gen;		/* the case's: only its eps are hit, not the
+				 * last one's, closing in the background */
 } fault;
 
 #define MAX_EPS 64
 static struct ep_state {
 	struct oti_ep *ep;	/* NULL: free */
 	bool passive;
+	unsigned gen;		/* fault.gen when it was opened */
 	bool broken;		/* an error completion was given: flush */
 	int pending_ev;		/* an event to give: 0 none */
 } eps[MAX_EPS];
@@ -123,7 +127,7 @@ static void ep_track(struct oti_ep *ep, bool passive)
 	struct ep_state *e = ep_find(NULL);
 
 	if (e)
-		*e = (struct ep_state){ .ep = ep, .passive = passive };
+		*e = (struct ep_state){ .ep = ep, .passive = passive, .gen = fault.gen };
 	else
 		say("FAIL more than %d endpoints at once", MAX_EPS);
 	pthread_mutex_unlock(&fault_lock);
@@ -132,7 +136,8 @@ static void ep_track(struct oti_ep *ep, bool passive)
 /* Is this call on ep the armed fault's Nth?  Under fault_lock. */
 static bool fault_hit(struct ep_state *e, enum fault_op op)
 {
-	if (!e || !fault.armed || fault.fired || fault.op != op || e->passive != fault.passive)
+	if (!e || !fault.armed || fault.fired || fault.op != op || e->passive != fault.passive ||
+	    e->gen != fault.gen)
 		return false;
 	if (++fault.calls < fault.nth)
 		return false;
@@ -147,6 +152,16 @@ static bool fault_post(struct oti_ep *ep, enum fault_op op)
 
 	pthread_mutex_unlock(&fault_lock);
 	return hit;
+}
+
+/*
+ * The transport connection breaks, in whatever state it is, as when a
+ * queue pair goes into error or the device goes: the peer sees it go.
+ * (tcp-fallback's ep fd is its socket.)
+ */
+static void link_cut(struct oti_ep *ep)
+{
+	shutdown(real->ep_fd(ep), SHUT_RDWR);
 }
 
 static int w_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
@@ -223,9 +238,8 @@ static int w_poll_cq(struct oti_ep *ep, struct oti_wc *wc, int n)
 		}
 	}
 	pthread_mutex_unlock(&fault_lock);
-	/* A queue pair in error: the peer's side of the connection goes. */
 	if (shut)
-		real->disconnect(ep);
+		link_cut(ep);
 	return got;
 }
 
@@ -252,7 +266,7 @@ static int w_get_event(struct oti_ep *ep, struct oti_event *ev)
 	}
 	pthread_mutex_unlock(&fault_lock);
 	if (type == -2)
-		real->disconnect(ep);
+		link_cut(ep);
 	return type ? 0 : real->get_event(ep, ev);
 }
 
@@ -456,7 +470,8 @@ static const char *const api_name[A_NAPIS] = {
 struct plan {
 	enum api api;
 	enum role role;
-	unsigned ops;		/* bit per enum fault_op */
+	unsigned ops;		/* bit per enum fault_op, on either side */
+	unsigned passive_only;	/* of those, the ones only the server does */
 	bool active, passive;
 	unsigned max_nth;
 };
@@ -466,16 +481,18 @@ struct plan {
 		     B(F_EV_DISC) | B(F_EV_ERROR))
 
 static const struct plan plans[] = {
-	{ A_RECV, R_SOURCE, DATA_FAULTS, true, true, 40 },
-	{ A_SEND, R_SINK, DATA_FAULTS, true, true, 40 },
-	{ A_POLL, R_SOURCE, DATA_FAULTS, true, true, 40 },
-	{ A_ZCOPY, R_SINK, DATA_FAULTS | B(F_RDMA_READ) | B(F_WC_READ), true, true, 8 },
-	{ A_LINGER, R_SLOW_SINK, DATA_FAULTS, true, true, 10 },
+	{ A_RECV, R_SOURCE, DATA_FAULTS, 0, true, true, 40 },
+	{ A_SEND, R_SINK, DATA_FAULTS, 0, true, true, 40 },
+	{ A_POLL, R_SOURCE, DATA_FAULTS, 0, true, true, 40 },
+	/* The server, the receiver, RDMA-reads the client's SrcAvails. */
+	{ A_ZCOPY, R_SINK, DATA_FAULTS | B(F_RDMA_READ) | B(F_WC_READ),
+	  B(F_RDMA_READ) | B(F_WC_READ), true, true, 8 },
+	{ A_LINGER, R_SLOW_SINK, DATA_FAULTS, 0, true, true, 10 },
 	/* Before the HelloAck nothing is polled from the completion queue. */
 	{ A_CONNECT, R_SOURCE, B(F_POST_SEND) | B(F_POST_RECV) | B(F_EV_DISC) | B(F_EV_ERROR),
-	  true, false, 2 },
+	  0, true, false, 2 },
 	{ A_ACCEPT, R_SOURCE, B(F_POST_SEND) | B(F_POST_RECV) | B(F_EV_DISC) | B(F_EV_ERROR),
-	  false, true, 2 },
+	  0, false, true, 2 },
 };
 
 static bool err_in(long err, const int *ok)
@@ -658,7 +675,7 @@ static void run_case(const struct plan *p, enum fault_op op, bool passive, uint6
 	snprintf(name, sizeof(name), "%s %s@%s #%u", api_name[p->api], fault_name[op],
 		 passive ? "passive" : "active", nth);
 	pthread_mutex_lock(&fault_lock);
-	fault = (typeof(fault)){ .op = op, .passive = passive, .nth = nth };
+	fault = (typeof(fault)){ .op = op, .passive = passive, .nth = nth, .gen = fault.gen + 1 };
 	pthread_mutex_unlock(&fault_lock);
 	pthread_mutex_lock(&srv_lock);
 	srv_corrupt = false;
@@ -702,6 +719,11 @@ static void run_case(const struct plan *p, enum fault_op op, bool passive, uint6
 	}
 	fault_arm(false);
 	bool fired = fault_fired();
+
+	/* The next connection's eps are none of the case's. */
+	pthread_mutex_lock(&fault_lock);
+	fault.gen++;
+	pthread_mutex_unlock(&fault_lock);
 	bool later = next_works(s + 1, again, sizeof(again));
 
 	pthread_mutex_lock(&srv_lock);
@@ -784,6 +806,7 @@ int main(int argc, char **argv)
 
 				if (!(only & (1u << p->api)) || !(p->ops & B(op)) ||
 				    !(passive ? p->passive : p->active) ||
+				    (!passive && (p->passive_only & B(op))) ||
 				    (only_fault && strcmp(only_fault, fault_name[op])))
 					continue;
 				run_case(p, (enum fault_op)op, passive, &rng);
