@@ -613,18 +613,7 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 		if (!s->conn)
 			break;
 		c->transport_down = true;
-		if (s->state == SDP_S_ESTABLISHED) {
-			if (!c->disconn_rcvd || ev->type == OTI_EV_ERROR) {
-				conn_set_reset(s, ECONNRESET);
-			} else {
-				/* Orderly: the peer closed after its DisConn.
-				 * What we still had to send cannot go. */
-				s->state = SDP_S_CLOSED;
-				if (c->tx_filled != c->tx_posted || !c->disconn_sent)
-					c->tx_filled = c->tx_posted;
-				sock_changed(s, true);
-			}
-		}
+		conn_lost(s, ev->type == OTI_EV_ERROR);
 		if (s->conn)
 			conn_leave_progress(s);
 		break;
