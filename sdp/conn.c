@@ -400,6 +400,11 @@ static void conn_connect_failed(struct sdp_sock *s, int err, enum sdp_fallback_r
 {
 	SDP_STAT_INC(connect_failures, 1);
 	sdp_conn_log(LOGSYS, "sd %d: SDP connect failed: %s", s->sd, strerror(err));
+	/* A transport's own errno (EIO from a failed post, ...) is none a
+	 * TCP connect() gives: the attempt was refused; the log above and
+	 * the fallback reason keep the truth. */
+	if (why == SDP_FB_TRANSPORT && conn_reason_of(err) == SDP_FB_TRANSPORT)
+		err = ECONNREFUSED;
 	s->so_error = err;
 	s->fb_reason = why;
 	s->state = SDP_S_CLOSED;
