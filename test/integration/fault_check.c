@@ -11,7 +11,7 @@
  * chosen operation at its Nth call once the case arms it:
  *
  *   post_send, post_recv, rdma_read, rdma_write   the post returns -EIO
- *   wc_send, wc_recv, wc_read                     the Nth completion of that
+ *   wc_send, wc_recv, wc_read, wc_write           the Nth completion of that
  *                        kind carries -EIO; the endpoint then behaves as an
  *                        RC queue pair in error does: the transport
  *                        connection breaks (its socket is shut down, so the
@@ -33,6 +33,8 @@
  *   poll     poll(POLLIN) and non-blocking recv() while the server streams
  *   zcopy    blocking send() of zero-copy sizes (SrcAvail, RDMA read by
  *            the server)
+ *   wzcopy   the same while the server's receives are big enough to be
+ *            advertised (SinkAvail, RDMA write by the client)
  *   linger   close() with SO_LINGER on, data still queued, the server
  *            reading slowly
  *   connect  blocking connect() (then recv())
@@ -80,12 +82,12 @@ const char *say_prefix = "fault_check";
 
 enum fault_op {
 	F_POST_SEND, F_POST_RECV, F_RDMA_READ, F_RDMA_WRITE,
-	F_WC_SEND, F_WC_RECV, F_WC_READ, F_EV_DISC, F_EV_ERROR, F_NOPS
+	F_WC_SEND, F_WC_RECV, F_WC_READ, F_WC_WRITE, F_EV_DISC, F_EV_ERROR, F_NOPS
 };
 
 static const char *const fault_name[F_NOPS] = {
 	"post_send", "post_recv", "rdma_read", "rdma_write",
-	"wc_send", "wc_recv", "wc_read", "ev_disc", "ev_error",
+	"wc_send", "wc_recv", "wc_read", "wc_write", "ev_disc", "ev_error",
 };
 
 static const struct oti_ops *real = &tcpf_transport_ops;
@@ -220,7 +222,7 @@ static int w_poll_cq(struct oti_ep *ep, struct oti_wc *wc, int n)
 {
 	static const enum fault_op of_wc[] = {
 		[OTI_WC_SEND] = F_WC_SEND, [OTI_WC_RECV] = F_WC_RECV,
-		[OTI_WC_RDMA_READ] = F_WC_READ, [OTI_WC_RDMA_WRITE] = F_NOPS,
+		[OTI_WC_RDMA_READ] = F_WC_READ, [OTI_WC_RDMA_WRITE] = F_WC_WRITE,
 	};
 	int got = real->poll_cq(ep, wc, n);
 	bool shut = false;
@@ -346,7 +348,7 @@ static void *watchdog(void *arg)
 
 /* --- the server ------------------------------------------------------------ */
 
-enum role { R_SOURCE, R_SINK, R_SLOW_SINK, R_ECHO };
+enum role { R_SOURCE, R_SINK, R_SLOW_SINK, R_BIG_SINK, R_ECHO };
 
 static struct sockaddr_in srv_addr;
 static int listen_sd;
@@ -373,7 +375,7 @@ static void srv_end(uint64_t s, enum role role, bool corrupt, const char *fmt, l
 
 static void serve(int sd, enum role role, uint64_t s)
 {
-	static unsigned char buf[CHUNK];
+	static unsigned char buf[4 * MiB];
 	struct xgen g;
 	uint64_t rng = s;
 	uint64_t moved = 0;
@@ -397,8 +399,11 @@ static void serve(int sd, enum role role, uint64_t s)
 		return;
 	case R_SINK:
 	case R_SLOW_SINK:
+	case R_BIG_SINK:
 		for (;;) {
-			size_t n = role == R_SINK ? CHUNK : 4 * KiB;
+			/* Big receives advertise their buffers (SinkAvail):
+			 * the client RDMA-writes into them. */
+			size_t n = role == R_SINK ? CHUNK : role == R_BIG_SINK ? sizeof(buf) : 4 * KiB;
 
 			r = sdp_recv(sd, buf, n, 0);
 			if (r <= 0)
@@ -413,7 +418,7 @@ static void serve(int sd, enum role role, uint64_t s)
 		srv_end(s, role, false, "recv %ld", (long)r);
 		return;
 	case R_ECHO:
-		while ((r = sdp_recv(sd, buf, sizeof(buf), 0)) > 0)
+		while ((r = sdp_recv(sd, buf, CHUNK, 0)) > 0)
 			if (xfer_send_all(&xsock_sdp, sd, buf, (size_t)r, -1) != r)
 				break;
 		srv_end(s, role, false, "echo %ld", (long)r);
@@ -460,10 +465,10 @@ static void srv_wait(uint64_t s)
 
 /* --- the client's cases --------------------------------------------------- */
 
-enum api { A_RECV, A_SEND, A_POLL, A_ZCOPY, A_LINGER, A_CONNECT, A_ACCEPT, A_NAPIS };
+enum api { A_RECV, A_SEND, A_POLL, A_ZCOPY, A_WZCOPY, A_LINGER, A_CONNECT, A_ACCEPT, A_NAPIS };
 
 static const char *const api_name[A_NAPIS] = {
-	"recv", "send", "poll", "zcopy", "linger", "connect", "accept",
+	"recv", "send", "poll", "zcopy", "wzcopy", "linger", "connect", "accept",
 };
 
 /* Which faults a case drives its call into, on which sides. */
@@ -472,6 +477,7 @@ struct plan {
 	enum role role;
 	unsigned ops;		/* bit per enum fault_op, on either side */
 	unsigned passive_only;	/* of those, the ones only the server does */
+	unsigned active_only;	/* and the ones only the client does */
 	bool active, passive;
 	unsigned max_nth;
 };
@@ -481,18 +487,22 @@ struct plan {
 		     B(F_EV_DISC) | B(F_EV_ERROR))
 
 static const struct plan plans[] = {
-	{ A_RECV, R_SOURCE, DATA_FAULTS, 0, true, true, 40 },
-	{ A_SEND, R_SINK, DATA_FAULTS, 0, true, true, 40 },
-	{ A_POLL, R_SOURCE, DATA_FAULTS, 0, true, true, 40 },
+	{ A_RECV, R_SOURCE, DATA_FAULTS, 0, 0, true, true, 40 },
+	{ A_SEND, R_SINK, DATA_FAULTS, 0, 0, true, true, 40 },
+	{ A_POLL, R_SOURCE, DATA_FAULTS, 0, 0, true, true, 40 },
 	/* The server, the receiver, RDMA-reads the client's SrcAvails. */
 	{ A_ZCOPY, R_SINK, DATA_FAULTS | B(F_RDMA_READ) | B(F_WC_READ),
-	  B(F_RDMA_READ) | B(F_WC_READ), true, true, 8 },
-	{ A_LINGER, R_SLOW_SINK, DATA_FAULTS, 0, true, true, 10 },
+	  B(F_RDMA_READ) | B(F_WC_READ), 0, true, true, 8 },
+	/* The server's big receives advertise (SinkAvail); the client
+	 * RDMA-writes into them (Write Zcopy). */
+	{ A_WZCOPY, R_BIG_SINK, DATA_FAULTS | B(F_RDMA_WRITE) | B(F_WC_WRITE),
+	  0, B(F_RDMA_WRITE) | B(F_WC_WRITE), true, true, 8 },
+	{ A_LINGER, R_SLOW_SINK, DATA_FAULTS, 0, 0, true, true, 10 },
 	/* Before the HelloAck nothing is polled from the completion queue. */
 	{ A_CONNECT, R_SOURCE, B(F_POST_SEND) | B(F_POST_RECV) | B(F_EV_DISC) | B(F_EV_ERROR),
-	  0, true, false, 2 },
+	  0, 0, true, false, 2 },
 	{ A_ACCEPT, R_SOURCE, B(F_POST_SEND) | B(F_POST_RECV) | B(F_EV_DISC) | B(F_EV_ERROR),
-	  0, false, true, 2 },
+	  0, 0, false, true, 2 },
 };
 
 static bool err_in(long err, const int *ok)
@@ -705,6 +715,7 @@ static void run_case(const struct plan *p, enum fault_op op, bool passive, uint6
 			ok = send_until_error(sd, s, 1, CHUNK, why, sizeof(why));
 			break;
 		case A_ZCOPY:
+		case A_WZCOPY:
 			ok = send_until_error(sd, s, ZC_SEND, 4 * MiB, why, sizeof(why));
 			break;
 		case A_LINGER:
@@ -807,6 +818,7 @@ int main(int argc, char **argv)
 				if (!(only & (1u << p->api)) || !(p->ops & B(op)) ||
 				    !(passive ? p->passive : p->active) ||
 				    (!passive && (p->passive_only & B(op))) ||
+				    (passive && (p->active_only & B(op))) ||
 				    (only_fault && strcmp(only_fault, fault_name[op])))
 					continue;
 				run_case(p, (enum fault_op)op, passive, &rng);

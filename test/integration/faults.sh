@@ -121,8 +121,8 @@ for point in connect bcopy zcopy close; do
 		args=$(client_args "$point")
 		desc="kill client at $point ($args)"
 		: >"$TMP/c.out"
-		# shellcheck disable=SC2086
 		seen=$(size "$lsout")
+		# shellcheck disable=SC2086
 		start_bg "$TMP/c.out" "$SDPCAT" -c "$TEST_HOST:$LPORT" $args
 		kill_after "$point" "$BG_PID" "$lsout" "$seen" "$LSPID"
 		if run_with_timeout 60 "$SDPCAT" -c "$TEST_HOST:$LPORT" --bytes 4M \
