@@ -14,6 +14,8 @@
 #    (the next client's transfer is checked); a killed server's client
 #    exits 1 saying why, or 0 with its data confirmed when the kill came
 #    after the server had checked it.  No side may report corrupt data.
+# 3. The same for a program under the preload that waits in epoll: its
+#    killed peers' connections end as TCP's do, and it serves the next.
 #
 # FAULT_SEED=N repeats a run (the seed is logged); FAULT_ROUNDS=N kills N
 # times per point and victim (default 2).
@@ -174,6 +176,71 @@ fi
 if ! kill -0 "$LSPID" 2>/dev/null; then
 	log "FAIL the long-lived server died"
 	failures=$((failures + 1))
+fi
+
+# --- 3. a preloaded epoll program's peers killed -----------------------------
+# The server waits in epoll (EPOLLIN or EPOLLOUT, with EPOLLRDHUP) on an SDP
+# socket under the preload; each client is killed at a random point.  Each
+# connection must end (EOF, ECONNRESET or EPIPE), with what was read
+# intact, and the server go on to the next; the last client, not killed,
+# sends a known count that must arrive whole.
+if ! preload_lib >/dev/null; then
+	log "--- epoll under the preload: skipped (no libsdp.so)"
+else
+	log "--- epoll under the preload"
+	PY=$top_srcdir/test/integration/epoll_peer.py
+	conf=$TMP/sdp.conf
+	write_conf "$conf" "log min-level 7" "use sdp server * $TEST_HOST:*" \
+		"use sdp client * $TEST_HOST:*"
+	P=$(preload_env "$conf")
+	if is_sanitized; then
+		export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+	fi
+	eout=$TMP/epoll_server.out
+	# shellcheck disable=SC2086
+	start_bg "$eout" env $P python3 "$PY" server "$TEST_HOST" "$TMP/eport"
+	EPID=$BG_PID
+	if ! wait_for_file "$TMP/eport" 60; then
+		log "FAIL the epoll server did not start:"
+		sed 's/^/  /' "$eout"
+		failures=$((failures + 1))
+	else
+		eport=$(cat "$TMP/eport")
+		conns=$((2 * rounds))
+		for ((n = 0; n < conns; n++)); do
+			mode=send
+			[ $((n % 2)) -eq 1 ] && mode=recv
+			seen=$(size "$eout")
+			# shellcheck disable=SC2086
+			start_bg "$TMP/ec.out" env $P python3 "$PY" client "$TEST_HOST" "$eport" "$mode"
+			wait_accepted "$eout" "$seen"
+			pause_ms "$(rand 0 300)"
+			kill -9 "$BG_PID" 2>/dev/null
+			wait "$BG_PID" 2>/dev/null
+		done
+		total=$(rand 1 8000000)
+		# shellcheck disable=SC2086
+		run_with_timeout 60 env $P python3 "$PY" client "$TEST_HOST" "$eport" send "$total" \
+			>"$TMP/ec.out" 2>&1
+		end=$((SECONDS + $(slow 60)))
+		while [ "$(grep -c '^conn ' "$eout")" -le "$conns" ] && [ "$SECONDS" -lt "$end" ]; do
+			sleep 0.1
+		done
+		grep '^conn ' "$eout" | sed 's/^/  /'
+		if ! grep -Eq "(over SDP|accepted an SDP connection) \($TEST_TRANSPORT\)" "$eout"; then
+			log "FAIL the epoll server's connections were not over SDP ($TEST_TRANSPORT)"
+			failures=$((failures + 1))
+		elif [ "$(grep -Ec '^conn [0-9]+ (header|read|write): (EOF|ECONNRESET|EPIPE) after [0-9]+ bytes, intact$' "$eout")" -ne $((conns + 1)) ]; then
+			log "FAIL the epoll server: a connection did not end as TCP ends, or was corrupt"
+			sed 's/^/  /' "$eout" | tail -n 30
+			failures=$((failures + 1))
+		elif ! grep -q "^conn $conns read: EOF after $total bytes, intact$" "$eout"; then
+			log "FAIL the epoll server: the last client's $total bytes did not arrive whole"
+			failures=$((failures + 1))
+		else
+			log "ok   epoll server: $conns killed clients seen to end, the next one's $total bytes whole"
+		fi
+	fi
 fi
 
 if [ "$failures" -ne 0 ]; then
