@@ -494,9 +494,10 @@ static const struct plan plans[] = {
 	{ A_ZCOPY, R_SINK, DATA_FAULTS | B(F_RDMA_READ) | B(F_WC_READ),
 	  B(F_RDMA_READ) | B(F_WC_READ), 0, true, true, 8 },
 	/* The server's big receives advertise (SinkAvail); the client
-	 * RDMA-writes into them (Write Zcopy). */
-	{ A_WZCOPY, R_BIG_SINK, DATA_FAULTS | B(F_RDMA_WRITE) | B(F_WC_WRITE),
-	  0, B(F_RDMA_WRITE) | B(F_WC_WRITE), true, true, 8 },
+	 * RDMA-writes into them (Write Zcopy), or the server reads the
+	 * client's SrcAvail straight into them. */
+	{ A_WZCOPY, R_BIG_SINK, DATA_FAULTS | B(F_RDMA_WRITE) | B(F_WC_WRITE) | B(F_RDMA_READ) |
+	  B(F_WC_READ), B(F_RDMA_READ) | B(F_WC_READ), B(F_RDMA_WRITE) | B(F_WC_WRITE), true, true, 8 },
 	{ A_LINGER, R_SLOW_SINK, DATA_FAULTS, 0, 0, true, true, 10 },
 	/* Before the HelloAck nothing is polled from the completion queue. */
 	{ A_CONNECT, R_SOURCE, B(F_POST_SEND) | B(F_POST_RECV) | B(F_EV_DISC) | B(F_EV_ERROR),
