@@ -112,7 +112,6 @@ static struct ep_state {
 	bool passive;
 	unsigned gen;		/* fault.gen when it was opened */
 	bool broken;		/* an error completion was given: flush */
-	int pending_ev;		/* an event to give: 0 none */
 } eps[MAX_EPS];
 
 static struct ep_state *ep_find(struct oti_ep *ep)
@@ -247,29 +246,21 @@ static int w_poll_cq(struct oti_ep *ep, struct oti_wc *wc, int n)
 
 static int w_get_event(struct oti_ep *ep, struct oti_event *ev)
 {
-	int type = 0;
+	enum oti_event_type inject = 0;
 
 	pthread_mutex_lock(&fault_lock);
 	struct ep_state *e = ep_find(ep);
 
-	if (e && !e->pending_ev) {
-		if (fault_hit(e, F_EV_DISC))
-			e->pending_ev = OTI_EV_DISCONNECTED;
-		else if (fault_hit(e, F_EV_ERROR))
-			e->pending_ev = OTI_EV_ERROR;
-		if (e->pending_ev)
-			type = -1;	/* just now: shut the real one */
-	}
-	if (e && e->pending_ev > 0) {
-		*ev = (struct oti_event){ .type = e->pending_ev,
-					  .status = e->pending_ev == OTI_EV_ERROR ? -EIO : 0 };
-		e->pending_ev = -1;	/* given */
-		type = type ? -2 : 1;
-	}
+	if (fault_hit(e, F_EV_DISC))
+		inject = OTI_EV_DISCONNECTED;
+	else if (fault_hit(e, F_EV_ERROR))
+		inject = OTI_EV_ERROR;
 	pthread_mutex_unlock(&fault_lock);
-	if (type == -2)
-		link_cut(ep);
-	return type ? 0 : real->get_event(ep, ev);
+	if (!inject)
+		return real->get_event(ep, ev);
+	link_cut(ep);
+	*ev = (struct oti_event){ .type = inject, .status = inject == OTI_EV_ERROR ? -EIO : 0 };
+	return 0;
 }
 
 static struct oti_ops wrap;
@@ -313,6 +304,7 @@ static bool fault_fired(void)
 static unsigned slow = 1;
 static pthread_mutex_t wd_lock = PTHREAD_MUTEX_INITIALIZER;
 static char wd_what[160];
+static unsigned wd_secs;
 static struct timespec wd_deadline;
 
 /* What is being waited for now, and for how long at most. */
@@ -320,6 +312,7 @@ static void watch(const char *what, int seconds)
 {
 	pthread_mutex_lock(&wd_lock);
 	snprintf(wd_what, sizeof(wd_what), "%s", what);
+	wd_secs = (unsigned)seconds * slow;
 	clock_gettime(CLOCK_MONOTONIC, &wd_deadline);
 	wd_deadline.tv_sec += (time_t)seconds * slow;
 	pthread_mutex_unlock(&wd_lock);
@@ -336,7 +329,7 @@ static void *watchdog(void *arg)
 		if (wd_deadline.tv_sec && (now.tv_sec > wd_deadline.tv_sec ||
 					   (now.tv_sec == wd_deadline.tv_sec &&
 					    now.tv_nsec >= wd_deadline.tv_nsec))) {
-			say("FAIL %s: hung (no return within %u s)", wd_what, 30 * slow);
+			say("FAIL %s: hung (no return within %u s)", wd_what, wd_secs);
 			_exit(1);
 		}
 		pthread_mutex_unlock(&wd_lock);
