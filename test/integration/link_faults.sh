@@ -15,6 +15,9 @@
 # the same interface, and ACTIVE), a server that lived through it serves a
 # new connection, checked end to end, over the same transport.
 . "$(dirname "$0")/lib.sh"
+# shellcheck disable=SC2034
+TEST_LIMIT=90
+start_watchdog
 
 if [ -z "${VM_DEVICES:-}" ]; then
 	skip "not in the VM testbed (test/vm/run-in-vm)"
@@ -92,7 +95,10 @@ one_case() {
 		return
 	fi
 	sleep 1
-	"$@"
+	if ! run_with_timeout 12 "$@"; then
+		log "FAIL $desc: '$*' failed or did not return"
+		failures=$((failures + 1))
+	fi
 	wait_pid "$cpid" 180
 	crc=$?
 	wait_pid "$spid" 60
@@ -113,13 +119,9 @@ one_case() {
 	failures=$((failures + 1))
 }
 
-link_flap() {
-	ip link set "$netdev" down
-	sleep 1
-	ip link set "$netdev" up
-}
-
-one_case "$netdev down and up during a transfer" 256M link_flap
+# shellcheck disable=SC2016
+one_case "$netdev down and up during a transfer" 256M \
+	bash -c 'ip link set "$1" down && sleep 1 && ip link set "$1" up' link_flap "$netdev"
 restore || failures=$((failures + 1))
 next_works "after $netdev went down and up"
 
