@@ -72,6 +72,14 @@ next_works() {
 	else
 		log "FAIL $1: then a new connection: $(tr '\n' ' ' <"$TMP/next.out")"
 		failures=$((failures + 1))
+		# Which is it: the old listener, or the device?
+		if start_server "$TMP/fresh.out" --count 1 &&
+			run_with_timeout 120 "$SDPCAT" -c "$TEST_HOST:$PORT" --bytes 1M \
+				>"$TMP/fresh_c.out" 2>&1; then
+			log "  (a server started now does serve it: the old listener is dead)"
+		else
+			log "  (a server started now fails too: $(tr '\n' ' ' <"$TMP/fresh_c.out"))"
+		fi
 	fi
 }
 
