@@ -95,7 +95,7 @@ kill_after() {
 	close)
 		wait_accepted "$3" "$4"
 		pause_ms "$(rand 0 5)"
-		kill -STOP "$5"
+		kill -STOP "$5" 2>/dev/null
 		pause_ms "$(rand 20 200)"
 		;;
 	esac
@@ -106,7 +106,7 @@ kill_after() {
 		landed=" (the victim had exited)"
 	fi
 	wait "$2" 2>/dev/null
-	[ "$1" != close ] || kill -CONT "$5"
+	[ "$1" != close ] || kill -CONT "$5" 2>/dev/null
 }
 
 # The server that outlives its killed clients, and checks the next one.
