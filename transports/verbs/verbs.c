@@ -751,6 +751,8 @@ static struct vb_ep *ep_alloc(void)
 	return e;
 }
 
+static void drain_async(struct vb_ep *self);
+
 /* The verbs objects once the id is bound to a device: CQ and QP, and on
  * iWARP the start rule's word. */
 static int ep_make_qp(struct vb_ep *e)
@@ -761,6 +763,12 @@ static int ep_make_qp(struct vb_ep *e)
 	e->dev = vb_dev_of(ctx);
 	if (!e->dev)
 		return -ENOMEM;
+	/* What the device's async queue holds now happened before this ep
+	 * had a CQ or QP: a port that went down and up while no ep read the
+	 * queue (a listener between connections) would otherwise hit this
+	 * ep once it is listed, and reset a connection made after the
+	 * port came back.  Hand it to the eps that were there. */
+	drain_async(e);
 	e->pd = vb_pd_new(ctx);
 	if (!e->pd)
 		return -ENOMEM;
