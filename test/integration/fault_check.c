@@ -366,6 +366,17 @@ static void srv_end(uint64_t s, enum role role, bool corrupt, const char *fmt, l
 	pthread_mutex_unlock(&srv_lock);
 }
 
+/* A connection that died before it named its seed: the case whose
+ * connection it was may be over, its next connection served, by the time
+ * it is accepted (accept order is not connect order), so it says how it
+ * ended but leaves srv_done alone, or srv_wait() would wait for ever. */
+static void srv_unnamed(void)
+{
+	pthread_mutex_lock(&srv_lock);
+	snprintf(srv_note, sizeof(srv_note), "no header");
+	pthread_mutex_unlock(&srv_lock);
+}
+
 static void serve(int sd, enum role role, uint64_t s)
 {
 	static unsigned char buf[4 * MiB];
@@ -441,7 +452,7 @@ static void *server(void *arg)
 		    hdr[0] <= R_ECHO)
 			serve(sd, (enum role)hdr[0], hdr[1]);
 		else
-			srv_end(0, R_SOURCE, false, "no header (%ld)", 0);
+			srv_unnamed();
 		sdp_close(sd);
 	}
 }
