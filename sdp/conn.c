@@ -400,6 +400,11 @@ static void conn_connect_failed(struct sdp_sock *s, int err, enum sdp_fallback_r
 {
 	SDP_STAT_INC(connect_failures, 1);
 	sdp_conn_log(LOGSYS, "sd %d: SDP connect failed: %s", s->sd, strerror(err));
+	/* A transport's own errno (EIO from a failed post, ...) is none a
+	 * TCP connect() gives: the attempt was refused; the log above and
+	 * the fallback reason keep the truth. */
+	if (why == SDP_FB_TRANSPORT && conn_reason_of(err) == SDP_FB_TRANSPORT)
+		err = ECONNREFUSED;
 	s->so_error = err;
 	s->fb_reason = why;
 	s->state = SDP_S_CLOSED;
@@ -613,18 +618,7 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 		if (!s->conn)
 			break;
 		c->transport_down = true;
-		if (s->state == SDP_S_ESTABLISHED) {
-			if (!c->disconn_rcvd || ev->type == OTI_EV_ERROR) {
-				conn_set_reset(s, ECONNRESET);
-			} else {
-				/* Orderly: the peer closed after its DisConn.
-				 * What we still had to send cannot go. */
-				s->state = SDP_S_CLOSED;
-				if (c->tx_filled != c->tx_posted || !c->disconn_sent)
-					c->tx_filled = c->tx_posted;
-				sock_changed(s, true);
-			}
-		}
+		conn_lost(s, ev->type == OTI_EV_ERROR);
 		if (s->conn)
 			conn_leave_progress(s);
 		break;

@@ -562,6 +562,10 @@ void conn_transport_down(struct sdp_sock *s);
 /* The connection ended abnormally: err (positive) is what the
  * application will see once. */
 void conn_set_reset(struct sdp_sock *s, int err);
+/* The transport connection is gone (error: it failed) under an established
+ * s: a reset, unless the peer's DisConn had come and this is no error;
+ * then end of stream, and what we still had to send cannot go. */
+void conn_lost(struct sdp_sock *s, bool error);
 /* A transport post failed (data: ours was lost, a reset). */
 void conn_post_failed(struct sdp_sock *s, int ret, bool data);
 /* Post whatever may go now: data, control messages, a credit update. */

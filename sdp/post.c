@@ -255,6 +255,10 @@ void conn_kill_ep(struct sdp_sock *s)
 	c->ep_fd = -1;
 	c->transport_down = true;
 	c->disconnected = true;
+	/* No DISCONNECTED will come for a closed ep to give the verdict
+	 * (conn_post_failed() leaves it to that): a blocked call would
+	 * wait for ever. */
+	conn_lost(s, false);
 	sock_changed(s, false);
 }
 
@@ -286,6 +290,21 @@ void conn_set_reset(struct sdp_sock *s, int err)
 		s->conn->tx_filled = s->conn->tx_posted;
 		s->conn->ctrl_pending = 0;
 	}
+	sock_changed(s, true);
+}
+
+void conn_lost(struct sdp_sock *s, bool error)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (s->state != SDP_S_ESTABLISHED)
+		return;
+	if (!c->disconn_rcvd || error) {
+		conn_set_reset(s, ECONNRESET);
+		return;
+	}
+	s->state = SDP_S_CLOSED;
+	c->tx_filled = c->tx_posted;
 	sock_changed(s, true);
 }
 

@@ -238,6 +238,10 @@ static int serve_stream(struct conn *c)
 		msg("%s: %s: %s after %" PRIu64 " of %" PRIu64 " bytes received%s",
 		    c->peer, p.err_op, strerror(-ret), p.rx_done, h.bytes,
 		    bidir ? " (bidir)" : "");
+		/* What came before the error must be intact all the same. */
+		if (p.rx_bad_off != XFER_UNLIMITED)
+			msg("%s: data mismatch at byte %" PRIu64 " of %" PRIu64, c->peer,
+			    p.rx_bad_off, h.bytes);
 		goto out;
 	}
 	uint64_t ns = xfer_now_ns() - t0;
@@ -530,6 +534,8 @@ static int run_client(void)
 		msg("%s: %s after %" PRIu64 " of %" PRIu64 " bytes sent%s", p.err_op,
 		    strerror(-ret), p.tx_done, opt.bytes,
 		    opt.bidir ? " (bidir)" : "");
+		if (p.rx_bad_off != XFER_UNLIMITED)
+			msg("data mismatch from the server at byte %" PRIu64, p.rx_bad_off);
 		goto out;
 	}
 	if (opt.bidir && p.rx_done != opt.bytes) {

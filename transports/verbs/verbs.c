@@ -751,8 +751,8 @@ static struct vb_ep *ep_alloc(void)
 	return e;
 }
 
-/* The verbs objects once the id is bound to a device: CQ and QP, and on
- * iWARP the start rule's word. */
+static void drain_async(struct vb_ep *self);
+
 /* What ep_make_qp() could not make, as a warning (SDP_LOG_LEVEL 8): a
  * connect or accept that fails with ENOMEM or EIO otherwise does not say
  * which verb the device refused. */
@@ -763,6 +763,8 @@ static int qp_fail(const struct vb_ep *e, const char *what, int r)
 	return r;
 }
 
+/* The verbs objects once the id is bound to a device: CQ and QP, and on
+ * iWARP the start rule's word. */
 static int ep_make_qp(struct vb_ep *e)
 {
 	struct ibv_context *ctx = e->id->verbs;
@@ -772,6 +774,12 @@ static int ep_make_qp(struct vb_ep *e)
 	e->dev = vb_dev_of(ctx);
 	if (!e->dev)
 		return qp_fail(e, "the device's async fd", neg_errno(ENOMEM));
+	/* What the device's async queue holds now happened before this ep
+	 * had a CQ or QP: a port that went down and up while no ep read the
+	 * queue (a listener between connections) would otherwise hit this
+	 * ep once it is listed, and reset a connection made after the
+	 * port came back.  Hand it to the eps that were there. */
+	drain_async(e);
 	errno = 0;
 	e->pd = vb_pd_new(ctx);
 	if (!e->pd)
