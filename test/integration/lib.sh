@@ -27,21 +27,13 @@ TEST_NAME=$(basename "$0" .sh)
 # VM testbed): the engine may use it and nothing else, so that a transport
 # that does not come up fails the tests instead of leaving them to another
 # one.
-# TEST_HOST is the address servers listen on and clients connect to:
-# loopback for tcp-fallback; RDMA devices serve no loopback, so on any
-# other transport the guest's interface address set by test/vm/run-in-vm:
-# that of the interface the transport's device is on (VM_ADDR_RXE for ib,
-# VM_ADDR_SIW for iwarp, when the guest has both), else VM_ADDR.
+# TEST_HOST is the address servers listen on and clients connect to
+# (test_host.sh: loopback on tcp-fallback, the guest's RDMA interface
+# address on ib and iwarp).
 : "${TEST_TRANSPORT:=tcp-fallback}"
 SDP_TRANSPORTS=$TEST_TRANSPORT
-if [ -z "${TEST_HOST:-}" ]; then
-	case $TEST_TRANSPORT in
-	tcp-fallback) TEST_HOST=127.0.0.1 ;;
-	ib) TEST_HOST=${VM_ADDR_RXE:-${VM_ADDR:-}} ;;
-	iwarp) TEST_HOST=${VM_ADDR_SIW:-${VM_ADDR:-}} ;;
-	*) TEST_HOST=${VM_ADDR:-} ;;
-	esac
-fi
+# shellcheck source=SCRIPTDIR/test_host.sh
+. "$top_srcdir/test/integration/test_host.sh"
 # TEST_SLOW: a factor for every time limit of the suite (TEST_LIMIT,
 # run_with_timeout, wait_*, the programs' own timeouts through slow).  In
 # the VM testbed the guest runs under emulation, about ten times slower.
@@ -337,11 +329,8 @@ free_port() { python3 "$top_srcdir/tools/free_port.py" "$TEST_HOST"; }
 
 # The libsdp.so of this build, or empty.
 preload_lib() {
-	local f
-	for f in "$top_builddir/.libs/libsdp.so"; do
-		[ -f "$f" ] && { printf '%s\n' "$f"; return 0; }
-	done
-	return 1
+	local f=$top_builddir/.libs/libsdp.so
+	[ -f "$f" ] && printf '%s\n' "$f"
 }
 
 # The LD_PRELOAD value that loads libsdp.so into any program of a

@@ -41,14 +41,8 @@ prog=$build/test/integration/soak_check
 : "${TEST_TRANSPORT:=tcp-fallback}" "${SOAK_BYTES:=10G}" "${SOAK_CONNS:=20}"
 : "${SOAK_ROUNDS:=1}" "${NICE:=19}"
 : "${SOAK_SEED:=$(( ($(date +%s) ^ $$) & 0x7fffffff ))}"
-if [ -z "${TEST_HOST:-}" ]; then
-	case $TEST_TRANSPORT in
-	tcp-fallback) TEST_HOST=127.0.0.1 ;;
-	ib) TEST_HOST=${VM_ADDR_RXE:-${VM_ADDR:-}} ;;
-	iwarp) TEST_HOST=${VM_ADDR_SIW:-${VM_ADDR:-}} ;;
-	*) TEST_HOST=${VM_ADDR:-} ;;
-	esac
-fi
+# shellcheck source=SCRIPTDIR/../integration/test_host.sh
+. "$(dirname "$0")/../integration/test_host.sh"
 [ -n "$TEST_HOST" ] || { echo "long_soak: set TEST_HOST for $TEST_TRANSPORT" >&2; exit 2; }
 if [ -z "${TEST_SLOW:-}" ]; then
 	TEST_SLOW=1
