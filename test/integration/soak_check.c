@@ -323,41 +323,54 @@ static int recv_exact(struct flow *f, uint8_t *buf, size_t len)
 	return 0;
 }
 
+/* One end of a Transaction-mode connection: the request and reply
+ * generators and hashes, and a reply buffer as large as a reply gets. */
+struct tr_end {
+	uint8_t *rbuf;
+	struct xgen gq, gr;
+	struct xhash hq, hr;
+	uint64_t rng;
+};
+
+static int tr_begin(struct conn *c, struct tr_end *t)
+{
+	xgen_init(&t->gq, c->up.seed);
+	xgen_init(&t->gr, c->down.seed);
+	xhash_init(&t->hq);
+	xhash_init(&t->hr);
+	t->rng = c->up.wrng;
+	t->rbuf = malloc(4 * (thresh ? thresh : 65536));
+	return t->rbuf ? 0 : -ENOMEM;
+}
+
 static void *trans_client(void *arg)
 {
 	struct conn *c = arg;
 	struct flow *req = &c->up, *rep = &c->down;
-	size_t max = 4 * (thresh ? thresh : 65536);
-	uint8_t *rbuf = malloc(max), qbuf[TR_REQ_MAX];
-	struct xgen gq, gr;
-	struct xhash hq, hr;
-	uint64_t rng = req->wrng;
+	uint8_t qbuf[TR_REQ_MAX];
+	struct tr_end t;
 
-	xgen_init(&gq, req->seed);
-	xgen_init(&gr, rep->seed);
-	xhash_init(&hq);
-	xhash_init(&hr);
-	if (!rbuf)
+	if (tr_begin(c, &t))
 		fail_tx(req, "malloc", -ENOMEM);
-	while (rbuf && rep->rcvd < c->rep_total) {
+	while (t.rbuf && rep->rcvd < c->rep_total) {
 		size_t qn, rn;
 		int r;
 
-		tr_sizes(&rng, c->rep_total - rep->rcvd, &qn, &rn);
-		xgen_fill(&gq, qbuf, qn);
+		tr_sizes(&t.rng, c->rep_total - rep->rcvd, &qn, &rn);
+		xgen_fill(&t.gq, qbuf, qn);
 		r = send_all(req, qbuf, qn);
 		if (r) {
 			fail_tx(req, "send request", r);
 			break;
 		}
-		xhash_update(&hq, qbuf, qn);
+		xhash_update(&t.hq, qbuf, qn);
 		req->sent += qn;
-		r = recv_exact(rep, rbuf, rn);
+		r = recv_exact(rep, t.rbuf, rn);
 		if (r) {
 			fail_rx(rep, r > 0 ? "recv reply (early EOF)" : "recv reply", r > 0 ? -EIO : r);
 			break;
 		}
-		rx_chunk(rep, &gr, &hr, rbuf, rn);
+		rx_chunk(rep, &t.gr, &t.hr, t.rbuf, rn);
 		c->turns++;
 	}
 	if (!req->tx_err && !rep->rx_err) {
@@ -371,9 +384,9 @@ static void *trans_client(void *arg)
 		if (n != 0)
 			fail_rx(rep, "recv after the last reply (not EOF)", n < 0 ? (int)n : -EIO);
 	}
-	req->tx_hash = xhash_digest(&hq);
-	rep->rx_hash = xhash_digest(&hr);
-	free(rbuf);
+	req->tx_hash = xhash_digest(&t.hq);
+	rep->rx_hash = xhash_digest(&t.hr);
+	free(t.rbuf);
 	atomic_fetch_sub(&c->running, 1);
 	return NULL;
 }
@@ -382,37 +395,30 @@ static void *trans_server(void *arg)
 {
 	struct conn *c = arg;
 	struct flow *req = &c->up, *rep = &c->down;
-	size_t max = 4 * (thresh ? thresh : 65536);
-	uint8_t *rbuf = malloc(max), qbuf[TR_REQ_MAX];
-	struct xgen gq, gr;
-	struct xhash hq, hr;
-	uint64_t rng = req->wrng;
+	uint8_t qbuf[TR_REQ_MAX];
+	struct tr_end t;
 
-	xgen_init(&gq, req->seed);
-	xgen_init(&gr, rep->seed);
-	xhash_init(&hq);
-	xhash_init(&hr);
-	if (!rbuf)
+	if (tr_begin(c, &t))
 		fail_tx(rep, "malloc", -ENOMEM);
-	while (rbuf && rep->sent < c->rep_total) {
+	while (t.rbuf && rep->sent < c->rep_total) {
 		size_t qn, rn;
 		int r;
 
-		tr_sizes(&rng, c->rep_total - rep->sent, &qn, &rn);
+		tr_sizes(&t.rng, c->rep_total - rep->sent, &qn, &rn);
 		r = recv_exact(req, qbuf, qn);
 		if (r) {
 			fail_rx(req, r > 0 ? "recv request (early EOF)" : "recv request",
 				  r > 0 ? -EIO : r);
 			break;
 		}
-		rx_chunk(req, &gq, &hq, qbuf, qn);
-		xgen_fill(&gr, rbuf, rn);
-		r = send_all(rep, rbuf, rn);
+		rx_chunk(req, &t.gq, &t.hq, qbuf, qn);
+		xgen_fill(&t.gr, t.rbuf, rn);
+		r = send_all(rep, t.rbuf, rn);
 		if (r) {
 			fail_tx(rep, "send reply", r);
 			break;
 		}
-		xhash_update(&hr, rbuf, rn);
+		xhash_update(&t.hr, t.rbuf, rn);
 		rep->sent += rn;
 	}
 	if (!req->rx_err && !rep->tx_err) {
@@ -425,9 +431,9 @@ static void *trans_server(void *arg)
 		if (r)
 			fail_tx(rep, "shutdown", r);
 	}
-	req->rx_hash = xhash_digest(&hq);
-	rep->tx_hash = xhash_digest(&hr);
-	free(rbuf);
+	req->rx_hash = xhash_digest(&t.hq);
+	rep->tx_hash = xhash_digest(&t.hr);
+	free(t.rbuf);
 	atomic_fetch_sub(&c->running, 1);
 	return NULL;
 }
