@@ -27,7 +27,9 @@
 # Where the bytes went: every preloaded program logs its connections
 # (log min-level 7); the table's last column counts the SDP connections and
 # the fallbacks to TCP of each SDP run.  A run with fallbacks is not an
-# SDP result: it is marked "(fell back)".
+# SDP result: it is marked "(fell back)".  Then the servers' own counters
+# (sdpstat, read before each is stopped): connections accepted over SDP
+# and over the kernel's TCP, bytes moved over SDP.
 #
 # Environment: APPS_SECS (seconds per sockperf run, 5; --quick 2),
 # APPS_REQS (redis-benchmark requests, 200000; --quick 50000), APPS_CONNS
@@ -111,6 +113,26 @@ where() {
 	echo "sdp=$n tcp=$f"
 }
 
+# bytes_proof NAME PID: the server's own counters from sdpstat, read
+# before it is stopped: connections it accepted over SDP and over TCP (the
+# application's kernel sockets), bytes it moved over SDP.  An SDP run shows
+# "tcp 0" and the bytes; a TCP connection accepted is a fallback.
+proofs=()
+bytes_proof() {
+	local line
+	line=$("$build/tools/sdpstat" -p "$2" -c --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    p = json.load(sys.stdin)["processes"][0]["counters"]
+except (ValueError, KeyError, IndexError):
+    print("no sdpstat record"); sys.exit()
+mib = lambda v: v / 1048576
+print("accepted sdp %d tcp %d; SDP bytes received %.1f MiB, sent %.1f MiB" % (
+    p.get("accept_sdp", 0), p.get("accept_tcp", 0),
+    mib(p.get("sdp_bytes_rx", 0)), mib(p.get("sdp_bytes_tx", 0))))')
+	proofs+=("$1: ${line:-no sdpstat record}")
+}
+
 declare -A vals wheres
 note_val() { # KEY VALUE
 	vals[$1]="${vals[$1]:-} $2"
@@ -125,6 +147,7 @@ m_sockperf() { # MODE REP
 	pids+=("$spid")
 	wait_port "$p" || { echo "sockperf server did not start" >&2; kill "$spid"; return 1; }
 	out=$(run_as "$mode" "$clog" sockperf pp --tcp -i "$host" -p "$p" -m 64 -t "$secs" 2>&1)
+	[ "$mode" = sdp ] && bytes_proof "sockperf server, rep $2" "$spid"
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
 	local avg p50
@@ -156,6 +179,7 @@ m_redis() { # MODE REP
 		note_val "redis_get_c$c.$mode" "$rps"
 		[ "$mode" = sdp ] && wheres[redis_get_c$c]="${wheres[redis_get_c$c]:-} $(where "$clog")"
 	done
+	[ "$mode" = sdp ] && bytes_proof "redis-server (c50 and c1000), rep $2" "$rpid"
 	kill "$rpid" 2>/dev/null
 	wait "$rpid" 2>/dev/null
 	return 0
@@ -221,6 +245,9 @@ for key in sockperf64_avg sockperf64_p50 redis_get_c50 redis_get_c1000 conn_rate
 	case "$w" in *tcp=[1-9]*) w="$w (fell back)" ;; esac
 	printf '%-22s %-24s %-24s %-8s %s\n' "$key" "$(stats "$t")" "$(stats "$s")" "$ratio" "$w"
 done
+echo
+echo "where the bytes went, the SDP runs' servers (sdpstat):"
+printf '  %s\n' "${proofs[@]:-none}"
 echo
 echo "units: sockperf one-way latency in us (lower is better), redis requests/s and conn_rate"
 echo "connections/s (higher is better), first_connect_ms in ms (lower is better)"
