@@ -293,11 +293,18 @@ static void server(struct side *s, const char *ia_name, unsigned port, unsigned 
 	if (pair_fnv(s->s.data, s->s.size) != m.h.sum)
 		pair_fail("RDMA write: the %zu bytes in the buffer do not match the checksum", s->s.size);
 	/* the verdict; the client disconnects only after it (a receive must
-	 * not be posted again on an EP the peer has disconnected) */
-	send_msg(s, &(struct hdr){ .type = M_DONE }, NULL, 0);
+	 * not be posted again on an EP the peer has disconnected).  Its
+	 * completion is taken after the disconnect, which proves it arrived:
+	 * the client's disconnect request can overtake the transport's
+	 * acknowledgement, and the send then completes flushed (as in
+	 * dat_pair's burst; RC orders neither against the other). */
+	{
+		struct hdr done = { .type = M_DONE };
 
-	/* the client disconnects */
-	pair_wait(s->s.conn_evd, DAT_CONNECTION_EVENT_DISCONNECTED, "disconnect");
+		pair_post_send(&s->s, &done, sizeof(done));
+		pair_wait(s->s.conn_evd, DAT_CONNECTION_EVENT_DISCONNECTED, "disconnect");
+		pair_send_done(&s->s, sizeof(done), 1);
+	}
 	teardown(s);
 	printf("ssp_pair: server OK: %u messages and %zu RDMA-written bytes checksummed\n",
 	       nmsgs, s->s.size);

@@ -84,6 +84,12 @@ run_preloaded() {
 		log "stderr of the preloaded run (last 40 lines):"
 		tail -n 40 "$err" | sed 's/^/  stderr: /'
 	fi
+	# What libsdp itself said went wrong (a transport that refused a
+	# connection names the verb as a warning).
+	if grep -qE '^libsdp\S* \S+ (warning|error) ' "$clog" 2>/dev/null; then
+		log "libsdp's warnings and errors in the preloaded run (first 20):"
+		grep -E '^libsdp\S* \S+ (warning|error) ' "$clog" | head -n 20 | sed 's/^/  log: /'
+	fi
 	return 1
 }
 
