@@ -6,9 +6,9 @@
  * runs it with and without the preload and prints the figures side by side.
  *
  *   preload_cost serve --port-file F [--echo] [--host IPV4]
- *       listen on 127.0.0.1:0, write the port to F, accept forever (a
- *       thread per connection); with --echo send every byte back, else
- *       read until EOF and close
+ *       listen on 127.0.0.1:0 (or IPV4:0), write the port to F, accept
+ *       forever (a thread per connection); with --echo send every byte
+ *       back, else read until EOF and close
  *   preload_cost connect HOST:PORT N [--send BYTES]
  *       N x socket()+connect()+close() (after WARMUP unmeasured ones),
  *       with BYTES written before each close (the connection rate of a
