@@ -272,14 +272,23 @@ static int neg_errno(int fallback)
 	return errno ? -errno : -fallback;
 }
 
-static struct rdma_event_channel *new_channel(void)
+/* An event channel whose fd is in libsdp's region; NULL with *err. */
+static struct rdma_event_channel *new_channel(int *err)
 {
-	struct rdma_event_channel *ch = vc_channel_new();
+	struct rdma_event_channel *ch;
 
-	if (ch && vb_own_fd(&ch->fd) < 0) {
+	errno = 0;
+	ch = vc_channel_new();
+	if (!ch) {
+		*err = neg_errno(ENOMEM);
+		return NULL;
+	}
+	*err = vb_own_fd(&ch->fd);
+	if (*err < 0) {
 		vc_channel_free(ch);
 		return NULL;
 	}
+	*err = 0;
 	return ch;
 }
 
@@ -358,12 +367,13 @@ static uint16_t port_off_of(const struct vb_flavor *fl)
  */
 static int serves_local(const struct vb_flavor *fl, const struct sockaddr *local)
 {
-	struct rdma_event_channel *ch = new_channel();
+	int ret;
+	struct rdma_event_channel *ch = new_channel(&ret);
 	struct rdma_cm_id *id = NULL;
-	int ret = -ENODEV;
 
 	if (!ch)
 		return -ENODEV;
+	ret = -ENODEV;
 	if (vc_id_new(ch, &id, NULL) == 0) {
 		/* A wildcard binds without a device: every device may serve. */
 		if (vc_bind(id, local, true) == 0 &&
@@ -502,7 +512,7 @@ int vb_listen(const struct vb_flavor *fl, const struct sockaddr *addr, socklen_t
 		return -ENOMEM;
 	l->fl = fl;
 	l->port_off = port_off_of(fl);
-	l->ch = new_channel();
+	l->ch = new_channel(&ret);
 	if (!l->ch) {
 		ret = -ENODEV;
 		goto free_l;
@@ -719,25 +729,30 @@ static void push_event(struct vb_ep *e, enum oti_event_type type, int status, co
 		memcpy(ev->private_data, pdata, pdlen);
 }
 
-static struct vb_ep *ep_alloc(void)
+/* A new ep's fds and channel; NULL with *err (-EMFILE: no room left in
+ * libsdp's fd region, which is not a lack of memory). */
+static struct vb_ep *ep_alloc(int *err)
 {
 	struct vb_ep *e = calloc(1, sizeof(*e));
 
+	*err = -ENOMEM;
 	if (!e)
 		return NULL;
 	e->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
 	if (e->epfd < 0) {
+		*err = e->epfd;
 		free(e);
 		return NULL;
 	}
 	e->rtr_tfd = -1;
 	e->wakefd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (e->wakefd < 0) {
+		*err = e->wakefd;
 		fdspace_close(e->epfd);
 		free(e);
 		return NULL;
 	}
-	e->ch = new_channel();
+	e->ch = new_channel(err);
 	if (!e->ch) {
 		fdspace_close(e->wakefd);
 		fdspace_close(e->epfd);
@@ -852,14 +867,15 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 		      struct oti_ep **out)
 {
 	struct vb_listener *l = (struct vb_listener *)ol;
-	struct vb_ep *e = ep_alloc();
 	int ret;
+	struct vb_ep *e = ep_alloc(&ret);
 
 	if (!e) {
+		sdp_warn(l->fl->name, "accepted connection: its fds: %s", strerror(-ret));
 		vc_reject(req->id, NULL, 0);
 		vc_id_free(req->id);
 		free(req);
-		return -ENOMEM;
+		return ret;
 	}
 	e->id = req->id;
 	e->passive = true;
@@ -952,9 +968,11 @@ int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t
 	(void)srclen;
 	if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
-	e = ep_alloc();
-	if (!e)
-		return -ENOMEM;
+	e = ep_alloc(&ret);
+	if (!e) {
+		sdp_warn(fl->name, "outgoing connection: its fds: %s", strerror(-ret));
+		return ret;
+	}
 	e->fl = fl;
 	e->port_off = port_off_of(fl);
 	vc_sa_copy(&to, dst, (uint16_t)(vc_sa_port(dst) + e->port_off));
