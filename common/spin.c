@@ -1,20 +1,12 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /* The adaptive poll-then-block (spin.h). */
 #include <sched.h>
-#include <time.h>
 
+#include "clock.h"
 #include "spin.h"
 #include "tunables.h"
 
 static __thread unsigned misses;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void spin_begin(struct spin *sp)
 {
@@ -30,7 +22,7 @@ bool spin_left(struct spin *sp)
 {
 	if (!sp->budget_ns)
 		return false;
-	uint64_t now = now_ns();
+	uint64_t now = mono_ns();
 
 	if (!sp->start_ns)
 		sp->start_ns = now;
@@ -49,7 +41,7 @@ bool spin_again(struct spin *sp)
 void spin_sleeping(struct spin *sp)
 {
 	if (!sp->sleep_ns)
-		sp->sleep_ns = now_ns();
+		sp->sleep_ns = mono_ns();
 }
 
 void spin_end(struct spin *sp, bool found)
@@ -64,7 +56,7 @@ void spin_end(struct spin *sp, bool found)
 	}
 	/* It slept: a miss, unless the answer came so soon that a spin
 	 * would have caught it. */
-	if (found && now_ns() - sp->sleep_ns < sp->limit_ns)
+	if (found && mono_ns() - sp->sleep_ns < sp->limit_ns)
 		misses = 0;
 	else if (misses < SPIN_MISSES)
 		misses++;

@@ -7,14 +7,12 @@
  */
 #include <time.h>
 
+#include "clock.h"
 #include "sock.h"
 
 uint64_t ops_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 struct timespec *ops_timeout_until(uint64_t deadline, struct timespec *ts)

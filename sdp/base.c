@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "fdmap.h"
 #include "fdspace.h"
@@ -120,10 +121,7 @@ void sock_unlock_put(struct sdp_sock *s)
 
 uint64_t sdp_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 /* SDP_ZCOPY_THRESH: 0 is off, anything smaller than a page is a page. */

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "convert.h"
 #include "sys.h"
 
@@ -149,10 +150,7 @@ int conv_decode(const uint8_t *buf, size_t len, struct conv_frame *f)
 
 uint64_t conv_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 uint64_t conv_deadline_in(int ms)

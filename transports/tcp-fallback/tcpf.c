@@ -99,6 +99,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fdspace.h"
 #include "log.h"
 #include "oti.h"
@@ -180,14 +181,6 @@ static uint16_t app_to_tcp(uint16_t app, uint16_t off)
 static uint16_t tcp_to_app(uint16_t tcp, uint16_t off)
 {
 	return (uint16_t)((tcp + 0x10000u - off) & 0xffff);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* A TCP socket of ours: non-blocking, close-on-exec, no Nagle, out of
@@ -1081,7 +1074,7 @@ static void take_new(struct tcpf_listener *l)
 		(void)sys.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		h->fd = fd;
 		h->peer = peer;
-		h->since_ns = now_ns();
+		h->since_ns = mono_ns();
 		h->need = TCPF_HDR_LEN;
 		h->next = l->half;
 		l->half = h;
@@ -1099,7 +1092,7 @@ static void take_new(struct tcpf_listener *l)
 /* Read what the half-open connections sent; complete ones become ready. */
 static void read_halves(struct tcpf_listener *l)
 {
-	uint64_t now = now_ns();
+	uint64_t now = mono_ns();
 	uint64_t limit = (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
 
 	for (struct tcpf_half **pp = &l->half; *pp;) {

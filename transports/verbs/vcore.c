@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "sys.h"
 #include "vcore.h"
 
@@ -21,10 +22,7 @@ static int vc_err(int fallback)
 
 uint64_t vc_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return mono_ns() / 1000000;
 }
 
 /* --- addresses ------------------------------------------------------------ */
