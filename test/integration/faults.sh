@@ -23,7 +23,6 @@
 
 SDPCAT=$(prog sdpcat)
 FC=$(prog fault_check)
-failures=0
 seed=${FAULT_SEED:-$(date +%s)}
 rounds=${FAULT_ROUNDS:-2}
 kills=0
@@ -37,8 +36,7 @@ if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
 	rc=$?
 	sed 's/^/  /' "$TMP/fc.out"
 	if [ "$rc" -ne 0 ]; then
-		log "FAIL fault_check exit $(status_text "$rc")"
-		failures=$((failures + 1))
+		bad "fault_check exit $(status_text "$rc")"
 	fi
 else
 	log "--- injected faults: skipped (fault_check wraps tcp-fallback only)"
@@ -132,16 +130,14 @@ for point in connect bcopy zcopy close; do
 			grep -q 'checksum ok' "$TMP/next.out" && kill -0 "$LSPID" 2>/dev/null; then
 			log "ok   $desc$landed: the server served the next client"
 		else
-			log "FAIL $desc: the next client: $(tr '\n' ' ' <"$TMP/next.out")"
-			failures=$((failures + 1))
+			bad "$desc: the next client: $(tr '\n' ' ' <"$TMP/next.out")"
 		fi
 
 		# A server killed: the client returns, saying why.
 		args=$(client_args "$point")
 		desc="kill server at $point ($args)"
 		if ! start_server "$TMP/s.out" --count 1 -v --rsize 1-16K; then
-			log "FAIL $desc: server did not start"
-			failures=$((failures + 1))
+			bad "$desc: server did not start"
 			continue
 		fi
 		spid=$SERVER_PID
@@ -152,7 +148,7 @@ for point in connect bcopy zcopy close; do
 		wait_pid "$cpid" 60
 		rc=$?
 		if grep -Eq "$corrupt_msg" "$TMP/c.out" "$TMP/s.out"; then
-			log "FAIL $desc: corrupt data reported"
+			bad "$desc: corrupt data reported"
 		elif [ "$rc" -eq 1 ] && grep -Eq "$dead_peer_msg" "$TMP/c.out"; then
 			log "ok   $desc$landed: client exit 1: $(grep -E "$dead_peer_msg" "$TMP/c.out" | head -n 1)"
 			continue
@@ -160,22 +156,19 @@ for point in connect bcopy zcopy close; do
 			log "ok   $desc$landed: done before the kill: $(tail -n 1 "$TMP/c.out")"
 			continue
 		else
-			log "FAIL $desc: client exit $(status_text "$rc"), expected 1 with one of: $dead_peer_msg"
+			bad "$desc: client exit $(status_text "$rc"), expected 1 with one of: $dead_peer_msg"
 		fi
 		sed 's/^/  client: /' "$TMP/c.out"
 		sed 's/^/  server: /' "$TMP/s.out"
-		failures=$((failures + 1))
 	done
 done
 log "$kills of $((rounds * 8)) kills met their victim alive"
 if grep -Eq "$corrupt_msg" "$lsout"; then
-	log "FAIL the long-lived server read corrupt data:"
+	bad "the long-lived server read corrupt data:"
 	grep -E "$corrupt_msg" "$lsout" | sed 's/^/  /'
-	failures=$((failures + 1))
 fi
 if ! kill -0 "$LSPID" 2>/dev/null; then
-	log "FAIL the long-lived server died"
-	failures=$((failures + 1))
+	bad "the long-lived server died"
 fi
 
 # --- 3. a preloaded epoll program's peers killed -----------------------------
@@ -199,11 +192,9 @@ else
 	eout=$TMP/epoll_server.out
 	# shellcheck disable=SC2086
 	start_bg "$eout" env $P python3 "$PY" server "$TEST_HOST" "$TMP/eport"
-	EPID=$BG_PID
 	if ! wait_for_file "$TMP/eport" 60; then
-		log "FAIL the epoll server did not start:"
+		bad "the epoll server did not start:"
 		sed 's/^/  /' "$eout"
-		failures=$((failures + 1))
 	else
 		eport=$(cat "$TMP/eport")
 		conns=$((2 * rounds))
@@ -228,23 +219,18 @@ else
 		done
 		grep '^conn ' "$eout" | sed 's/^/  /'
 		if ! grep -Eq "(over SDP|accepted an SDP connection) \($TEST_TRANSPORT\)" "$eout"; then
-			log "FAIL the epoll server's connections were not over SDP ($TEST_TRANSPORT)"
-			failures=$((failures + 1))
+			bad "the epoll server's connections were not over SDP ($TEST_TRANSPORT)"
 		elif [ "$(grep -Ec '^conn [0-9]+ (header|read|write): (EOF|ECONNRESET|EPIPE) after [0-9]+ bytes, intact$' "$eout")" -ne $((conns + 1)) ]; then
-			log "FAIL the epoll server: a connection did not end as TCP ends, or was corrupt"
+			bad "the epoll server: a connection did not end as TCP ends, or was corrupt"
 			sed 's/^/  /' "$eout" | tail -n 30
-			failures=$((failures + 1))
 		elif ! grep -q "^conn $conns read: EOF after $total bytes, intact$" "$eout"; then
-			log "FAIL the epoll server: the last client's $total bytes did not arrive whole"
-			failures=$((failures + 1))
+			bad "the epoll server: the last client's $total bytes did not arrive whole"
 		else
 			log "ok   epoll server: $conns killed clients seen to end, the next one's $total bytes whole"
 		fi
 	fi
 fi
 
-if [ "$failures" -ne 0 ]; then
-	fail "$failures failure(s)"
-fi
+failures_end
 log "PASS"
 exit 0

@@ -36,14 +36,12 @@ for i in $(seq "$CLIENTS"); do
 		>"$TMP/client.$i" 2>&1 &
 	pids+=($!)
 done
-failures=0
 for i in $(seq "$CLIENTS"); do
 	wait "${pids[$((i - 1))]}"
 	rc=$?
 	if [ "$rc" -ne 0 ]; then
-		log "client $i: exit $(status_text "$rc")"
+		bad "client $i: exit $(status_text "$rc")"
 		sed 's/^/  /' "$TMP/client.$i"
-		failures=$((failures + 1))
 	fi
 done
 kill "$SERVER" 2>/dev/null
