@@ -768,14 +768,19 @@ static struct vb_ep *ep_alloc(int *err)
 
 static void drain_async(struct vb_ep *self);
 
-/* What ep_make_qp() could not make, as a warning (SDP_LOG_LEVEL 8): a
- * connect or accept that fails with ENOMEM or EIO otherwise does not say
- * which verb the device refused. */
+/* What a connection's set-up could not make (its fds, a verb the device
+ * refused), as a warning (SDP_LOG_LEVEL 8): a connect or accept that fails
+ * with ENOMEM or EIO otherwise does not say which.  Returns r. */
+static int setup_fail(const struct vb_flavor *fl, bool passive, const char *what, int r)
+{
+	sdp_warn(fl->name, "%s connection: %s failed: %s", passive ? "accepted" : "outgoing",
+		 what, strerror(-r));
+	return r;
+}
+
 static int qp_fail(const struct vb_ep *e, const char *what, int r)
 {
-	sdp_warn(e->fl->name, "%s connection: %s failed: %s",
-		     e->passive ? "accepted" : "outgoing", what, strerror(-r));
-	return r;
+	return setup_fail(e->fl, e->passive, what, r);
 }
 
 /* The verbs objects once the id is bound to a device: CQ and QP, and on
@@ -871,7 +876,7 @@ int vb_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	struct vb_ep *e = ep_alloc(&ret);
 
 	if (!e) {
-		sdp_warn(l->fl->name, "accepted connection: its fds: %s", strerror(-ret));
+		setup_fail(l->fl, true, "making its fds", ret);
 		vc_reject(req->id, NULL, 0);
 		vc_id_free(req->id);
 		free(req);
@@ -969,10 +974,8 @@ int vb_ep_open(const struct vb_flavor *fl, const struct sockaddr *dst, socklen_t
 	if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)
 		return -EAFNOSUPPORT;
 	e = ep_alloc(&ret);
-	if (!e) {
-		sdp_warn(fl->name, "outgoing connection: its fds: %s", strerror(-ret));
-		return ret;
-	}
+	if (!e)
+		return setup_fail(fl, false, "making its fds", ret);
 	e->fl = fl;
 	e->port_off = port_off_of(fl);
 	vc_sa_copy(&to, dst, (uint16_t)(vc_sa_port(dst) + e->port_off));
