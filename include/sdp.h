@@ -291,6 +291,8 @@ struct sdp_stats {
 	uint64_t regcache_invalidations;	/* dropped because the memory was freed or unmapped */
 	/* Added later, so at the end. */
 	uint64_t zcopy_peer_adverts;		/* SinkAvails the peer sent us (used or stale) */
+	uint64_t progress_fd_drives;		/* sockets the progress thread drove because
+						 * their transport fd woke it */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

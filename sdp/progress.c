@@ -240,6 +240,7 @@ static void *prog_main(void *arg)
 			}
 			/* The socket stays valid: its reference is dropped
 			 * only in prog_release(), after this batch. */
+			SDP_STAT_INC(progress_fd_drives, 1);
 			prog_drive(ev[i].data.ptr, false);
 		}
 		prog_drive_pokes();
