@@ -220,7 +220,8 @@ unsigned sdp_watch_edges(const struct sdp_watch *w);
  * registered after such sets with EPOLLEXCLUSIVE where the fd takes it,
  * so the kernel wakes it only when no thread sleeps in one of them.
  * key comes back for news of the transport only: changes made by other
- * threads still come through efd.  Returns 0.
+ * threads still come through efd.  epfd -1 takes them out again.
+ * Returns 0.
  */
 int sdp_watch_fds(struct sdp_watch *w, int epfd, uint64_t key);
 /* Until sdp_watch_mute(-1), this thread's changes to watched sockets do

@@ -100,7 +100,19 @@ struct ops_ep {
 	 * lookup must not cost a walk of every member per event. */
 	struct ops_epi **watched;
 	unsigned nwatched, watched_cap;	/* cap: 0 or a power of two */
+	bool indirect;		/* too many for sdp_watch_fds (EPSET_DIRECT_MAX) */
 };
+
+/*
+ * A set wakes on its SDP members' transports (sdp_watch_fds) while it has
+ * at most this many of them, and again once it is down to half.  A
+ * thread woken per arrival reports a member or two at a time; with many
+ * busy members the progress thread, which drives a batch per wakeup and
+ * rings the doorbell once, kept the application's batches larger: redis
+ * GET with 50 clients lost a quarter of its rate on the 2-core test
+ * machine with every member registered (doc/fastpath.md, step 4).
+ */
+#define EPSET_DIRECT_MAX 8
 
 /* The registry: reg_lock protects every ops_ep and ops_epi, and each
  * socket's epis list.  Order: an ops_sock lock, then reg_lock. */
@@ -218,6 +230,24 @@ static void watched_del(struct ops_ep *ep, struct ops_epi *epi)
 		}
 }
 
+/* After a member with a watch came (added) or went (NULL): whether the
+ * set's transport registrations are on, and this one's. */
+static void direct_update(struct ops_ep *ep, struct ops_epi *added)
+{
+	bool indirect = ep->indirect ? ep->nwatched > EPSET_DIRECT_MAX / 2
+				     : ep->nwatched > EPSET_DIRECT_MAX;
+
+	if (indirect != ep->indirect) {
+		ep->indirect = indirect;
+		for (struct ops_epi *epi = ep->members; epi; epi = epi->next_in_ep)
+			if (epi->watch && epi != added)
+				(void)sdp_watch_fds(epi->watch, indirect ? -1 : ep->epfd,
+						    source_marker(epi));
+	}
+	if (added && !indirect)
+		(void)sdp_watch_fds(added->watch, ep->epfd, source_marker(added));
+}
+
 /* The member whose source_marker() is d, or NULL. */
 static struct ops_epi *watched_find(struct ops_ep *ep, uint64_t d)
 {
@@ -279,7 +309,7 @@ static int epi_attach(struct ops_epi *epi)
 			return r;
 		}
 		if (watched_add(epi->ep, epi))
-			(void)sdp_watch_fds(epi->watch, epi->ep->epfd, source_marker(epi));
+			direct_update(epi->ep, epi);
 		/* Linux reports an edge-triggered member that is ready when
 		 * it is added: every ready event is new to the first scan. */
 		epi->last_mask = 0;
@@ -298,6 +328,7 @@ static void epi_detach(struct ops_epi *epi)
 		watched_del(epi->ep, epi);
 		sdp_watch_del(epi->watch);
 		epi->watch = NULL;
+		direct_update(epi->ep, NULL);
 	}
 }
 
