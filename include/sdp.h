@@ -208,6 +208,26 @@ unsigned sdp_watch_changes(const struct sdp_watch *w);
 /* Of those changes, the arrivals: data, end of stream, a connection to
  * accept (what an edge-triggered EPOLLIN reports once each). */
 unsigned sdp_watch_edges(const struct sdp_watch *w);
+/*
+ * The socket's wait sources (its transport's fds: tcp-fallback's TCP
+ * socket, the verbs ep's completion and event channels, a listener's
+ * fds) registered in the epoll instance epfd, edge-triggered for EPOLLIN
+ * with data.u64 = key, and kept registered as they change (a connection
+ * made, a listener listening, a connection whose transport went quiet)
+ * until sdp_watch_del(): a thread asleep in epoll_wait(epfd) is then
+ * woken by the transport itself, and should drive the socket
+ * (sdp_events()) when key comes back.  The engine's progress thread is
+ * registered after such sets with EPOLLEXCLUSIVE where the fd takes it,
+ * so the kernel wakes it only when no thread sleeps in one of them.
+ * key comes back for news of the transport only: changes made by other
+ * threads still come through efd.  epfd -1 takes them out again.
+ * Returns 0.
+ */
+int sdp_watch_fds(struct sdp_watch *w, int epfd, uint64_t key);
+/* Until sdp_watch_mute(-1), this thread's changes to watched sockets do
+ * not write the watches' eventfd efd (they still count): for the thread
+ * reporting the set efd wakes, which sees them in its report. */
+void sdp_watch_mute(int efd);
 void sdp_watch_del(struct sdp_watch *w);
 
 /*
@@ -291,6 +311,8 @@ struct sdp_stats {
 	uint64_t regcache_invalidations;	/* dropped because the memory was freed or unmapped */
 	/* Added later, so at the end. */
 	uint64_t zcopy_peer_adverts;		/* SinkAvails the peer sent us (used or stale) */
+	uint64_t progress_fd_drives;		/* sockets the progress thread drove because
+						 * their transport fd woke it */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

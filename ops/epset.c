@@ -16,7 +16,17 @@
  * epoll_wait then reports the SDP members (scanned) and the kernel's
  * events in one array.  The doorbell and the kernel half of a "both"
  * listener carry our own marker as epoll data (a pointer with a tag bit)
- * and are never shown to the application.  A socket registered before
+ * and are never shown to the application.
+ *
+ * The engine also registers each SDP member's transport fds in the set
+ * (sdp_watch_fds), with a third marker: a thread asleep in epoll_wait is
+ * woken by the transport itself and drives the member in its report, and
+ * the engine's progress thread, registered after the set with
+ * EPOLLEXCLUSIVE, is woken only when no thread sleeps here
+ * (doc/fastpath.md, step 4).  The doorbell is then for the changes other
+ * threads make (a send() in one thread freeing space a waiter in another
+ * waits for, or the progress thread's); the reporting thread's own
+ * changes do not ring it (sdp_watch_mute).  A socket registered before
  * its stack is chosen (socket, epoll_ctl, then connect) is a native
  * member until then, and moves when the stack is known (restack).
  *
@@ -77,6 +87,7 @@ struct ops_epi {
 	unsigned seen_changes;
 	struct sdp_watch *watch;
 	struct ops_epi *next_in_ep, *next_in_sock;
+	struct ops_epi *next_in_hash;	/* ops_ep.watched */
 };
 
 struct ops_ep {
@@ -84,7 +95,24 @@ struct ops_ep {
 	int doorbell;
 	int ref;		/* registry table + epoll_wait callers */
 	struct ops_epi *members;
+	/* The members with a watch, by address: a key the kernel gives
+	 * back (source_marker) is one of ours only if it is here, and the
+	 * lookup must not cost a walk of every member per event. */
+	struct ops_epi **watched;
+	unsigned nwatched, watched_cap;	/* cap: 0 or a power of two */
+	bool indirect;		/* too many for sdp_watch_fds (EPSET_DIRECT_MAX) */
 };
+
+/*
+ * A set wakes on its SDP members' transports (sdp_watch_fds) while it has
+ * at most this many of them, and again once it is down to half.  A
+ * thread woken per arrival reports a member or two at a time; with many
+ * busy members the progress thread, which drives a batch per wakeup and
+ * rings the doorbell once, kept the application's batches larger: redis
+ * GET with 50 clients lost a quarter of its rate on the 2-core test
+ * machine with every member registered (doc/fastpath.md, step 4).
+ */
+#define EPSET_DIRECT_MAX 8
 
 /* The registry: reg_lock protects every ops_ep and ops_epi, and each
  * socket's epis list.  Order: an ops_sock lock, then reg_lock. */
@@ -117,6 +145,11 @@ static uint64_t both_marker(const struct ops_epi *epi)
 	return (uint64_t)(uintptr_t)epi | 2;
 }
 
+static uint64_t source_marker(const struct ops_epi *epi)
+{
+	return (uint64_t)(uintptr_t)epi | 4;
+}
+
 static void ring(struct ops_ep *ep)
 {
 	uint64_t one = 1;
@@ -140,7 +173,92 @@ static void ep_put_locked(struct ops_ep *ep)
 	if (--ep->ref)
 		return;
 	fdspace_close(ep->doorbell);
+	free(ep->watched);
 	free(ep);
+}
+
+static unsigned ptr_slot(const struct ops_epi *epi, unsigned cap)
+{
+	return (unsigned)(((uint64_t)(uintptr_t)epi * 0x9e3779b97f4a7c15ull) >> 32) & (cap - 1);
+}
+
+static unsigned watched_slot(const struct ops_ep *ep, const struct ops_epi *epi)
+{
+	return ptr_slot(epi, ep->watched_cap);
+}
+
+/* false: no memory (the member then has no transport registration and
+ * is woken through the doorbell, as the progress thread drives it). */
+static bool watched_add(struct ops_ep *ep, struct ops_epi *epi)
+{
+	if (ep->nwatched >= ep->watched_cap) {
+		unsigned cap = ep->watched_cap ? ep->watched_cap * 2 : 16;
+		struct ops_epi **t = calloc(cap, sizeof(*t));
+
+		if (!t)
+			return false;
+		for (unsigned i = 0; i < ep->watched_cap; i++) {
+			while (ep->watched[i]) {
+				struct ops_epi *e = ep->watched[i];
+
+				ep->watched[i] = e->next_in_hash;
+				e->next_in_hash = t[ptr_slot(e, cap)];
+				t[ptr_slot(e, cap)] = e;
+			}
+		}
+		free(ep->watched);
+		ep->watched = t;
+		ep->watched_cap = cap;
+	}
+	unsigned k = watched_slot(ep, epi);
+
+	epi->next_in_hash = ep->watched[k];
+	ep->watched[k] = epi;
+	ep->nwatched++;
+	return true;
+}
+
+static void watched_del(struct ops_ep *ep, struct ops_epi *epi)
+{
+	if (!ep->watched_cap)
+		return;
+	for (struct ops_epi **pp = &ep->watched[watched_slot(ep, epi)]; *pp; pp = &(*pp)->next_in_hash)
+		if (*pp == epi) {
+			*pp = epi->next_in_hash;
+			ep->nwatched--;
+			return;
+		}
+}
+
+/* After a member with a watch came (added) or went (NULL): whether the
+ * set's transport registrations are on, and this one's. */
+static void direct_update(struct ops_ep *ep, struct ops_epi *added)
+{
+	bool indirect = ep->indirect ? ep->nwatched > EPSET_DIRECT_MAX / 2
+				     : ep->nwatched > EPSET_DIRECT_MAX;
+
+	if (indirect != ep->indirect) {
+		ep->indirect = indirect;
+		for (struct ops_epi *epi = ep->members; epi; epi = epi->next_in_ep)
+			if (epi->watch && epi != added)
+				(void)sdp_watch_fds(epi->watch, indirect ? -1 : ep->epfd,
+						    source_marker(epi));
+	}
+	if (added && !indirect)
+		(void)sdp_watch_fds(added->watch, ep->epfd, source_marker(added));
+}
+
+/* The member whose source_marker() is d, or NULL. */
+static struct ops_epi *watched_find(struct ops_ep *ep, uint64_t d)
+{
+	struct ops_epi *want = (struct ops_epi *)(uintptr_t)(d & ~(uint64_t)7);
+
+	if (!ep->watched_cap)
+		return NULL;
+	for (struct ops_epi *e = ep->watched[watched_slot(ep, want)]; e; e = e->next_in_hash)
+		if (e == want)
+			return e;
+	return NULL;
 }
 
 /* --- membership changes (reg_lock held) ------------------------------------------- */
@@ -190,6 +308,8 @@ static int epi_attach(struct ops_epi *epi)
 				(void)native_part(epi, EPOLL_CTL_DEL);
 			return r;
 		}
+		if (watched_add(epi->ep, epi))
+			direct_update(epi->ep, epi);
 		/* Linux reports an edge-triggered member that is ready when
 		 * it is added: every ready event is new to the first scan. */
 		epi->last_mask = 0;
@@ -205,8 +325,10 @@ static void epi_detach(struct ops_epi *epi)
 	if (epi->mode != EPI_SDP)
 		(void)native_part(epi, EPOLL_CTL_DEL);
 	if (epi->watch) {
+		watched_del(epi->ep, epi);
 		sdp_watch_del(epi->watch);
 		epi->watch = NULL;
+		direct_update(epi->ep, NULL);
 	}
 }
 
@@ -310,8 +432,10 @@ void ops_epoll_closing(int epfd)
 
 			/* The kernel drops its registrations with the epoll
 			 * fd; only the watches are ours to end. */
-			if (epi->watch)
+			if (epi->watch) {
+				watched_del(ep, epi);
 				sdp_watch_del(epi->watch);
+			}
 			epi_unlink(epi);
 			free(epi);
 		}
@@ -447,9 +571,21 @@ int ops_epset_ctl(int epfd, int op, int fd, struct ops_sock *s, struct epoll_eve
  * report is taken: edge and one-shot state move on.  reg_lock held. */
 static uint32_t member_report(struct ops_epi *epi, bool update)
 {
-	if (epi->mode == EPI_NATIVE || epi->disabled || !epi->watch)
+	if (epi->mode == EPI_NATIVE || !epi->watch)
 		return 0;
 	struct ops_sock *s = epi->sock;
+
+	if (epi->disabled) {
+		/* Not reported until EPOLL_CTL_MOD, but news its transport
+		 * woke this set for is driven: the progress thread was
+		 * not woken for it. */
+		if (epi->look && s->conn != OPS_CONN_SDP && s->conn != OPS_CONN_SDP_ONLY) {
+			(void)sdp_events(s->sd);
+			if (update)
+				epi->look = false;
+		}
+		return 0;
+	}
 
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
 		return 0;	/* settled by the caller first */
@@ -509,8 +645,15 @@ void ops_epoll_settle(int epfd)
 
 	if (ep) {
 		drain(ep);
-		for (struct ops_epi *epi = ep->members; epi && !any; epi = epi->next_in_ep)
+		sdp_watch_mute(ep->doorbell);
+		for (struct ops_epi *epi = ep->members; epi && !any; epi = epi->next_in_ep) {
+			/* Its transport fd may be what makes epfd readable
+			 * (sdp_watch_fds), for news that reports nothing (a
+			 * credit update): driven now, it no longer does. */
+			epi->look = true;
 			any = member_report(epi, false) != 0;
+		}
+		sdp_watch_mute(-1);
 		if (any)
 			ring(ep);
 	}
@@ -530,6 +673,16 @@ static int filter_native(struct ops_ep *ep, struct epoll_event *evs, int n,
 
 		if (d == doorbell_marker(ep))
 			continue;
+		if ((d & 7) == 4) {
+			struct ops_epi *epi = watched_find(ep, d);
+
+			if (epi) {
+				/* Its transport has news: looked at (driven)
+				 * by the next report. */
+				epi->look = true;
+				continue;
+			}
+		}
 		if ((d & 3) == 2) {
 			struct ops_epi *epi;
 
@@ -577,6 +730,7 @@ int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevent
 
 	drain(ep);
 	pthread_mutex_lock(&reg_lock);
+	sdp_watch_mute(ep->doorbell);
 	for (struct ops_epi *epi = ep->members; epi && n < maxevents; epi = epi->next_in_ep) {
 		uint32_t got = member_report(epi, true);
 
@@ -588,6 +742,7 @@ int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevent
 		events[n].data = epi->data;
 		n++;
 	}
+	sdp_watch_mute(-1);
 	pthread_mutex_unlock(&reg_lock);
 	if (n < maxevents) {
 		m = sys.epoll_wait(ep->epfd, events + n, maxevents - n, 0);

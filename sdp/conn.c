@@ -556,6 +556,7 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 	if (ret)
 		goto err_free;
 	c->in_progress_set = true;
+	progress_watch_sync(s);
 	progress_watch(s);
 	return 0;
 
@@ -901,6 +902,7 @@ void listener_free(struct sdp_sock *s)
 		for (int i = 0; i < s->nlsn; i++)
 			progress_del(s, s->lsn[i].t->listener_fd(s->lsn[i].l));
 		s->in_progress_set = false;
+		progress_watch_sync(s);
 	}
 	for (int i = 0; i < s->acceptq_len + s->pending_children; i++) {
 		struct sdp_sock *child = s->acceptq[i];

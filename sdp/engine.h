@@ -108,6 +108,7 @@ struct sdp_conn {
 	int ep_fd;
 	bool in_progress_set;	/* ep_fd is in the progress thread's epoll */
 	uint32_t prog_events;	/* with these epoll events (progress_add_ep) */
+	bool prog_excl;		/* registered EPOLLEXCLUSIVE (progress_add_ep) */
 
 	struct sdp_credits cr;
 
@@ -254,6 +255,13 @@ struct sdp_waiter {
 	atomic_uint *changes;	/* watches: bumped per change; NULL otherwise */
 	atomic_uint *edges;	/* watches: bumped per arrival (data, EOF, a
 				 * connection): sock_changed(s, true) */
+	/* Watches given an epoll set (sdp_watch_fds): the set, the key
+	 * its registrations carry, and the socket's wait sources now
+	 * registered there (progress_watch_sync); epfd -1 otherwise. */
+	int epfd;
+	uint64_t key;
+	int nreg;
+	int reg_fd[SDP_MAX_LISTENERS];
 	struct sdp_waiter *next;
 };
 
@@ -491,6 +499,15 @@ int progress_wait_fds(struct sdp_sock *s, struct pollfd *fds);
  */
 bool progress_park(struct sdp_sock *s, int fd);
 void progress_unpark(struct sdp_sock *s);
+/*
+ * Bring the registrations of s's watches with an epoll set
+ * (sdp_watch_fds) in line with s's wait sources now (a connection made,
+ * a listener listening, a connection whose fd went quiet), and put the
+ * progress thread's registration of a source behind them, so that the
+ * kernel wakes a thread asleep in such a set rather than the progress
+ * thread (EPOLLEXCLUSIVE, doc/fastpath.md).  Caller holds s->lock.
+ */
+void progress_watch_sync(struct sdp_sock *s);
 /* Tick s, fast, while it holds a Transaction request (conn.trans_held). */
 void progress_hold(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)
@@ -628,6 +645,9 @@ int sock_events_locked(struct sdp_sock *s);
 /* Something changed: wake waiters and update the readiness fd.  edge:
  * new data or connection arrived (signal even if already readable). */
 void sock_changed(struct sdp_sock *s, bool edge);
+/* The eventfd whose watches this thread's changes do not write
+ * (sdp_watch_mute), -1 for none. */
+extern __thread int sock_muted_efd;
 
 
 /* --- zcopy.c: Read Zcopy ------------------------------------------------------ */

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sys/epoll.h>
 #include <signal.h>
 #include <time.h>
 #include <stdlib.h>
@@ -114,6 +115,7 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		w[i].ep_events = 0;
 		w[i].changes = NULL;
 		w[i].edges = NULL;
+		w[i].epfd = -1;
 		w[i].next = socks[i]->waiters;
 		socks[i]->waiters = &w[i];
 		/* A change between the scan and now must not be missed: look
@@ -348,6 +350,7 @@ struct sdp_watch *sdp_watch_add(int sd, int efd, int *err)
 	wa->w.fd = efd;
 	wa->w.changes = &wa->changes;
 	wa->w.edges = &wa->edges;
+	wa->w.epfd = -1;
 	pthread_mutex_lock(&s->lock);
 	wa->w.next = s->waiters;
 	s->waiters = &wa->w;
@@ -366,11 +369,31 @@ unsigned sdp_watch_edges(const struct sdp_watch *wa)
 	return atomic_load(&wa->edges);
 }
 
+int sdp_watch_fds(struct sdp_watch *wa, int epfd, uint64_t key)
+{
+	pthread_mutex_lock(&wa->s->lock);
+	for (int i = 0; i < wa->w.nreg; i++)
+		(void)sys.epoll_ctl(wa->w.epfd, EPOLL_CTL_DEL, wa->w.reg_fd[i], NULL);
+	wa->w.epfd = epfd;
+	wa->w.key = key;
+	wa->w.nreg = 0;
+	progress_watch_sync(wa->s);
+	pthread_mutex_unlock(&wa->s->lock);
+	return 0;
+}
+
+void sdp_watch_mute(int efd)
+{
+	sock_muted_efd = efd;
+}
+
 void sdp_watch_del(struct sdp_watch *wa)
 {
 	if (!wa)
 		return;
 	pthread_mutex_lock(&wa->s->lock);
+	for (int i = 0; i < wa->w.nreg; i++)
+		(void)sys.epoll_ctl(wa->w.epfd, EPOLL_CTL_DEL, wa->w.reg_fd[i], NULL);
 	waiter_unlink(wa->s, &wa->w);
 	pthread_mutex_unlock(&wa->s->lock);
 	sock_put(wa->s);

@@ -85,6 +85,42 @@ static void prog_kick(void)
 	}
 }
 
+/*
+ * Add fd to the progress thread's set for s.  EPOLLEXCLUSIVE where the
+ * fd takes it (an epoll instance, such as the verbs ep's or a tcp-fallback
+ * listener's, does not: EINVAL): registered after the application's epoll
+ * sets that hold the fd (progress_watch_sync), it makes the kernel wake a
+ * thread asleep in one of those sets and the progress thread only when
+ * none sleeps there.  *excl says which it got.  prog_lock held.
+ */
+static int prog_add_fd(int fd, uint32_t events, struct sdp_sock *s, bool *excl)
+{
+	struct epoll_event ev = { .events = events | EPOLLEXCLUSIVE, .data.ptr = s };
+
+	*excl = true;
+	if (sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	*excl = false;
+	ev.events = events;
+	return sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+/* A registration's new events; an exclusive one cannot be modified
+ * (EINVAL), so it is made again, at the end of the fd's wait queue,
+ * where it belongs anyway.  prog_lock held. */
+static int prog_mod_fd(int fd, uint32_t events, struct sdp_sock *s, bool *excl)
+{
+	if (!*excl) {
+		struct epoll_event ev = { .events = events, .data.ptr = s };
+
+		return sys.epoll_ctl(prog_epfd, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
+	}
+	(void)sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+	return prog_add_fd(fd, events, s, excl);
+}
+
 /* The epoll events for what c's transport waits for on its ep fd. */
 static uint32_t ep_epoll_events(const struct sdp_conn *c)
 {
@@ -95,6 +131,8 @@ static uint32_t ep_epoll_events(const struct sdp_conn *c)
 
 void progress_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
 {
+	if (c == owner->conn)
+		progress_watch_sync(owner);
 	if (!c->in_progress_set)
 		return;
 	uint32_t want = ep_epoll_events(c);
@@ -116,10 +154,8 @@ void progress_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
 
 	if (want == c->prog_events)
 		return;
-	struct epoll_event ev = { .events = want, .data.ptr = owner };
-
 	pthread_mutex_lock(&prog_lock);
-	if (prog_epfd >= 0 && sys.epoll_ctl(prog_epfd, EPOLL_CTL_MOD, c->ep_fd, &ev) == 0)
+	if (prog_epfd >= 0 && prog_mod_fd(c->ep_fd, want, owner, &c->prog_excl) == 0)
 		c->prog_events = want;
 	pthread_mutex_unlock(&prog_lock);
 }
@@ -240,6 +276,7 @@ static void *prog_main(void *arg)
 			}
 			/* The socket stays valid: its reference is dropped
 			 * only in prog_release(), after this batch. */
+			SDP_STAT_INC(progress_fd_drives, 1);
 			prog_drive(ev[i].data.ptr, false);
 		}
 		prog_drive_pokes();
@@ -293,13 +330,13 @@ static int prog_start_locked(void)
 
 int progress_add(struct sdp_sock *s, int fd)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = s };
+	bool excl;
 	int ret;
 
 	pthread_mutex_lock(&prog_lock);
 	ret = prog_start_locked();
-	if (!ret && sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-		ret = -errno;
+	if (!ret)
+		ret = prog_add_fd(fd, EPOLLIN, s, &excl);
 	if (!ret)
 		atomic_fetch_add(&s->ref, 1);	/* put in prog_release() */
 	pthread_mutex_unlock(&prog_lock);
@@ -309,13 +346,12 @@ int progress_add(struct sdp_sock *s, int fd)
 int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c)
 {
 	uint32_t events = ep_epoll_events(c);
-	struct epoll_event ev = { .events = events, .data.ptr = s };
 	int ret;
 
 	pthread_mutex_lock(&prog_lock);
 	ret = prog_start_locked();
-	if (!ret && sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, c->ep_fd, &ev) < 0)
-		ret = -errno;
+	if (!ret)
+		ret = prog_add_fd(c->ep_fd, events, s, &c->prog_excl);
 	if (!ret) {
 		c->prog_events = events;
 		atomic_fetch_add(&s->ref, 1);	/* put in prog_release() */
@@ -527,12 +563,96 @@ void progress_unpark(struct sdp_sock *s)
 		return;
 	if (!s->conn || !s->conn->in_progress_set || s->conn->ep_fd != s->parked_fd)
 		return;
-	struct epoll_event ev = { .events = ep_epoll_events(s->conn), .data.ptr = s };
+	uint32_t events = ep_epoll_events(s->conn);
 
 	pthread_mutex_lock(&prog_lock);
-	if (prog_epfd >= 0 && sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, s->parked_fd, &ev) == 0)
-		s->conn->prog_events = ev.events;
+	if (prog_epfd >= 0 && prog_add_fd(s->parked_fd, events, s, &s->conn->prog_excl) == 0)
+		s->conn->prog_events = events;
 	pthread_mutex_unlock(&prog_lock);
+}
+
+/* What a watch registers in its epoll set for s: the wait sources the
+ * progress thread has for it (so that each is taken out of the set,
+ * by progress_watch_sync() from conn_leave_progress() or listener_free(),
+ * before it is closed), while their transport wants them read. */
+static int watch_sources(struct sdp_sock *s, int *fds)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (s->nlsn) {
+		if (!s->in_progress_set)
+			return 0;
+		for (int i = 0; i < s->nlsn; i++)
+			fds[i] = s->lsn[i].t->listener_fd(s->lsn[i].l);
+		return s->nlsn;
+	}
+	if (!c || !c->ep || !c->in_progress_set || s->parent || !(ep_epoll_events(c) & EPOLLIN))
+		return 0;
+	fds[0] = c->ep_fd;
+	return 1;
+}
+
+/* The progress thread's registration of s's source fd, made again so
+ * that it comes after the watches' (prog_add_fd()). */
+static void prog_behind(struct sdp_sock *s, int fd)
+{
+	struct sdp_conn *c = s->conn;
+
+	pthread_mutex_lock(&prog_lock);
+	if (prog_epfd >= 0 && s->nlsn && s->in_progress_set) {
+		bool excl;
+
+		(void)sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		(void)prog_add_fd(fd, EPOLLIN, s, &excl);
+	} else if (prog_epfd >= 0 && c && c->in_progress_set && c->ep_fd == fd &&
+		   !(s->ep_parked && s->parked_fd == fd)) {
+		/* A parked fd goes back at the end when unparked. */
+		(void)sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		if (prog_add_fd(fd, c->prog_events, s, &c->prog_excl) < 0)
+			sdp_err(LOGSYS, "sd %d: transport fd lost from the progress set", s->sd);
+	}
+	pthread_mutex_unlock(&prog_lock);
+}
+
+void progress_watch_sync(struct sdp_sock *s)
+{
+	int fds[SDP_MAX_LISTENERS], n = -1;
+	bool added = false;
+
+	for (struct sdp_waiter *w = s->waiters; w; w = w->next) {
+		if (w->epfd < 0)
+			continue;
+		if (n < 0)
+			n = watch_sources(s, fds);
+		if (w->nreg == n && !memcmp(w->reg_fd, fds, (size_t)n * sizeof(*fds)))
+			continue;
+		for (int i = 0; i < w->nreg; i++)
+			(void)sys.epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->reg_fd[i], NULL);
+		w->nreg = 0;
+		for (int i = 0; i < n; i++) {
+			/* Edge-triggered: the key only says "look at this
+			 * member" (the switch keeps that until it does), so
+			 * a source that stays readable (a member nobody
+			 * reports, a socket whose peer is gone) never makes
+			 * the set spin. */
+			struct epoll_event ev = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+						  .data.u64 = w->key };
+			int r = sys.epoll_ctl(w->epfd, EPOLL_CTL_ADD, fds[i], &ev);
+
+			if (r < 0 && errno == EINVAL) {
+				ev.events &= ~(uint32_t)EPOLLEXCLUSIVE;
+				r = sys.epoll_ctl(w->epfd, EPOLL_CTL_ADD, fds[i], &ev);
+			}
+			/* EEXIST: another watch of s in the same set (a
+			 * dup'd fd) has it; its key wakes the set. */
+			if (r == 0) {
+				w->reg_fd[w->nreg++] = fds[i];
+				added = true;
+			}
+		}
+	}
+	for (int i = 0; added && i < n; i++)
+		prog_behind(s, fds[i]);
 }
 
 int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
@@ -563,6 +683,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	w.ep_events = 0;
 	w.changes = NULL;
 	w.edges = NULL;
+	w.epfd = -1;
 	w.next = s->waiters;
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };

@@ -303,6 +303,7 @@ int sdp_listen(int sd, int backlog)
 		}
 	}
 	s->in_progress_set = true;
+	progress_watch_sync(s);
 	s->state = SDP_S_LISTEN;
 	char names[128];
 

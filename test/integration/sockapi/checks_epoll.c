@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -500,6 +501,65 @@ out:
 	return rc;
 }
 
+/*
+ * A change made by another thread while this one sleeps in epoll_wait:
+ * the other thread sends on the peer end (news the member's transport
+ * brings), or shuts the member down for reading (a change no transport
+ * brings: under the preload only the set's doorbell can wake the
+ * sleeper, and the reporting thread's own changes, which do not ring
+ * it, must not silence it).  The sleeper may still be on its way to the
+ * sleep when the change is made: the result is the same either way.  A
+ * wait with a timeout would end with the event anyway (the last look
+ * finds it): this one has none.
+ */
+struct other_thread {
+	int fd;
+	bool shut;
+};
+
+static void *other_thread_run(void *v)
+{
+	struct other_thread *o = v;
+
+	sleep_ms(100);
+	if (o->shut)
+		(void)shutdown(o->fd, SHUT_RD);
+	else if (write(o->fd, "ping", 4) != 4)
+		return (void *)1;
+	return NULL;
+}
+
+static int check_epoll_other_thread(void)
+{
+	struct pair p = { -1, -1 };
+	struct other_thread o;
+	pthread_t t;
+	bool started = false, shut = !strcmp(check_name(), "epoll_thread_shut_rd");
+	uint32_t ev;
+	char b[8];
+	int ep = -1, rc = -1;
+
+	if (setup(&p, &ep, EPOLLIN | EPOLLRDHUP) < 0)
+		goto out;
+	o.fd = shut ? p.s : p.c;
+	o.shut = shut;
+	if (pthread_create(&t, NULL, other_thread_run, &o) != 0)
+		FAIL("pthread_create");
+	started = true;
+	/* No timeout: a sleeper nobody wakes is the watchdog's failure. */
+	if (ep_wait(ep, -1, &ev, "wait") != 1)
+		FAIL("the sleeper was not woken by the other thread's %s", shut ? "shutdown" : "send");
+	if (!shut && read_exact(p.s, b, 4, 5000) < 0)
+		FAIL_ERRNO("read");
+	rc = 0;
+out:
+	if (started)
+		pthread_join(t, NULL);
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
 static int check_epoll_poll_epfd(void)
 {
 	struct pair p = { -1, -1 };
@@ -633,6 +693,10 @@ const struct check checks_epoll[] = {
 	  "epoll_wait interrupted by a signal: EINTR" },
 	{ "epoll_threads", check_epoll_threads,
 	  "one epoll fd, two waiting threads, one event each" },
+	{ "epoll_thread_send", check_epoll_other_thread,
+	  "asleep in epoll_wait, woken by another thread's send from the peer" },
+	{ "epoll_thread_shut_rd", check_epoll_other_thread,
+	  "asleep in epoll_wait, woken by another thread's shutdown(SHUT_RD)" },
 	{ "epoll_poll_epfd", check_epoll_poll_epfd,
 	  "poll() on the epoll fd: POLLIN when a member has data" },
 	{ "epoll_listener", check_epoll_listener,
