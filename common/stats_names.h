@@ -91,6 +91,7 @@ enum ops_counter {
 	OPS_C_ZCOPY_PEER_ADVERTS,
 	OPS_C_RELAYS,		/* SDP connections relayed at a fork (ops/relay.c) */
 	OPS_C_PROGRESS_FD_DRIVES,	/* the engine's progress_fd_drives */
+	OPS_C_EPOLL_LOOKS,	/* SDP members an epoll_wait report looked at (ops/epset.c) */
 	OPS_C_MAX
 };
 

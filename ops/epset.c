@@ -47,6 +47,7 @@
 #include "log.h"
 #include "ops.h"
 #include "sdp.h"
+#include "stats.h"
 #include "sock.h"
 #include "sys.h"
 
@@ -259,6 +260,19 @@ static struct ops_epi *watched_find(struct ops_ep *ep, uint64_t d)
 		if (e == want)
 			return e;
 	return NULL;
+}
+
+/* Members looked at (sdp_events()) by this thread's report, for the
+ * epoll_looks counter: a report looks at the members that can have news,
+ * not at every member (doc/fastpath.md, step 3). */
+static __thread unsigned epset_looks;
+
+static void looks_flush(void)
+{
+	if (epset_looks) {
+		ops_stats_count(OPS_C_EPOLL_LOOKS, epset_looks);
+		epset_looks = 0;
+	}
 }
 
 /* --- membership changes (reg_lock held) ------------------------------------------- */
@@ -597,6 +611,7 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 		return 0;
 	/* sdp_events() drives the connection: arrivals it processes are
 	 * part of what it reports, so the edge count is read after it. */
+	epset_looks++;
 	int ev = sdp_events(s->sd);
 	unsigned edges = sdp_watch_edges(epi->watch);
 
@@ -658,6 +673,7 @@ void ops_epoll_settle(int epfd)
 			ring(ep);
 	}
 	pthread_mutex_unlock(&reg_lock);
+	looks_flush();
 }
 
 /* Take our markers out of a kernel result (in place); returns the count
@@ -744,6 +760,7 @@ int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevent
 	}
 	sdp_watch_mute(-1);
 	pthread_mutex_unlock(&reg_lock);
+	looks_flush();
 	if (n < maxevents) {
 		m = sys.epoll_wait(ep->epfd, events + n, maxevents - n, 0);
 		if (m < 0)
