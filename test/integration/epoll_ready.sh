@@ -13,6 +13,12 @@
 ER=$(prog epoll_ready)
 SDPSTAT=$(prog sdpstat)
 N=100
+# In the guest each verbs connection registers its buffers on both ends,
+# 100 of them one after another is a long set-up under emulation; 50
+# members still tell the ready list (a few looks a round) from a scan (50).
+if [ -n "${VM_NAME:-}" ]; then
+	N=50
+fi
 ROUNDS=200
 export SDP_STATS_DIR=$TMP/stats
 mkdir -p "$SDP_STATS_DIR"
