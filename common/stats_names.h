@@ -91,6 +91,8 @@ enum ops_counter {
 	OPS_C_ZCOPY_PEER_ADVERTS,
 	OPS_C_RELAYS,		/* SDP connections relayed at a fork (ops/relay.c) */
 	OPS_C_PROGRESS_FD_DRIVES,	/* the engine's progress_fd_drives */
+	OPS_C_READINESS_WRITES,	/* the engine's readiness_writes */
+	OPS_C_SIGIO_LOOKUPS,	/* owner lookups for a SIGIO/SIGURG (ops/sigio.c) */
 	OPS_C_MAX
 };
 

@@ -313,6 +313,8 @@ struct sdp_stats {
 	uint64_t zcopy_peer_adverts;		/* SinkAvails the peer sent us (used or stale) */
 	uint64_t progress_fd_drives;		/* sockets the progress thread drove because
 						 * their transport fd woke it */
+	uint64_t readiness_writes;		/* signals of a socket's readiness fd (the
+						 * sd, see sdp_set_interest()) */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -124,6 +124,10 @@ static void print_summary(const struct sdp_stats_snap *s)
 		printf(", relays %" PRIu64, ctr(s, OPS_C_RELAYS));
 	if (ctr(s, OPS_C_PROGRESS_FD_DRIVES))
 		printf(", progress fd drives %" PRIu64, ctr(s, OPS_C_PROGRESS_FD_DRIVES));
+	if (ctr(s, OPS_C_READINESS_WRITES))
+		printf(", readiness writes %" PRIu64, ctr(s, OPS_C_READINESS_WRITES));
+	if (ctr(s, OPS_C_SIGIO_LOOKUPS))
+		printf(", sigio lookups %" PRIu64, ctr(s, OPS_C_SIGIO_LOOKUPS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);
