@@ -91,6 +91,8 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_PROGRESS_FD_DRIVES: return "progress_fd_drives";
 	case OPS_C_READINESS_WRITES: return "readiness_writes";
 	case OPS_C_SIGIO_LOOKUPS: return "sigio_lookups";
+	case OPS_C_PROGRESS_LOCK_WAITS: return "progress_lock_waits";
+	case OPS_C_PROGRESS_BUSY_SKIPS: return "progress_busy_skips";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

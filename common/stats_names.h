@@ -93,6 +93,8 @@ enum ops_counter {
 	OPS_C_PROGRESS_FD_DRIVES,	/* the engine's progress_fd_drives */
 	OPS_C_READINESS_WRITES,	/* the engine's readiness_writes */
 	OPS_C_SIGIO_LOOKUPS,	/* owner lookups for a SIGIO/SIGURG (ops/sigio.c) */
+	OPS_C_PROGRESS_LOCK_WAITS,	/* the engine's progress_lock_waits */
+	OPS_C_PROGRESS_BUSY_SKIPS,	/* the engine's progress_busy_skips */
 	OPS_C_MAX
 };
 

@@ -315,6 +315,10 @@ struct sdp_stats {
 						 * their transport fd woke it */
 	uint64_t readiness_writes;		/* signals of a socket's readiness fd (the
 						 * sd, see sdp_set_interest()) */
+	uint64_t progress_lock_waits;		/* times the progress thread waited for a
+						 * socket lock another thread held */
+	uint64_t progress_busy_skips;		/* sockets whose fd woke it that it left to
+						 * the thread holding their lock */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

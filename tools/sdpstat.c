@@ -128,6 +128,10 @@ static void print_summary(const struct sdp_stats_snap *s)
 		printf(", readiness writes %" PRIu64, ctr(s, OPS_C_READINESS_WRITES));
 	if (ctr(s, OPS_C_SIGIO_LOOKUPS))
 		printf(", sigio lookups %" PRIu64, ctr(s, OPS_C_SIGIO_LOOKUPS));
+	if (ctr(s, OPS_C_PROGRESS_LOCK_WAITS))
+		printf(", progress lock waits %" PRIu64, ctr(s, OPS_C_PROGRESS_LOCK_WAITS));
+	if (ctr(s, OPS_C_PROGRESS_BUSY_SKIPS))
+		printf(", progress busy skips %" PRIu64, ctr(s, OPS_C_PROGRESS_BUSY_SKIPS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);
