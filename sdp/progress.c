@@ -4,9 +4,10 @@
  *
  * One thread per process ("sdp-progress") sleeps in epoll on every
  * transport fd (endpoints and listeners).  When one fires it takes the
- * owning socket's lock and drives it, so that credits, readiness and
- * teardown move on while the application is busy elsewhere or asleep in
- * its own poll/epoll on the sds.  It also ticks every SDP_TICK_MS for
+ * owning socket's lock, unless another thread holds it and so drives it
+ * already (prog_try_drive), and drives it, so that credits, readiness
+ * and teardown move on while the application is busy elsewhere or asleep
+ * in its own poll/epoll on the sds.  It also ticks every SDP_TICK_MS for
  * sockets with deadlines (connect timeouts, orphans finishing their close)
  * and sleeps without a timeout when there are none, so an idle process
  * does not spin.
