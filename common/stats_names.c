@@ -93,6 +93,7 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_SIGIO_LOOKUPS: return "sigio_lookups";
 	case OPS_C_PROGRESS_LOCK_WAITS: return "progress_lock_waits";
 	case OPS_C_PROGRESS_BUSY_SKIPS: return "progress_busy_skips";
+	case OPS_C_PROGRESS_WAKEUPS: return "progress_wakeups";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

@@ -95,6 +95,7 @@ enum ops_counter {
 	OPS_C_SIGIO_LOOKUPS,	/* owner lookups for a SIGIO/SIGURG (ops/sigio.c) */
 	OPS_C_PROGRESS_LOCK_WAITS,	/* the engine's progress_lock_waits */
 	OPS_C_PROGRESS_BUSY_SKIPS,	/* the engine's progress_busy_skips */
+	OPS_C_PROGRESS_WAKEUPS,	/* the engine's progress_wakeups */
 	OPS_C_MAX
 };
 

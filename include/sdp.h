@@ -319,6 +319,8 @@ struct sdp_stats {
 						 * socket lock another thread held */
 	uint64_t progress_busy_skips;		/* sockets whose fd woke it that it left to
 						 * the thread holding their lock */
+	uint64_t progress_wakeups;		/* the progress thread's returns from its
+						 * sleep: fds, pokes, ticks */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -291,6 +291,7 @@ static void *prog_main(void *arg)
 
 		int n = sys.epoll_wait(epfd, ev, 64, timeout);
 
+		SDP_STAT_INC(progress_wakeups, 1);
 		if (n < 0 && errno != EINTR) {
 			sdp_err(LOGSYS, "epoll_wait failed: %s; progress thread stops", strerror(errno));
 			break;

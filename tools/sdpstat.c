@@ -132,6 +132,8 @@ static void print_summary(const struct sdp_stats_snap *s)
 		printf(", progress lock waits %" PRIu64, ctr(s, OPS_C_PROGRESS_LOCK_WAITS));
 	if (ctr(s, OPS_C_PROGRESS_BUSY_SKIPS))
 		printf(", progress busy skips %" PRIu64, ctr(s, OPS_C_PROGRESS_BUSY_SKIPS));
+	if (ctr(s, OPS_C_PROGRESS_WAKEUPS))
+		printf(", progress wakeups %" PRIu64, ctr(s, OPS_C_PROGRESS_WAKEUPS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);
