@@ -241,7 +241,8 @@ int ops_fcntl(int fd, int cmd, long arg)
 
 int ops_ioctl(int fd, unsigned long req, void *arg)
 {
-	if (req == FIOASYNC && arg && *(int *)arg)
+	/* Whatever it sets: arg is the kernel's to check (EFAULT). */
+	if (req == FIOASYNC)
 		ops_sigio_async_on();
 
 	struct ops_sock *s = ops_fd_get(fd);
