@@ -89,6 +89,11 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_ZCOPY_PEER_ADVERTS: return "zcopy_peer_adverts";
 	case OPS_C_RELAYS: return "relays";
 	case OPS_C_PROGRESS_FD_DRIVES: return "progress_fd_drives";
+	case OPS_C_READINESS_WRITES: return "readiness_writes";
+	case OPS_C_SIGIO_LOOKUPS: return "sigio_lookups";
+	case OPS_C_PROGRESS_LOCK_WAITS: return "progress_lock_waits";
+	case OPS_C_PROGRESS_BUSY_SKIPS: return "progress_busy_skips";
+	case OPS_C_PROGRESS_WAKEUPS: return "progress_wakeups";
 	case OPS_C_EPOLL_LOOKS: return "epoll_looks";
 	case OPS_C_MAX: break;
 	}

@@ -91,6 +91,11 @@ enum ops_counter {
 	OPS_C_ZCOPY_PEER_ADVERTS,
 	OPS_C_RELAYS,		/* SDP connections relayed at a fork (ops/relay.c) */
 	OPS_C_PROGRESS_FD_DRIVES,	/* the engine's progress_fd_drives */
+	OPS_C_READINESS_WRITES,	/* the engine's readiness_writes */
+	OPS_C_SIGIO_LOOKUPS,	/* owner lookups for a SIGIO/SIGURG (ops/sigio.c) */
+	OPS_C_PROGRESS_LOCK_WAITS,	/* the engine's progress_lock_waits */
+	OPS_C_PROGRESS_BUSY_SKIPS,	/* the engine's progress_busy_skips */
+	OPS_C_PROGRESS_WAKEUPS,	/* the engine's progress_wakeups */
 	OPS_C_EPOLL_LOOKS,	/* SDP members an epoll_wait report looked at (ops/epset.c) */
 	OPS_C_MAX
 };

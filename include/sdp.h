@@ -313,6 +313,14 @@ struct sdp_stats {
 	uint64_t zcopy_peer_adverts;		/* SinkAvails the peer sent us (used or stale) */
 	uint64_t progress_fd_drives;		/* sockets the progress thread drove because
 						 * their transport fd woke it */
+	uint64_t readiness_writes;		/* signals of a socket's readiness fd (the
+						 * sd, see sdp_set_interest()) */
+	uint64_t progress_lock_waits;		/* times the progress thread waited for a
+						 * socket lock another thread held */
+	uint64_t progress_busy_skips;		/* sockets whose fd woke it that it left to
+						 * the thread holding their lock */
+	uint64_t progress_wakeups;		/* the progress thread's returns from its
+						 * sleep: fds, pokes, ticks */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

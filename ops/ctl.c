@@ -207,6 +207,9 @@ int ops_fcntl(int fd, int cmd, long arg)
 {
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 		return ops_dup(fd, (int)arg, cmd == F_DUPFD_CLOEXEC);
+	/* Before the table: the fd may become ours later (a dup). */
+	if (cmd == F_SETFL && (arg & O_ASYNC))
+		ops_sigio_async_on();
 
 	struct ops_sock *s = ops_fd_get(fd);
 	int r;
@@ -238,6 +241,10 @@ int ops_fcntl(int fd, int cmd, long arg)
 
 int ops_ioctl(int fd, unsigned long req, void *arg)
 {
+	/* Whatever it sets: arg is the kernel's to check (EFAULT). */
+	if (req == FIOASYNC)
+		ops_sigio_async_on();
+
 	struct ops_sock *s = ops_fd_get(fd);
 	int r = OPS_PASS;
 

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "ops.h"
 #include "sdp.h"
 #include "sock.h"
+#include "stats.h"
 #include "sys.h"
 
 /* si_code and si_band of a queued SIGIO, as the kernel's band_table. */
@@ -83,6 +85,20 @@ static void signal_owner(const struct f_owner_ex *own, int sig, const siginfo_t 
 		(void)syscall(SYS_rt_sigqueueinfo, self, sig, &q);
 }
 
+/*
+ * Set once this process turns O_ASYNC on for any fd (fcntl F_SETFL,
+ * ioctl FIOASYNC: both pass through ops_fcntl()/ops_ioctl()).  Until then
+ * no SDP socket can owe a SIGIO, and a notice for data or room ends here,
+ * because looking it up on the placeholder costs a fcntl() per message
+ * on each side.  SIGURG needs only an owner, so it is always looked up.
+ */
+static atomic_bool sigio_async_seen;
+
+void ops_sigio_async_on(void)
+{
+	atomic_store(&sigio_async_seen, true);
+}
+
 /* The engine's notice (sdp_set_notify()), with its socket locked: only
  * system calls here, no lock. */
 static void ops_sigio_notify(long arg, int band)
@@ -91,6 +107,9 @@ static void ops_sigio_notify(long arg, int band)
 	int fd = s->notify_fd;
 	struct f_owner_ex own;
 
+	if (band != POLLPRI && !atomic_load(&sigio_async_seen))
+		return;
+	ops_stats_count(OPS_C_SIGIO_LOOKUPS, 1);
 	/* A closed fd, or one that names something else now, has no say. */
 	if (!ops_fd_names(fd, s))
 		return;

@@ -138,6 +138,8 @@ int ops_fd_end(void);
 /* s's SDP connection is at fd now: its urgent data and readiness raise
  * SIGURG and SIGIO for fd's owner, as the kernel would (sigio.c). */
 void ops_sigio_attach(int fd, struct ops_sock *s);
+/* The process turned O_ASYNC on for some fd: SIGIO may be owed from now. */
+void ops_sigio_async_on(void);
 
 /* --- switch.c ------------------------------------------------------------------- */
 

@@ -294,6 +294,10 @@ static const struct {
 	STATS_ENGINE(OPS_C_TRANS_MISSES, trans_misses),
 	STATS_ENGINE(OPS_C_ZCOPY_PEER_ADVERTS, zcopy_peer_adverts),
 	STATS_ENGINE(OPS_C_PROGRESS_FD_DRIVES, progress_fd_drives),
+	STATS_ENGINE(OPS_C_READINESS_WRITES, readiness_writes),
+	STATS_ENGINE(OPS_C_PROGRESS_LOCK_WAITS, progress_lock_waits),
+	STATS_ENGINE(OPS_C_PROGRESS_BUSY_SKIPS, progress_busy_skips),
+	STATS_ENGINE(OPS_C_PROGRESS_WAKEUPS, progress_wakeups),
 #undef STATS_ENGINE
 };
 #define STATS_N_ENGINE (sizeof(stats_engine_map) / sizeof(stats_engine_map[0]))

@@ -154,6 +154,12 @@ static void publish_conn(int fd, struct ops_sock *s)
 	socklen_t ll = sizeof(l), pl = sizeof(p);
 
 	ops_sigio_attach(fd, s);
+	/* Nothing here sleeps on the sd itself (poll and epoll wait on the
+	 * transport and the watches' doorbells, doc/fastpath.md), so its
+	 * readiness level would cost an eventfd write per arrival and a
+	 * read per drain for nobody. */
+	if (s->sd >= 0)
+		(void)sdp_set_interest(s->sd, 0);
 	if (!s->row)
 		return;
 	if (s->sd >= 0) {

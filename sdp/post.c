@@ -1062,6 +1062,7 @@ void sock_changed(struct sdp_sock *s, bool edge)
 	bool ready = sock_events_locked(s) & (s->interest | POLLHUP | POLLERR);
 
 	if (ready && (!s->fd_level || edge)) {
+		SDP_STAT_INC(readiness_writes, 1);
 		if (sys.write(s->sd, &one, sizeof(one)) == sizeof(one))
 			s->fd_level = true;
 	} else if (!ready && s->fd_level) {

@@ -4,9 +4,10 @@
  *
  * One thread per process ("sdp-progress") sleeps in epoll on every
  * transport fd (endpoints and listeners).  When one fires it takes the
- * owning socket's lock and drives it, so that credits, readiness and
- * teardown move on while the application is busy elsewhere or asleep in
- * its own poll/epoll on the sds.  It also ticks every SDP_TICK_MS for
+ * owning socket's lock, unless another thread holds it and so drives it
+ * already (prog_try_drive), and drives it, so that credits, readiness
+ * and teardown move on while the application is busy elsewhere or asleep
+ * in its own poll/epoll on the sds.  It also ticks every SDP_TICK_MS for
  * sockets with deadlines (connect timeouts, orphans finishing their close)
  * and sleeps without a timeout when there are none, so an idle process
  * does not spin.
@@ -19,6 +20,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,13 +167,40 @@ void progress_sync_events(struct sdp_sock *owner, struct sdp_conn *c)
  * keep it on the watch list. */
 static bool prog_drive(struct sdp_sock *s, bool tick)
 {
-	pthread_mutex_lock(&s->lock);
+	if (pthread_mutex_trylock(&s->lock)) {
+		SDP_STAT_INC(progress_lock_waits, 1);
+		pthread_mutex_lock(&s->lock);
+	}
 	bool keep = sdp_upcalls.service(s, tick);
 
 	if (tick && s->conn && s->conn->trans_held)
 		prog_hold_seen = true;
 	pthread_mutex_unlock(&s->lock);
 	return keep;
+}
+
+/*
+ * After this many batches in a row in which a socket whose fd fired was
+ * locked by another thread, the thread waits for the lock (prog_main).
+ */
+#define PROG_BUSY_MAX 4
+
+/*
+ * s's fd fired: drive s unless another thread holds its lock.  That
+ * thread is driving s (every holder does: sdp_recvv, sdp_sendv, the
+ * reports of poll and epoll), and will read what woke us, or the fd,
+ * level-triggered in our set, fires again once it lets go; waiting for
+ * the lock instead put the thread to sleep and made the holder's unlock
+ * a futex wake, on the data path, for a drive that then found nothing.
+ * Returns false if s was busy.
+ */
+static bool prog_try_drive(struct sdp_sock *s)
+{
+	if (pthread_mutex_trylock(&s->lock))
+		return false;
+	(void)sdp_upcalls.service(s, false);
+	pthread_mutex_unlock(&s->lock);
+	return true;
 }
 
 static void prog_tick(void)
@@ -251,6 +280,7 @@ static void *prog_main(void *arg)
 {
 	struct epoll_event ev[64];
 	int epfd = (int)(intptr_t)arg;
+	int busy_run = 0;	/* batches in a row that met a busy socket */
 
 	on_progress_thread = true;
 
@@ -261,10 +291,13 @@ static void *prog_main(void *arg)
 
 		int n = sys.epoll_wait(epfd, ev, 64, timeout);
 
+		SDP_STAT_INC(progress_wakeups, 1);
 		if (n < 0 && errno != EINTR) {
 			sdp_err(LOGSYS, "epoll_wait failed: %s; progress thread stops", strerror(errno));
 			break;
 		}
+		bool busy = false;
+
 		for (int i = 0; i < n; i++) {
 			if (!ev[i].data.ptr) {
 				uint64_t v;
@@ -275,10 +308,21 @@ static void *prog_main(void *arg)
 				continue;
 			}
 			/* The socket stays valid: its reference is dropped
-			 * only in prog_release(), after this batch. */
+			 * only in prog_release(), after this batch.  A holder
+			 * that keeps it past a few batches (a long send, a
+			 * spin) is waited for: the fd would fire meanwhile. */
+			if (busy_run >= PROG_BUSY_MAX)
+				prog_drive(ev[i].data.ptr, false);
+			else if (!prog_try_drive(ev[i].data.ptr)) {
+				SDP_STAT_INC(progress_busy_skips, 1);
+				busy = true;
+				continue;
+			}
 			SDP_STAT_INC(progress_fd_drives, 1);
-			prog_drive(ev[i].data.ptr, false);
 		}
+		busy_run = busy ? busy_run + 1 : 0;
+		if (busy)
+			sched_yield();	/* the holder is on its way out */
 		prog_drive_pokes();
 		prog_tick();
 		prog_release();

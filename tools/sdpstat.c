@@ -124,6 +124,16 @@ static void print_summary(const struct sdp_stats_snap *s)
 		printf(", relays %" PRIu64, ctr(s, OPS_C_RELAYS));
 	if (ctr(s, OPS_C_PROGRESS_FD_DRIVES))
 		printf(", progress fd drives %" PRIu64, ctr(s, OPS_C_PROGRESS_FD_DRIVES));
+	if (ctr(s, OPS_C_READINESS_WRITES))
+		printf(", readiness writes %" PRIu64, ctr(s, OPS_C_READINESS_WRITES));
+	if (ctr(s, OPS_C_SIGIO_LOOKUPS))
+		printf(", sigio lookups %" PRIu64, ctr(s, OPS_C_SIGIO_LOOKUPS));
+	if (ctr(s, OPS_C_PROGRESS_LOCK_WAITS))
+		printf(", progress lock waits %" PRIu64, ctr(s, OPS_C_PROGRESS_LOCK_WAITS));
+	if (ctr(s, OPS_C_PROGRESS_BUSY_SKIPS))
+		printf(", progress busy skips %" PRIu64, ctr(s, OPS_C_PROGRESS_BUSY_SKIPS));
+	if (ctr(s, OPS_C_PROGRESS_WAKEUPS))
+		printf(", progress wakeups %" PRIu64, ctr(s, OPS_C_PROGRESS_WAKEUPS));
 	if (ctr(s, OPS_C_EPOLL_LOOKS))
 		printf(", epoll looks %" PRIu64, ctr(s, OPS_C_EPOLL_LOOKS));
 	/* Counters of a newer writer, by number. */
