@@ -89,9 +89,13 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks, b
 
 /*
  * Parking a connection's fd (progress_park) costs two epoll_ctl calls on
- * the progress thread's set per socket and sleep: worth it for the few
+ * the progress thread's set per socket and call: worth it for the few
  * sockets of a request/response loop, not for a large set, where the
- * progress thread waking too is the cheaper evil.
+ * progress thread waking too is the cheaper evil.  A socket stays parked
+ * from the call's first sleep to its end (parked[]), after the scan that
+ * drove what woke it: put back right after the sleep, its fd was still
+ * readable, and the re-registration woke the progress thread for news
+ * this thread was about to read.
  */
 #define POLL_PARK_MAX 4
 
@@ -103,7 +107,8 @@ static int poll_scan(struct pollfd *fds, nfds_t nfds, struct sdp_sock **socks, b
  * change since the scan, signals the waker so the sleep ends at once.
  */
 static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const struct pollfd *fds,
-			nfds_t nfds, int wfd, struct pollfd *kfds, nfds_t *n, bool park)
+			nfds_t nfds, int wfd, struct pollfd *kfds, nfds_t *n, bool park,
+			bool *parked)
 {
 	uint64_t one = 1;
 
@@ -123,7 +128,9 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		int ev = sock_events_locked(socks[i]) & (fds[i].events | POLLHUP | POLLERR);
 		int m = progress_wait_fds(socks[i], kfds + *n);
 
-		if (m == 1 && park && progress_park(socks[i], kfds[*n].fd))
+		if (m == 1 && park && !parked[i])
+			parked[i] = progress_park(socks[i], kfds[*n].fd);
+		if (m == 1 && parked[i])
 			w[i].ep_events = kfds[*n].events;
 		pthread_mutex_unlock(&socks[i]->lock);
 		if (m > 0)
@@ -150,9 +157,18 @@ static void waiters_del(struct sdp_sock **socks, struct sdp_waiter *w, nfds_t nf
 		if (!socks[i])
 			continue;
 		pthread_mutex_lock(&socks[i]->lock);
-		if (w[i].ep_events)
-			progress_unpark(socks[i]);
 		waiter_unlink(socks[i], &w[i]);
+		pthread_mutex_unlock(&socks[i]->lock);
+	}
+}
+
+static void unpark_all(struct sdp_sock **socks, const bool *parked, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (!parked[i])
+			continue;
+		pthread_mutex_lock(&socks[i]->lock);
+		progress_unpark(socks[i]);
 		pthread_mutex_unlock(&socks[i]->lock);
 	}
 }
@@ -170,6 +186,7 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 {
 	struct sdp_sock **socks;
 	struct sdp_waiter *w;
+	bool *parked = NULL;	/* socks[i]'s fd parked (waiters_add) */
 	struct pollfd *kfds = NULL;
 	nfds_t *kidx = NULL, nk = 0, nsdp = 0;
 	struct spin sp;
@@ -180,7 +197,8 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 		return -EINVAL;
 	socks = calloc(nfds ? nfds : 1, sizeof(*socks));
 	w = calloc(nfds ? nfds : 1, sizeof(*w));
-	if (!socks || !w) {
+	parked = calloc(nfds ? nfds : 1, sizeof(*parked));
+	if (!socks || !w || !parked) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -249,7 +267,8 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 			if (sys.read(wfd, &v, sizeof(v)) < 0) {
 				/* nothing stale */
 			}
-			waiters_add(socks, w, fds, nfds, wfd, kfds, &n, nsdp <= POLL_PARK_MAX);
+			waiters_add(socks, w, fds, nfds, wfd, kfds, &n, nsdp <= POLL_PARK_MAX,
+				    parked);
 			kfds[n++] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 			spin_sleeping(&sp);
 		}
@@ -285,6 +304,7 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 	}
 	if (waited)
 		spin_end(&sp, ret > 0);
+	unpark_all(socks, parked, nfds);
 out_free:
 	if (socks) {
 		for (nfds_t i = 0; i < nfds; i++)
@@ -293,6 +313,7 @@ out_free:
 	}
 	free(socks);
 	free(w);
+	free(parked);
 	free(kfds);
 	free(kidx);
 	return ret;

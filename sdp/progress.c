@@ -438,6 +438,15 @@ void progress_adopt_orphan(struct sdp_sock *s)
 
 /* The socket whose sdp_sendv()/sdp_recvv() this thread is in. */
 static __thread struct sdp_sock *call_sock;
+/*
+ * The socket whose fd this thread parked in sdp_wait() during that call
+ * and keeps parked until the call's exit.  Put back at once after the
+ * sleep, the fd was still readable (the thread drives the connection
+ * only after it), so the re-registration woke the progress thread for
+ * news the caller was about to read; from the exit, after the caller's
+ * drive, it is quiet.  NULL: none.
+ */
+static __thread struct sdp_sock *call_parked;
 
 struct sdp_sock *progress_call_enter(struct sdp_sock *s)
 {
@@ -459,6 +468,10 @@ void progress_call_exit(struct sdp_sock *s, struct sdp_sock *outer)
 		sdp_upcalls.drive(s);
 	}
 	call_sock = outer;
+	if (call_parked == s) {
+		call_parked = NULL;
+		progress_unpark(s);
+	}
 	if (s->reap_on_exit) {
 		s->reap_on_exit = false;
 		progress_posted(s);
@@ -732,8 +745,13 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	s->waiters = &w;
 	pfd[0] = (struct pollfd){ .fd = wfd, .events = POLLIN };
 	nfds += nsrc;
-	bool parked = nsrc == 1 && progress_park(s, pfd[1].fd);
+	/* Inside a call on s, parked until the call's exit (call_parked),
+	 * once for all its sleeps. */
+	bool in_call = call_sock == s && (!call_parked || call_parked == s);
+	bool parked = nsrc == 1 && ((in_call && call_parked == s) || progress_park(s, pfd[1].fd));
 
+	if (parked && in_call)
+		call_parked = s;
 	if (parked)
 		w.ep_events = pfd[1].events;
 
@@ -742,7 +760,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	int err = errno;
 
 	pthread_mutex_lock(&s->lock);
-	if (parked)
+	if (parked && !in_call)
 		progress_unpark(s);
 	for (struct sdp_waiter **p = &s->waiters; *p; p = &(*p)->next) {
 		if (*p == &w) {

@@ -5,9 +5,11 @@
  * it is its own member's transport that must wake it (doc/fastpath.md,
  * step 4), and the progress thread must not be woken for the requests.
  *
- *   epoll_wake serve --port-file FILE --host IPV4 [--et]
+ *   epoll_wake serve --port-file FILE --host IPV4 [--et | --poll]
  *       accept connections one after another, each a member of one epoll
- *       set (level-triggered, or EPOLLET with --et), echo until EOF
+ *       set (level-triggered, or EPOLLET with --et), or waited for with
+ *       poll() (--poll: step 2, whose sleeper parks the socket's transport
+ *       fd in its own poll set), echo until EOF
  *   epoll_wake ping HOST:PORT ROUNDS GAP_US
  *       ROUNDS round trips of 64 bytes, GAP_US microseconds apart (so that
  *       the server is back in epoll_wait when the next request comes:
@@ -17,6 +19,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +38,7 @@ static void die(const char *what)
 static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
-	fprintf(stderr, "usage: epoll_wake serve --port-file FILE --host IPV4 [--et]\n"
+	fprintf(stderr, "usage: epoll_wake serve --port-file FILE --host IPV4 [--et | --poll]\n"
 			"       epoll_wake ping HOST:PORT ROUNDS GAP_US\n");
 	exit(2);
 }
@@ -66,7 +69,7 @@ static int cmd_serve(int argc, char **argv) __attribute__((noreturn));
 static int cmd_serve(int argc, char **argv)
 {
 	const char *port_file = NULL, *host = NULL;
-	int et = 0;
+	int et = 0, use_poll = 0;
 
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--port-file") && i + 1 < argc)
@@ -75,6 +78,8 @@ static int cmd_serve(int argc, char **argv)
 			host = argv[++i];
 		else if (!strcmp(argv[i], "--et"))
 			et = 1;
+		else if (!strcmp(argv[i], "--poll"))
+			use_poll = 1;
 		else
 			usage();
 	}
@@ -109,15 +114,16 @@ static int cmd_serve(int argc, char **argv)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		struct epoll_event ev = { .events = EPOLLIN | (et ? EPOLLET : 0), .data.fd = fd };
 
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+		if (!use_poll && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
 			die("epoll_ctl");
 		for (;;) {
-			int n = epoll_wait(ep, &ev, 1, -1);
+			struct pollfd pfd = { .fd = fd, .events = POLLIN };
+			int n = use_poll ? poll(&pfd, 1, -1) : epoll_wait(ep, &ev, 1, -1);
 
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0)
-				die("epoll_wait");
+				die(use_poll ? "poll" : "epoll_wait");
 			if (!echo(fd))
 				break;
 		}
