@@ -5,11 +5,12 @@
  * it is its own member's transport that must wake it (doc/fastpath.md,
  * step 4), and the progress thread must not be woken for the requests.
  *
- *   epoll_wake serve --port-file FILE --host IPV4 [--et | --poll]
+ *   epoll_wake serve --port-file FILE --host IPV4 [--et | --poll | --block]
  *       accept connections one after another, each a member of one epoll
  *       set (level-triggered, or EPOLLET with --et), or waited for with
  *       poll() (--poll: step 2, whose sleeper parks the socket's transport
- *       fd in its own poll set), echo until EOF
+ *       fd in its own poll set), or read with a blocking recv() (--block),
+ *       echo until EOF
  *   epoll_wake ping HOST:PORT ROUNDS GAP_US
  *       ROUNDS round trips of 64 bytes, GAP_US microseconds apart (so that
  *       the server is back in epoll_wait when the next request comes:
@@ -38,7 +39,7 @@ static void die(const char *what)
 static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
-	fprintf(stderr, "usage: epoll_wake serve --port-file FILE --host IPV4 [--et | --poll]\n"
+	fprintf(stderr, "usage: epoll_wake serve --port-file FILE --host IPV4 [--et | --poll | --block]\n"
 			"       epoll_wake ping HOST:PORT ROUNDS GAP_US\n");
 	exit(2);
 }
@@ -65,11 +66,31 @@ static int echo(int fd)
 	}
 }
 
+/* Echo with blocking calls until EOF or an error. */
+static void echo_blocking(int fd)
+{
+	char buf[4096];
+
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+
+		if (n <= 0)
+			return;
+		for (ssize_t off = 0; off < n;) {
+			ssize_t w = send(fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+
+			if (w < 0)
+				return;
+			off += w;
+		}
+	}
+}
+
 static int cmd_serve(int argc, char **argv) __attribute__((noreturn));
 static int cmd_serve(int argc, char **argv)
 {
 	const char *port_file = NULL, *host = NULL;
-	int et = 0, use_poll = 0;
+	int et = 0, use_poll = 0, block = 0;
 
 	for (int i = 0; i < argc; i++) {
 		if (!strcmp(argv[i], "--port-file") && i + 1 < argc)
@@ -80,6 +101,8 @@ static int cmd_serve(int argc, char **argv)
 			et = 1;
 		else if (!strcmp(argv[i], "--poll"))
 			use_poll = 1;
+		else if (!strcmp(argv[i], "--block"))
+			block = 1;
 		else
 			usage();
 	}
@@ -114,6 +137,11 @@ static int cmd_serve(int argc, char **argv)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		struct epoll_event ev = { .events = EPOLLIN | (et ? EPOLLET : 0), .data.fd = fd };
 
+		if (block) {
+			echo_blocking(fd);
+			close(fd);
+			continue;
+		}
 		if (!use_poll && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
 			die("epoll_ctl");
 		for (;;) {
