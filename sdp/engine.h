@@ -270,7 +270,9 @@ struct sdp_sock {
 	atomic_int ref;		/* table + progress set + callers in flight */
 	unsigned fork_gen;	/* sock_fork_gen when made: a socket from before
 				 * a fork() belongs to the parent (sock_get) */
-	int sd;			/* the readiness eventfd; -1 once closed */
+	int sd;			/* the readiness eventfd, or a number that is
+				 * no descriptor (sdp_virtual_sds()); -1 once
+				 * closed */
 	int domain;		/* AF_INET or AF_INET6 */
 	enum sdp_state state;
 	bool nonblock;
@@ -391,6 +393,13 @@ int sock_publish(struct sdp_sock *s);
 /* Take sd out of the table (sdp_close); the table's reference passes to
  * the caller.  NULL if sd is not in it. */
 struct sdp_sock *sock_unpublish(int sd);
+/* Give sd back (sdp_close(), the last reference): close the eventfd or
+ * free the number. */
+void sock_sd_release(int sd);
+/* sd stays open over exec(2) (made without SOCK_CLOEXEC). */
+void sock_sd_inherit(int sd);
+/* Whether sds are readiness eventfds (else numbers: sdp_virtual_sds()). */
+bool sock_sd_is_fd(void);
 /* fn(sd, socket, arg) for every socket in the table. */
 void sock_for_each(void (*fn)(int sd, void *s, void *arg), void *arg);
 /* Made in the parent before a fork(): this process's copy is not to be

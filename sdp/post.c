@@ -1057,7 +1057,7 @@ void sock_changed(struct sdp_sock *s, bool edge)
 			/* Counter saturated: the waiter wakes anyway. */
 		}
 	}
-	if (s->sd < 0)
+	if (s->sd < 0 || !sock_sd_is_fd())
 		return;
 	bool ready = sock_events_locked(s) & (s->interest | POLLHUP | POLLERR);
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+# Connection scale (issue 16): one preloaded server process and one
+# preloaded client process hold N idle SDP connections (SCALE_CONNS,
+# default 1000; the issue's target is 8000 under a 20,000-descriptor
+# limit: SCALE_CONNS=8000 test/integration/scale.sh).  Each side may
+# gain at most 2 descriptors per connection (the application's socket
+# and the transport's) and 64 KiB resident per connection, beyond a
+# constant for the engine itself (its progress thread, log, caches):
+# counts from /proc, never times.  Every connection must be on SDP:
+# the switch logs each one ("accepted an SDP connection", "connected to
+# ... over SDP"), and no move to TCP ("no SDP ...").  The same run over the
+# kernel's TCP first checks the test program itself.
+. "$(dirname "$0")/lib.sh"
+
+HOLD=$(prog scale_hold)
+N=${SCALE_CONNS:-1000}
+# What the process holds whatever the number of connections: the
+# engine's own descriptors (progress thread's epoll and eventfd, the
+# listener's epoll, the statistics file, the log) and memory (the first
+# pages of its tables, thread stacks, the transport's start-up).
+FD_CONST=16
+KIB_CONST=8192
+if is_sanitized; then
+	# ASan's shadow and quarantine grow with every allocation: the
+	# memory budget is not measurable there, the descriptors are.
+	KIB_CONST=-1
+fi
+
+# Two descriptors per connection and room to spare, as the issue's
+# target has it (8000 under 20,000): libsdp keeps its own descriptors in
+# a region at the top of the limit with a margin above the application's
+# (common/fdspace.h), so at exactly 2 N + a few the last connections find
+# no room and go to TCP (reason "resource").
+need=$((2 * N + N / 2 + 128))
+if [ "$N" -ge 8000 ]; then
+	need=$((2 * N + N / 2))
+fi
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$need" ]; then
+	skip "the hard descriptor limit ($hard) is below the $need that $N connections need"
+fi
+ulimit -Sn "$need" || fail "ulimit -Sn $need"
+TEST_LIMIT=$((240 + N / 20))
+start_watchdog
+
+# run_pair TAG ENV...: a server and a client of N connections, each with
+# ENV; their outputs in $TMP/TAG.server and $TMP/TAG.client.
+run_pair() {
+	local tag=$1 pf=$TMP/$1.port rc src
+	shift
+	start_bg "$TMP/$tag.server" env "$@" "$HOLD" server "$pf" "$N"
+	local spid=$BG_PID
+	wait_for_file "$pf" 30 || fail "$tag: the server did not listen: $(cat "$TMP/$tag.server")"
+	run_with_timeout $((60 + N / 20)) env "$@" "$HOLD" client "$TEST_HOST" "$(cat "$pf")" "$N" \
+		>"$TMP/$tag.client" 2>&1
+	rc=$?
+	wait_pid "$spid" 60
+	src=$?
+	if [ "$rc" -ne 0 ] || [ "$src" -ne 0 ]; then
+		sed 's/^/  client: /' "$TMP/$tag.client" | grep -v 'over SDP\|SDP connection' | tail -20
+		sed 's/^/  server: /' "$TMP/$tag.server" | grep -v 'over SDP\|SDP connection' | tail -20
+		fail "$tag: client exit $(status_text "$rc"), server exit $(status_text "$src")"
+	fi
+}
+
+# check TAG ROLE FDS_PER_CONN KIB_PER_CONN: the budget of one side.
+check() {
+	local tag=$1 role=$2 fpc=$3 kpc=$4 line fds kib
+	line=$(grep "^scale_hold $role: conns $N " "$TMP/$tag.$role") ||
+		fail "$tag: no figures from the $role: $(tail -5 "$TMP/$tag.$role")"
+	fds=$(echo "$line" | awk '{ print $6 }')
+	kib=$(echo "$line" | awk '{ print $8 }')
+	log "$tag $role: $N connections: +$fds descriptors, +$kib KiB resident"
+	[ "$fds" -le $((fpc * N + FD_CONST)) ] ||
+		bad "$tag $role: $fds descriptors for $N connections, over $fpc per connection (+$FD_CONST)"
+	if [ "$KIB_CONST" -ge 0 ]; then
+		[ "$kib" -le $((kpc * N + KIB_CONST)) ] ||
+			bad "$tag $role: $kib KiB for $N connections, over $kpc KiB per connection (+$KIB_CONST)"
+	fi
+}
+
+log "reference: $N connections over the kernel's TCP"
+run_pair tcp
+check tcp server 1 64
+check tcp client 1 64
+failures_end
+
+conf=$TMP/sdp.conf
+write_conf "$conf" "log min-level 7" "use both server * *:*" "use both client * *:*"
+log "SDP: $N connections, both ends preloaded"
+# shellcheck disable=SC2046
+run_pair sdp $(preload_env "$conf")
+n=$(grep -c "accepted an SDP connection ($TEST_TRANSPORT)" "$TMP/sdp.server")
+[ "$n" -eq "$N" ] || bad "the server accepted $n of $N connections over SDP"
+n=$(grep -c "connected to $TEST_HOST:[0-9]* over SDP ($TEST_TRANSPORT)" "$TMP/sdp.client")
+[ "$n" -eq "$N" ] || bad "the client connected $n of $N over SDP"
+if grep ": no SDP \|accepted a TCP connection" "$TMP/sdp.server" "$TMP/sdp.client" | head -5 | grep .; then
+	bad "a connection went to TCP"
+fi
+check sdp server 2 64
+check sdp client 2 64
+failures_end
+log "PASS"
+exit 0

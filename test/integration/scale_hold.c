@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * scale_hold: hold many idle connections with plain libc sockets and say
+ * what they cost the process (scale.sh runs it under the preload).
+ *
+ *   scale_hold server PORTFILE N     listen, accept N, answer each one's byte
+ *   scale_hold client HOST PORT N    connect N, one byte each way on each
+ *
+ * Once every connection has carried its byte each way, each side prints
+ *   scale_hold ROLE: conns N fds D kib K
+ * D and K are the descriptors (/proc/self/fd) and resident KiB (VmRSS)
+ * the process gained from just before its first socket (the server: just
+ * after listen()) to then.  The server measures first and then sends a
+ * second byte on the first connection; the client measures after it has
+ * that byte, so both measure while all N are open.  Then the client closes
+ * them and the server sees every one end.  Exit status 0, or 1 with a
+ * message on stderr.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int fail(const char *what)
+{
+	fprintf(stderr, "scale_hold: %s: %s\n", what, strerror(errno));
+	return 1;
+}
+
+static long count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	long n = 0;
+
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+static long rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+static int xfer(int fd, char c, int out)
+{
+	ssize_t r;
+
+	do
+		r = out ? send(fd, &c, 1, MSG_NOSIGNAL) : recv(fd, &c, 1, 0);
+	while (r < 0 && errno == EINTR);
+	if (r == 1)
+		return 0;
+	if (r == 0)
+		errno = ECONNRESET;
+	return -1;
+}
+
+static void report(const char *role, long n, long fds0, long kib0)
+{
+	printf("scale_hold %s: conns %ld fds %ld kib %ld\n", role, n, count_fds() - fds0,
+	       rss_kib() - kib0);
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	int server = argc == 4 && !strcmp(argv[1], "server");
+	long n = atol(argv[argc - 1]);
+	long fds0, kib0;
+	int *c;
+
+	if ((!server && (argc != 5 || strcmp(argv[1], "client"))) || n <= 0) {
+		fprintf(stderr, "usage: scale_hold server PORTFILE N | client HOST PORT N\n");
+		return 2;
+	}
+	c = calloc((size_t)n, sizeof(*c));
+	if (!c)
+		return fail("calloc");
+	if (server) {
+		struct sockaddr_in a = { .sin_family = AF_INET };
+		socklen_t len = sizeof(a);
+		int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+		char tmp[4096];
+		FILE *f;
+
+		inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+		if (l < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+		    bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 4096) ||
+		    getsockname(l, (struct sockaddr *)&a, &len))
+			return fail("listen");
+		fds0 = count_fds();
+		kib0 = rss_kib();
+		snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
+		f = fopen(tmp, "w");
+		if (!f || fprintf(f, "%u\n", ntohs(a.sin_port)) < 0 || fclose(f) ||
+		    rename(tmp, argv[2]))
+			return fail("port file");
+		for (long i = 0; i < n; i++) {
+			c[i] = accept(l, NULL, NULL);
+			if (c[i] < 0)
+				return fail("accept");
+		}
+		for (long i = 0; i < n; i++)
+			if (xfer(c[i], 0, 0) || xfer(c[i], 'y', 1))
+				return fail("echo");
+		report("server", n, fds0, kib0);
+		if (xfer(c[0], 'm', 1))
+			return fail("measured");
+		for (long i = 0; i < n; i++) {
+			char b;
+
+			if (recv(c[i], &b, 1, 0) != 0)
+				return fail("end of connection");
+			close(c[i]);
+		}
+		close(l);
+		return 0;
+	}
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[3])) };
+
+	if (inet_pton(AF_INET, argv[2], &a.sin_addr) != 1)
+		return fail("address");
+	fds0 = count_fds();
+	kib0 = rss_kib();
+	for (long i = 0; i < n; i++) {
+		c[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (c[i] < 0 || connect(c[i], (struct sockaddr *)&a, sizeof(a)))
+			return fail("connect");
+	}
+	for (long i = 0; i < n; i++)
+		if (xfer(c[i], 'x', 1))
+			return fail("send");
+	for (long i = 0; i < n; i++)
+		if (xfer(c[i], 0, 0))
+			return fail("reply");
+	if (xfer(c[0], 0, 0))
+		return fail("the server's measured byte");
+	report("client", n, fds0, kib0);
+	for (long i = 0; i < n; i++)
+		close(c[i]);
+	return 0;
+}
