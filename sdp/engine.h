@@ -139,6 +139,13 @@ struct sdp_conn {
 	uint32_t tx_done, tx_posted, tx_filled;
 	uint64_t tx_queued_bytes;	/* in buffers, not yet completed */
 
+	/* Buffers given back when idle (post.c, "Idle buffers").  rx_posted:
+	 * the transport holds that receive buffer. */
+	bool *rx_posted;
+	bool moved;		/* data moved since the last idle sweep */
+	bool idle_watched;	/* progress_idle_watch() holds s */
+	uint64_t quiet_since_ns;	/* a sweep found nothing moved since */
+
 	uint8_t ctrl_mem[SDP_CTRL_SLOTS * SDP_CTRL_SLOT_SIZE];
 	struct oti_mr *ctrl_mr;
 	uint32_t ctrl_done, ctrl_posted;
@@ -431,6 +438,9 @@ struct sdp_upcalls {
 	void (*conn_free)(struct sdp_sock *s);
 	void (*drive)(struct sdp_sock *s);
 	bool (*service)(struct sdp_sock *s, bool tick);
+	/* An idle sweep's turn on s (progress_idle_watch()), s's lock held;
+	 * true to be looked at again. */
+	bool (*idle)(struct sdp_sock *s);
 };
 extern struct sdp_upcalls sdp_upcalls;
 
@@ -522,6 +532,9 @@ void progress_hold(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)
  * is over, so timeouts fire without any fd activity. */
 void progress_watch(struct sdp_sock *s);
+/* Look at s now and then (struct sdp_upcalls.idle) until it says no
+ * more; one reference is taken.  s's lock may be held. */
+void progress_idle_watch(struct sdp_sock *s);
 /*
  * Bring the progress thread's registration of c's ep fd (made for owner:
  * c's socket, or its listener) in line with what the transport waits for
@@ -577,6 +590,10 @@ struct sdp_conn *conn_new(void);
 int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s);
 /* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF. */
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s);
+/* Data moved on s: its buffers are in use (post.c, "Idle buffers"). */
+void conn_moved(struct sdp_sock *s);
+/* struct sdp_upcalls.idle: free buffers' pages go back once s is idle. */
+bool conn_idle_sweep(struct sdp_sock *s);
 /* Receive buffer slot's memory. */
 uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot);
 /* A consumed receive buffer goes back (or waits, beyond SO_RCVBUF). */

@@ -11,6 +11,13 @@
 # the switch logs each one ("accepted an SDP connection", "connected to
 # ... over SDP"), and no move to TCP ("no SDP ...").  The same run over the
 # kernel's TCP first checks the test program itself.
+#
+# Then buffers on demand: a few connections carry 32 MiB each, which
+# makes their rings resident (4 MiB a connection end), and once the data
+# has stopped they give the pages back (buf_idle_ms): the server waits
+# until it holds at most 64 KiB per connection again, and fails if that
+# does not happen within a minute (a liveness limit: the default idle
+# time is 1 s).
 . "$(dirname "$0")/lib.sh"
 
 HOLD=$(prog scale_hold)
@@ -44,18 +51,21 @@ ulimit -Sn "$need" || fail "ulimit -Sn $need"
 TEST_LIMIT=$((240 + N / 20))
 start_watchdog
 
-# run_pair TAG ENV...: a server and a client of N connections, each with
+# run_pair TAG CONNS "SERVER ARGS" "CLIENT ARGS" ENV...: a server and a
+# client of CONNS connections (scale_hold's further arguments), each with
 # ENV; their outputs in $TMP/TAG.server and $TMP/TAG.client.
 run_pair() {
-	local tag=$1 pf=$TMP/$1.port rc src
-	shift
-	start_bg "$TMP/$tag.server" env "$@" "$HOLD" server "$pf" "$N"
+	local tag=$1 n=$2 sargs=$3 cargs=$4 pf=$TMP/$1.port rc src
+	shift 4
+	# shellcheck disable=SC2086
+	start_bg "$TMP/$tag.server" env "$@" "$HOLD" server "$pf" "$n" $sargs
 	local spid=$BG_PID
 	wait_for_file "$pf" 30 || fail "$tag: the server did not listen: $(cat "$TMP/$tag.server")"
-	run_with_timeout $((60 + N / 20)) env "$@" "$HOLD" client "$TEST_HOST" "$(cat "$pf")" "$N" \
-		>"$TMP/$tag.client" 2>&1
+	# shellcheck disable=SC2086
+	run_with_timeout $((60 + n / 20)) env "$@" "$HOLD" client "$TEST_HOST" "$(cat "$pf")" "$n" \
+		$cargs >"$TMP/$tag.client" 2>&1
 	rc=$?
-	wait_pid "$spid" 60
+	wait_pid "$spid" 90
 	src=$?
 	if [ "$rc" -ne 0 ] || [ "$src" -ne 0 ]; then
 		sed 's/^/  client: /' "$TMP/$tag.client" | grep -v 'over SDP\|SDP connection' | tail -20
@@ -81,7 +91,7 @@ check() {
 }
 
 log "reference: $N connections over the kernel's TCP"
-run_pair tcp
+run_pair tcp "$N" "" ""
 check tcp server 1 64
 check tcp client 1 64
 failures_end
@@ -90,7 +100,7 @@ conf=$TMP/sdp.conf
 write_conf "$conf" "log min-level 7" "use both server * *:*" "use both client * *:*"
 log "SDP: $N connections, both ends preloaded"
 # shellcheck disable=SC2046
-run_pair sdp $(preload_env "$conf")
+run_pair sdp "$N" "" "" $(preload_env "$conf")
 n=$(grep -c "accepted an SDP connection ($TEST_TRANSPORT)" "$TMP/sdp.server")
 [ "$n" -eq "$N" ] || bad "the server accepted $n of $N connections over SDP"
 n=$(grep -c "connected to $TEST_HOST:[0-9]* over SDP ($TEST_TRANSPORT)" "$TMP/sdp.client")
@@ -101,5 +111,21 @@ fi
 check sdp server 2 64
 check sdp client 2 64
 failures_end
+
+if [ "$KIB_CONST" -lt 0 ]; then
+	log "PASS (the memory given back when idle is not measured under ASan)"
+	exit 0
+fi
+BUSY=8
+log "SDP: $BUSY connections carry 32 MiB each, then idle"
+# shellcheck disable=SC2046
+run_pair busy "$BUSY" "32 $((64 + 512 / BUSY))" "32" $(preload_env "$conf")
+for role in server client; do
+	sed -n "s/^scale_hold $role \\(busy\\|idle\\): conns [0-9]* fds [0-9]* kib \\([0-9]*\\)\$/\\1 \\2/p" \
+		"$TMP/busy.$role" | while read -r what kib; do
+		log "busy $role: $BUSY connections, $what: +$kib KiB resident"
+	done
+done
+grep -q "^scale_hold server idle:" "$TMP/busy.server" || fail "no idle figures from the server"
 log "PASS"
 exit 0

@@ -3,8 +3,10 @@
  * scale_hold: hold many idle connections with plain libc sockets and say
  * what they cost the process (scale.sh runs it under the preload).
  *
- *   scale_hold server PORTFILE N     listen, accept N, answer each one's byte
- *   scale_hold client HOST PORT N    connect N, one byte each way on each
+ *   scale_hold server PORTFILE N [MIB [KIB]]
+ *                                    listen, accept N, answer each one's byte
+ *   scale_hold client HOST PORT N [MIB]
+ *                                    connect N, one byte each way on each
  *
  * Once every connection has carried its byte each way, each side prints
  *   scale_hold ROLE: conns N fds D kib K
@@ -13,9 +15,18 @@
  * after listen()) to then.  The server measures first and then sends a
  * second byte on the first connection; the client measures after it has
  * that byte, so both measure while all N are open.  Then the client closes
- * them and the server sees every one end.  Exit status 0, or 1 with a
- * message on stderr.
+ * them and the server sees every one end.
+ *
+ * With MIB, after that the client sends MIB MiB on each connection and
+ * the server reads them, each side printing "busy" figures once done;
+ * then the server waits until what it holds has come down to KIB KiB
+ * per connection (the buffers given back when idle), printing "idle"
+ * figures, or fails after 60 s; then it sends its second byte.
+
+ * Exit status 0, or 1 with a message on stderr.
  */
+#include <poll.h>
+#include <time.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -81,15 +92,57 @@ static void report(const char *role, long n, long fds0, long kib0)
 	fflush(stdout);
 }
 
+static char bulk[1 << 16];
+
+/* MIB MiB out on each of c[0..n), or in, whole. */
+static int bulk_xfer(const int *c, long n, long mib, int out)
+{
+	for (long i = 0; i < n; i++) {
+		long left = mib << 20;
+
+		while (left > 0) {
+			size_t k = left < (long)sizeof(bulk) ? (size_t)left : sizeof(bulk);
+			ssize_t r = out ? send(c[i], bulk, k, MSG_NOSIGNAL) : recv(c[i], bulk, k, 0);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				if (r == 0)
+					errno = ECONNRESET;
+				return -1;
+			}
+			left -= r;
+		}
+	}
+	return 0;
+}
+
+/* Until the process holds at most kib0 + per * n KiB, or 60 s. */
+static int wait_idle(long n, long kib0, long per)
+{
+	time_t end = time(NULL) + 60;
+
+	while (rss_kib() - kib0 > per * n) {
+		if (time(NULL) > end)
+			return -1;
+		poll(NULL, 0, 50);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int server = argc == 4 && !strcmp(argv[1], "server");
-	long n = atol(argv[argc - 1]);
+	int server = argc >= 4 && argc <= 6 && !strcmp(argv[1], "server");
+	int client = argc >= 5 && argc <= 6 && !strcmp(argv[1], "client");
+	long n = server || client ? atol(argv[server ? 3 : 4]) : 0;
+	long mib = server && argc >= 5 ? atol(argv[4]) : client && argc == 6 ? atol(argv[5]) : 0;
+	long per = server && argc == 6 ? atol(argv[5]) : 0;
 	long fds0, kib0;
 	int *c;
 
-	if ((!server && (argc != 5 || strcmp(argv[1], "client"))) || n <= 0) {
-		fprintf(stderr, "usage: scale_hold server PORTFILE N | client HOST PORT N\n");
+	if ((!server && !client) || n <= 0 || mib < 0 || (server && mib && per <= 0)) {
+		fprintf(stderr, "usage: scale_hold server PORTFILE N [MIB KIB] | "
+				"client HOST PORT N [MIB]\n");
 		return 2;
 	}
 	c = calloc((size_t)n, sizeof(*c));
@@ -123,6 +176,17 @@ int main(int argc, char **argv)
 			if (xfer(c[i], 0, 0) || xfer(c[i], 'y', 1))
 				return fail("echo");
 		report("server", n, fds0, kib0);
+		if (mib) {
+			if (bulk_xfer(c, n, mib, 0))
+				return fail("bulk in");
+			report("server busy", n, fds0, kib0);
+			if (wait_idle(n, kib0, per)) {
+				report("server still", n, fds0, kib0);
+				errno = ETIMEDOUT;
+				return fail("waiting for the buffers to be given back");
+			}
+			report("server idle", n, fds0, kib0);
+		}
 		if (xfer(c[0], 'm', 1))
 			return fail("measured");
 		for (long i = 0; i < n; i++) {
@@ -152,6 +216,11 @@ int main(int argc, char **argv)
 	for (long i = 0; i < n; i++)
 		if (xfer(c[i], 0, 0))
 			return fail("reply");
+	if (mib) {
+		if (bulk_xfer(c, n, mib, 1))
+			return fail("bulk out");
+		report("client busy", n, fds0, kib0);
+	}
 	if (xfer(c[0], 0, 0))
 		return fail("the server's measured byte");
 	report("client", n, fds0, kib0);
