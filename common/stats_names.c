@@ -89,6 +89,8 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_ZCOPY_PEER_ADVERTS: return "zcopy_peer_adverts";
 	case OPS_C_RELAYS: return "relays";
 	case OPS_C_PROGRESS_FD_DRIVES: return "progress_fd_drives";
+	case OPS_C_BUF_BYTES: return "buf_bytes";
+	case OPS_C_FDS: return "fds";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

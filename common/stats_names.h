@@ -91,6 +91,10 @@ enum ops_counter {
 	OPS_C_ZCOPY_PEER_ADVERTS,
 	OPS_C_RELAYS,		/* SDP connections relayed at a fork (ops/relay.c) */
 	OPS_C_PROGRESS_FD_DRIVES,	/* the engine's progress_fd_drives */
+	/* Not counts but what the process holds now, as of its last data
+	 * or close (ops_stats_engine_sync()). */
+	OPS_C_BUF_BYTES,	/* the engine's buf_bytes */
+	OPS_C_FDS,		/* descriptors libsdp holds (the engine's fds) */
 	OPS_C_MAX
 };
 

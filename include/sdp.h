@@ -323,6 +323,10 @@ struct sdp_stats {
 	uint64_t zcopy_peer_adverts;		/* SinkAvails the peer sent us (used or stale) */
 	uint64_t progress_fd_drives;		/* sockets the progress thread drove because
 						 * their transport fd woke it */
+	/* Not counts but what is held now (issue 16). */
+	uint64_t buf_bytes;	/* the connections' send and receive rings, reserved
+				 * (registered with the transport: pinned on RDMA) */
+	uint64_t fds;		/* descriptors the library holds for itself */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -46,6 +46,7 @@ void conn_free(struct sdp_sock *s)
 	if (c->ctrl_mr)
 		c->t->mr_dereg(c->ctrl_mr);
 	free(c->rx_mem);
+	SDP_STAT_INC(buf_bytes, -c->buf_bytes);
 	free(c->rxq);
 	free(c->rx_idle);
 	free(c->rx_posted);

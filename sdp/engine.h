@@ -145,6 +145,7 @@ struct sdp_conn {
 	bool moved;		/* data moved since the last idle sweep */
 	bool idle_watched;	/* progress_idle_watch() holds s */
 	uint64_t quiet_since_ns;	/* a sweep found nothing moved since */
+	uint64_t buf_bytes;	/* rx_mem and tx_mem, in sdp_stats.buf_bytes */
 
 	uint8_t ctrl_mem[SDP_CTRL_SLOTS * SDP_CTRL_SLOT_SIZE];
 	struct oti_mr *ctrl_mr;

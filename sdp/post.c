@@ -195,6 +195,8 @@ int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 	c->rx_posted = calloc(c->nrx, sizeof(*c->rx_posted));
 	if (!c->rx_mem || !c->rxq || !c->rx_idle || !c->rx_posted)
 		return -ENOMEM;
+	c->buf_bytes += (uint64_t)c->nrx * c->rx_size;
+	SDP_STAT_INC(buf_bytes, (uint64_t)c->nrx * c->rx_size);
 	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
 			   OTI_ACCESS_LOCAL_WRITE, &c->rx_mr);
 	if (ret)
@@ -226,6 +228,8 @@ int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock
 	c->tx_urg = calloc(c->ntx, sizeof(*c->tx_urg));
 	if (!c->tx_mem || !c->tx_len || !c->tx_urg)
 		return -ENOMEM;
+	c->buf_bytes += (uint64_t)c->ntx * c->tx_size;
+	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * c->tx_size);
 	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
 	return ret;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "fdspace.h"
 #include "log.h"
 #include "spin.h"
 #include "sys.h"
@@ -1659,4 +1660,5 @@ void sdp_get_stats(struct sdp_stats *st)
 
 	for (size_t i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st->fds = (uint64_t)fdspace_count();
 }

@@ -124,6 +124,9 @@ static void print_summary(const struct sdp_stats_snap *s)
 		printf(", relays %" PRIu64, ctr(s, OPS_C_RELAYS));
 	if (ctr(s, OPS_C_PROGRESS_FD_DRIVES))
 		printf(", progress fd drives %" PRIu64, ctr(s, OPS_C_PROGRESS_FD_DRIVES));
+	if (ctr(s, OPS_C_BUF_BYTES) || ctr(s, OPS_C_FDS))
+		printf(", holds buffers %" PRIu64 " KiB, descriptors %" PRIu64,
+		       ctr(s, OPS_C_BUF_BYTES) / 1024, ctr(s, OPS_C_FDS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);

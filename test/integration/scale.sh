@@ -7,7 +7,8 @@
 # gain at most 2 descriptors per connection (the application's socket
 # and the transport's) and 64 KiB resident per connection, beyond a
 # constant for the engine itself (its progress thread, log, caches):
-# counts from /proc, never times.  Every connection must be on SDP:
+# counts from /proc, never times.  sdpstat shows the same: libsdp's
+# own descriptors (the transports' sockets, N) and its buffer bytes.  Every connection must be on SDP:
 # the switch logs each one ("accepted an SDP connection", "connected to
 # ... over SDP"), and no move to TCP ("no SDP ...").  The same run over the
 # kernel's TCP first checks the test program itself.
@@ -53,17 +54,25 @@ start_watchdog
 
 # run_pair TAG CONNS "SERVER ARGS" "CLIENT ARGS" ENV...: a server and a
 # client of CONNS connections (scale_hold's further arguments), each with
-# ENV; their outputs in $TMP/TAG.server and $TMP/TAG.client.
+# ENV; their outputs in $TMP/TAG.server and $TMP/TAG.client.  With HOOK
+# set, the function it names runs while both hold every connection, with
+# the server's and the client's pids.
 run_pair() {
-	local tag=$1 n=$2 sargs=$3 cargs=$4 pf=$TMP/$1.port rc src
+	local tag=$1 n=$2 sargs=$3 cargs=$4 pf=$TMP/$1.port go=$TMP/$1.go rc src
 	shift 4
 	# shellcheck disable=SC2086
-	start_bg "$TMP/$tag.server" env "$@" "$HOLD" server "$pf" "$n" $sargs
+	start_bg "$TMP/$tag.server" env SCALE_HOLD_GO="$go" "$@" "$HOLD" server "$pf" "$n" $sargs
 	local spid=$BG_PID
 	wait_for_file "$pf" 30 || fail "$tag: the server did not listen: $(cat "$TMP/$tag.server")"
 	# shellcheck disable=SC2086
-	run_with_timeout $((60 + n / 20)) env "$@" "$HOLD" client "$TEST_HOST" "$(cat "$pf")" "$n" \
-		$cargs >"$TMP/$tag.client" 2>&1
+	start_bg "$TMP/$tag.client" env "$@" "$HOLD" client "$TEST_HOST" "$(cat "$pf")" "$n" $cargs
+	local cpid=$BG_PID
+	if [ -n "${HOOK:-}" ] &&
+		wait_for_text "$TMP/$tag.server" "^scale_hold server: " $((60 + n / 20)); then
+		"$HOOK" "$spid" "$cpid"
+	fi
+	: >"$go"
+	wait_pid "$cpid" $((60 + n / 20))
 	rc=$?
 	wait_pid "$spid" 90
 	src=$?
@@ -99,8 +108,28 @@ failures_end
 conf=$TMP/sdp.conf
 write_conf "$conf" "log min-level 7" "use both server * *:*" "use both client * *:*"
 log "SDP: $N connections, both ends preloaded"
+# sdpstat_holds TAG PID MIN_FDS: sdpstat's "holds" figures of PID: some
+# buffers, and at least MIN_FDS descriptors of libsdp's own, at most
+# FD_CONST more.
+sdpstat_holds() {
+	local tag=$1 pid=$2 min=$3 line kib fds
+	line=$("$SDPSTAT" -c -p "$pid" | grep -o 'holds buffers [0-9]* KiB, descriptors [0-9]*')
+	log "$tag: sdpstat: $line"
+	kib=$(echo "$line" | awk '{ print $3 }')
+	fds=$(echo "$line" | awk '{ print $6 }')
+	[ -n "$kib" ] && [ "$kib" -gt 0 ] || bad "$tag: sdpstat shows no buffers: '$line'"
+	[ -n "$fds" ] && [ "$fds" -ge "$min" ] && [ "$fds" -le $((min + FD_CONST)) ] ||
+		bad "$tag: sdpstat shows '$fds' descriptors of libsdp's, not $min to $((min + FD_CONST))"
+}
+look_sdp() {
+	sdpstat_holds "sdp server" "$1" "$N"
+	sdpstat_holds "sdp client" "$2" "$N"
+}
+SDPSTAT=$(prog sdpstat)
+export SDP_STATS_DIR=$TMP/stats
+mkdir -p "$SDP_STATS_DIR"
 # shellcheck disable=SC2046
-run_pair sdp "$N" "" "" $(preload_env "$conf")
+HOOK=look_sdp run_pair sdp "$N" "" "" $(preload_env "$conf")
 n=$(grep -c "accepted an SDP connection ($TEST_TRANSPORT)" "$TMP/sdp.server")
 [ "$n" -eq "$N" ] || bad "the server accepted $n of $N connections over SDP"
 n=$(grep -c "connected to $TEST_HOST:[0-9]* over SDP ($TEST_TRANSPORT)" "$TMP/sdp.client")

@@ -22,7 +22,8 @@
  * then the server waits until what it holds has come down to KIB KiB
  * per connection (the buffers given back when idle), printing "idle"
  * figures, or fails after 60 s; then it sends its second byte.
-
+ * With SCALE_HOLD_GO=FILE in its environment the server waits for FILE
+ * to exist before that byte (for a look at both processes meanwhile).
  * Exit status 0, or 1 with a message on stderr.
  */
 #include <poll.h>
@@ -186,6 +187,15 @@ int main(int argc, char **argv)
 				return fail("waiting for the buffers to be given back");
 			}
 			report("server idle", n, fds0, kib0);
+		}
+		const char *go = getenv("SCALE_HOLD_GO");
+
+		for (time_t end = time(NULL) + 60; go && access(go, F_OK);) {
+			if (time(NULL) > end) {
+				errno = ETIMEDOUT;
+				return fail(go);
+			}
+			poll(NULL, 0, 50);
 		}
 		if (xfer(c[0], 'm', 1))
 			return fail("measured");
