@@ -207,6 +207,7 @@ int main(int argc, char **argv)
 			close(c[i]);
 		}
 		close(l);
+		free(c);
 		return 0;
 	}
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[3])) };
@@ -236,5 +237,6 @@ int main(int argc, char **argv)
 	report("client", n, fds0, kib0);
 	for (long i = 0; i < n; i++)
 		close(c[i]);
+	free(c);
 	return 0;
 }
