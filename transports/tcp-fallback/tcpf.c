@@ -1541,10 +1541,8 @@ static int post_out(struct tcpf_ep *e, const struct tcpf_hdr *h, const struct ot
 /* The whole pages of [lo, hi) back to the kernel. */
 static void give_back(uintptr_t lo, uintptr_t hi)
 {
-	static uintptr_t pg;
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 
-	if (!pg)
-		pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 	lo = (lo + pg - 1) & ~(pg - 1);
 	hi &= ~(pg - 1);
 	if (hi > lo)
