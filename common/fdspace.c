@@ -103,6 +103,15 @@ void fdspace_forget(int fd)
 				   __ATOMIC_RELAXED);
 }
 
+int fdspace_count(void)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < sizeof(fs_owned) / sizeof(fs_owned[0]); i++)
+		n += __builtin_popcountl(__atomic_load_n(&fs_owned[i], __ATOMIC_RELAXED));
+	return n;
+}
+
 int fdspace_close(int fd)
 {
 	fdspace_forget(fd);

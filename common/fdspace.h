@@ -60,6 +60,9 @@ bool fdspace_owned(int fd);
  * Lock-free and async-signal-safe; any fd is accepted. */
 void fdspace_forget(int fd);
 
+/* How many descriptors are libsdp's now.  Lock-free. */
+int fdspace_count(void);
+
 /* Forget fd, then close it.  Returns 0 or a negative errno. */
 int fdspace_close(int fd);
 

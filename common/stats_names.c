@@ -95,6 +95,8 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_PROGRESS_BUSY_SKIPS: return "progress_busy_skips";
 	case OPS_C_PROGRESS_WAKEUPS: return "progress_wakeups";
 	case OPS_C_EPOLL_LOOKS: return "epoll_looks";
+	case OPS_C_BUF_BYTES: return "buf_bytes";
+	case OPS_C_FDS: return "fds";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

@@ -97,6 +97,10 @@ enum ops_counter {
 	OPS_C_PROGRESS_BUSY_SKIPS,	/* the engine's progress_busy_skips */
 	OPS_C_PROGRESS_WAKEUPS,	/* the engine's progress_wakeups */
 	OPS_C_EPOLL_LOOKS,	/* SDP members an epoll_wait report looked at (ops/epset.c) */
+	/* Not counts but what the process holds now, as of its last data
+	 * or close (ops_stats_engine_sync()). */
+	OPS_C_BUF_BYTES,	/* the engine's buf_bytes */
+	OPS_C_FDS,		/* descriptors libsdp holds (the engine's fds) */
 	OPS_C_MAX
 };
 

@@ -13,7 +13,8 @@
  *   - A socket is named by an int "sd".  The sd is a real file descriptor
  *     owned by the engine (an eventfd, O_CLOEXEC unless the socket was made
  *     without SOCK_CLOEXEC): it is the socket's readiness fd, see
- *     sdp_set_interest().  Close it only with sdp_close().
+ *     sdp_set_interest().  Close it only with sdp_close().  After
+ *     sdp_virtual_sds() an sd is a number that is no descriptor instead.
  *   - Addresses are ordinary struct sockaddr_in / sockaddr_in6.
  *   - SIGPIPE: a send on a socket whose sending side is shut down or
  *     reset returns -EPIPE and raises SIGPIPE in the calling thread,
@@ -76,6 +77,15 @@ struct sdp_convert_arg {
 /* Start-up is implicit; sdp_init() only makes its cost explicit.  Returns
  * the number of usable transports, or a negative errno. */
 int sdp_init(void);
+
+/* Name the sockets made from now on by numbers no descriptor of the
+ * process can have (at or above fs.nr_open and the hard RLIMIT_NOFILE)
+ * instead of readiness eventfds: a socket then costs no descriptor of its
+ * own, and its sd cannot be polled by the kernel, only by sdp_poll(),
+ * sdp_ppoll() and watches.  For the preload, which never polls an sd.
+ * Returns 0; -EBUSY once a socket has been made (the sds stay
+ * eventfds), -ERANGE when the numbers would not fit in an int. */
+int sdp_virtual_sds(void);
 
 /* domain AF_INET/AF_INET6 (or the SDP families), type SOCK_STREAM optionally
  * with SOCK_NONBLOCK | SOCK_CLOEXEC, protocol 0 or IPPROTO_TCP. */
@@ -321,6 +331,10 @@ struct sdp_stats {
 						 * the thread holding their lock */
 	uint64_t progress_wakeups;		/* the progress thread's returns from its
 						 * sleep: fds, pokes, ticks */
+	/* Not counts but what is held now (issue 16). */
+	uint64_t buf_bytes;	/* the connections' send and receive rings, reserved
+				 * (registered with the transport: pinned on RDMA) */
+	uint64_t fds;		/* descriptors the library holds for itself */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -324,6 +324,14 @@ void ops_stats_engine_sync(void)
 			}
 		}
 	}
+	/* What the process holds now: stored, not added (a fork child's
+	 * file starts from zero, and these go down as well as up), and only
+	 * into a file that exists: holding is no reason to make one. */
+	if (__atomic_load_n(&stats_state, __ATOMIC_ACQUIRE) == STATS_READY) {
+		__atomic_store_n(&stats_hdr->counters[OPS_C_BUF_BYTES], st.buf_bytes,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&stats_hdr->counters[OPS_C_FDS], st.fds, __ATOMIC_RELAXED);
+	}
 }
 
 void ops_stats_fallback(enum ops_fallback r)

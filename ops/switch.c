@@ -94,6 +94,14 @@ static void engine_once_fn(void)
 {
 	int r = sdp_init();
 
+	/* The application's fd is the socket's only descriptor above the
+	 * transport's (issue 16): nothing of ours polls an sd. */
+	if (r > 0) {
+		int v = sdp_virtual_sds();
+
+		if (v < 0)
+			sdp_warn(LOGSYS, "every SDP socket keeps an eventfd: %s", strerror(-v));
+	}
 	engine_status = r < 0 ? r : r == 0 ? -ENODEV : 0;
 	if (engine_status)
 		sdp_conn_log(LOGSYS, "no SDP transport is available (transports \"%s\"): %s",

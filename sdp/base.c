@@ -10,6 +10,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,12 +28,130 @@ struct sdp_upcalls sdp_upcalls;
 struct sdp_stats sdp_global_stats;
 
 /* --- the sd table ----------------------------------------------------------
- * Indexed by the readiness fd (common/fdmap.h).  table_lock serializes
+ * Indexed by sd - sd_base (common/fdmap.h).  table_lock serializes
  * lookups with removal, so that a reference is taken only on a socket
- * still in the table; taken before any socket lock.
+ * still in the table; taken before any socket lock.  It also protects
+ * the free numbers below.
  */
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fdmap table;
+
+/*
+ * What an sd is.  By default the socket's readiness eventfd, which the
+ * kernel can poll (include/sdp.h); sd_base is 0.  After sdp_virtual_sds()
+ * (the preload, which never polls an sd: issue 16, a descriptor per
+ * connection end is the application's fd and the transport's socket),
+ * a number from sd_base up that no descriptor of the process can have,
+ * and no eventfd: the numbers freed by sdp_close() are reused, as the
+ * kernel reuses descriptors.  Fixed before the first socket is made
+ * (sd_made), so the table never holds both kinds.
+ */
+static int sd_base;
+static bool sd_virtual;
+static atomic_bool sd_made;
+static uint32_t sd_next;	/* numbers below it have been given out */
+static uint32_t *sd_free;	/* given back and not reused yet */
+static size_t sd_nfree, sd_free_cap;
+
+static int sd_index(int sd)
+{
+	return sd < sd_base ? -1 : sd - sd_base;
+}
+
+bool sock_sd_is_fd(void)
+{
+	return !sd_virtual;
+}
+
+/* The lowest number no descriptor can have: fs.nr_open bounds every
+ * RLIMIT_NOFILE (setrlimit(2) fails above it), the hard limit is what
+ * this process may still raise its soft one to. */
+static long fd_ceiling(void)
+{
+	char buf[24] = "";
+	long ceil = 1048576;	/* the kernel's default nr_open */
+	int fd = sys.open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		ssize_t n = sys.read(fd, buf, sizeof(buf) - 1);
+
+		if (n > 0)
+			ceil = strtol(buf, NULL, 10);
+		sys.close(fd);
+	}
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
+	    (rlim_t)ceil < rl.rlim_max)
+		ceil = rl.rlim_max > (rlim_t)LONG_MAX ? LONG_MAX : (long)rl.rlim_max;
+	return ceil;
+}
+
+int sdp_virtual_sds(void)
+{
+	pthread_mutex_lock(&table_lock);
+	int ret = 0;
+
+	if (!sd_virtual) {
+		long base = fd_ceiling();
+
+		if (atomic_load(&sd_made))
+			ret = -EBUSY;
+		else if (base <= 0 || base > (long)INT_MAX - FDMAP_CHUNK * FDMAP_CHUNKS)
+			ret = -ERANGE;
+		else {
+			sd_base = (int)base;
+			sd_virtual = true;
+		}
+	}
+	pthread_mutex_unlock(&table_lock);
+	return ret;
+}
+
+/* A new sd: an eventfd or a free number.  Negative errno on failure. */
+static int sd_take(void)
+{
+	int sd;
+
+	atomic_store(&sd_made, true);
+	pthread_mutex_lock(&table_lock);
+	if (!sd_virtual) {
+		pthread_mutex_unlock(&table_lock);
+		/* EFD_NONBLOCK: the engine drains it; the application only polls. */
+		return fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	}
+	if (sd_nfree)
+		sd = sd_base + (int)sd_free[--sd_nfree];
+	else if (sd_next < (uint32_t)(FDMAP_CHUNK * FDMAP_CHUNKS))
+		sd = sd_base + (int)sd_next++;
+	else
+		sd = -EMFILE;
+	pthread_mutex_unlock(&table_lock);
+	return sd;
+}
+
+void sock_sd_release(int sd)
+{
+	if (!sd_virtual) {
+		fdspace_close(sd);
+		return;
+	}
+	pthread_mutex_lock(&table_lock);
+	if (sd_nfree == sd_free_cap) {
+		size_t cap = sd_free_cap ? sd_free_cap * 2 : 64;
+		uint32_t *n = realloc(sd_free, cap * sizeof(*n));
+
+		if (n) {
+			sd_free = n;
+			sd_free_cap = cap;
+		}
+	}
+	/* Out of memory: the number is not reused, which costs nothing
+	 * but the number. */
+	if (sd_nfree < sd_free_cap)
+		sd_free[sd_nfree++] = (uint32_t)(sd - sd_base);
+	pthread_mutex_unlock(&table_lock);
+}
 
 /* Bumped in every fork child.  A socket made in an earlier generation is
  * a copy of the parent's: its transport objects share kernel state (TCP
@@ -57,17 +178,18 @@ bool sock_inherited(const struct sdp_sock *s)
 
 static int table_set(int sd, struct sdp_sock *s)
 {
-	fdmap_slot_t *slot = fdmap_slot(&table, sd, s != NULL);
+	int i = sd_index(sd);
+	fdmap_slot_t *slot = fdmap_slot(&table, i, s != NULL);
 
 	if (!slot)
-		return s ? (sd < 0 || sd >= FDMAP_CHUNK * FDMAP_CHUNKS ? -EMFILE : -ENOMEM) : 0;
+		return s ? (i < 0 || i >= FDMAP_CHUNK * FDMAP_CHUNKS ? -EMFILE : -ENOMEM) : 0;
 	atomic_store(slot, s);
 	return 0;
 }
 
 static struct sdp_sock *table_get_locked(int sd)
 {
-	return fdmap_peek(&table, sd);
+	return fdmap_peek(&table, sd_index(sd));
 }
 
 struct sdp_sock *sock_get(int sd)
@@ -92,7 +214,7 @@ void sock_put(struct sdp_sock *s)
 	if (s->conn)
 		sdp_upcalls.conn_free(s);
 	if (s->sd >= 0)
-		fdspace_close(s->sd);
+		sock_sd_release(s->sd);
 	pthread_mutex_destroy(&s->lock);
 	free(s->acceptq);
 	free(s);
@@ -159,15 +281,14 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 
 	if (!s)
 		return NULL;
-	/* EFD_NONBLOCK: the engine drains it; the application only polls. */
-	s->sd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	s->sd = sd_take();
 	if (s->sd < 0) {
 		errno = -s->sd;
 		free(s);
 		return NULL;
 	}
 	if (!cloexec)
-		(void)sys.fcntl(s->sd, F_SETFD, 0);
+		sock_sd_inherit(s->sd);
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->ref, 1);
 	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
@@ -214,7 +335,29 @@ struct sdp_sock *sock_unpublish(int sd)
 	return s;
 }
 
+/* The sd is kept over exec(2) (no SOCK_CLOEXEC); a number has nothing
+ * to keep. */
+void sock_sd_inherit(int sd)
+{
+	if (!sd_virtual)
+		(void)sys.fcntl(sd, F_SETFD, 0);
+}
+
+struct for_each_arg {
+	void (*fn)(int sd, void *s, void *arg);
+	void *arg;
+};
+
+static void for_each_one(int i, void *s, void *arg)
+{
+	struct for_each_arg *a = arg;
+
+	a->fn(sd_base + i, s, a->arg);
+}
+
 void sock_for_each(void (*fn)(int sd, void *s, void *arg), void *arg)
 {
-	fdmap_for_each(&table, fn, arg);
+	struct for_each_arg a = { fn, arg };
+
+	fdmap_for_each(&table, for_each_one, &a);
 }

@@ -46,8 +46,10 @@ void conn_free(struct sdp_sock *s)
 	if (c->ctrl_mr)
 		c->t->mr_dereg(c->ctrl_mr);
 	free(c->rx_mem);
+	SDP_STAT_INC(buf_bytes, -c->buf_bytes);
 	free(c->rxq);
 	free(c->rx_idle);
+	free(c->rx_posted);
 	free(c->tx_mem);
 	free(c->tx_len);
 	free(c->tx_urg);
@@ -272,6 +274,10 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		wz_write_done(s, wc);
 		return;
 	}
+	if (kind == SDP_CTX_RX)
+		c->rx_posted[SDP_CTX_SLOT(wc->ctx)] = false;
+	if ((kind == SDP_CTX_RX || kind == SDP_CTX_TX) && !wc->status)
+		conn_moved(s);
 	if (wc->status) {
 		if (wc->status == -ECANCELED || c->transport_down)
 			return;
@@ -1007,5 +1013,6 @@ __attribute__((constructor)) static void conn_install_upcalls(void)
 		.conn_free = conn_free,
 		.drive = conn_drive,
 		.service = conn_service,
+		.idle = conn_idle_sweep,
 	};
 }

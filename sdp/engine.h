@@ -139,6 +139,14 @@ struct sdp_conn {
 	uint32_t tx_done, tx_posted, tx_filled;
 	uint64_t tx_queued_bytes;	/* in buffers, not yet completed */
 
+	/* Buffers given back when idle (post.c, "Idle buffers").  rx_posted:
+	 * the transport holds that receive buffer. */
+	bool *rx_posted;
+	bool moved;		/* data moved since the last idle sweep */
+	bool idle_watched;	/* progress_idle_watch() holds s */
+	uint64_t quiet_since_ns;	/* a sweep found nothing moved since */
+	uint64_t buf_bytes;	/* rx_mem and tx_mem, in sdp_stats.buf_bytes */
+
 	uint8_t ctrl_mem[SDP_CTRL_SLOTS * SDP_CTRL_SLOT_SIZE];
 	struct oti_mr *ctrl_mr;
 	uint32_t ctrl_done, ctrl_posted;
@@ -270,7 +278,9 @@ struct sdp_sock {
 	atomic_int ref;		/* table + progress set + callers in flight */
 	unsigned fork_gen;	/* sock_fork_gen when made: a socket from before
 				 * a fork() belongs to the parent (sock_get) */
-	int sd;			/* the readiness eventfd; -1 once closed */
+	int sd;			/* the readiness eventfd, or a number that is
+				 * no descriptor (sdp_virtual_sds()); -1 once
+				 * closed */
 	int domain;		/* AF_INET or AF_INET6 */
 	enum sdp_state state;
 	bool nonblock;
@@ -391,6 +401,13 @@ int sock_publish(struct sdp_sock *s);
 /* Take sd out of the table (sdp_close); the table's reference passes to
  * the caller.  NULL if sd is not in it. */
 struct sdp_sock *sock_unpublish(int sd);
+/* Give sd back (sdp_close(), the last reference): close the eventfd or
+ * free the number. */
+void sock_sd_release(int sd);
+/* sd stays open over exec(2) (made without SOCK_CLOEXEC). */
+void sock_sd_inherit(int sd);
+/* Whether sds are readiness eventfds (else numbers: sdp_virtual_sds()). */
+bool sock_sd_is_fd(void);
 /* fn(sd, socket, arg) for every socket in the table. */
 void sock_for_each(void (*fn)(int sd, void *s, void *arg), void *arg);
 /* Made in the parent before a fork(): this process's copy is not to be
@@ -422,6 +439,9 @@ struct sdp_upcalls {
 	void (*conn_free)(struct sdp_sock *s);
 	void (*drive)(struct sdp_sock *s);
 	bool (*service)(struct sdp_sock *s, bool tick);
+	/* An idle sweep's turn on s (progress_idle_watch()), s's lock held;
+	 * true to be looked at again. */
+	bool (*idle)(struct sdp_sock *s);
 };
 extern struct sdp_upcalls sdp_upcalls;
 
@@ -513,6 +533,9 @@ void progress_hold(struct sdp_sock *s);
 /* Tick s until its deadline-bound state (connecting, children handshaking)
  * is over, so timeouts fire without any fd activity. */
 void progress_watch(struct sdp_sock *s);
+/* Look at s now and then (struct sdp_upcalls.idle) until it says no
+ * more; one reference is taken.  s's lock may be held. */
+void progress_idle_watch(struct sdp_sock *s);
 /*
  * Bring the progress thread's registration of c's ep fd (made for owner:
  * c's socket, or its listener) in line with what the transport waits for
@@ -568,6 +591,10 @@ struct sdp_conn *conn_new(void);
 int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s);
 /* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF. */
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s);
+/* Data moved on s: its buffers are in use (post.c, "Idle buffers"). */
+void conn_moved(struct sdp_sock *s);
+/* struct sdp_upcalls.idle: free buffers' pages go back once s is idle. */
+bool conn_idle_sweep(struct sdp_sock *s);
 /* Receive buffer slot's memory. */
 uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot);
 /* A consumed receive buffer goes back (or waits, beyond SO_RCVBUF). */

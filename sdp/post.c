@@ -75,8 +75,11 @@ static int conn_post_rx(struct sdp_conn *c, uint32_t slot)
 	struct oti_sge sge = {
 		.addr = rx_buf(c, slot), .len = c->rx_size, .mr = c->rx_mr,
 	};
+	int ret = c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
 
-	return c->t->post_recv(c->ep, &sge, SDP_CTX_RX | slot);
+	if (!ret)
+		c->rx_posted[slot] = true;
+	return ret;
 }
 
 /* A consumed receive buffer goes back to the transport; the peer may
@@ -189,8 +192,11 @@ int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 	c->rxq_cap = c->nrx + 2;
 	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
 	c->rx_idle = calloc(c->nrx, sizeof(*c->rx_idle));
-	if (!c->rx_mem || !c->rxq || !c->rx_idle)
+	c->rx_posted = calloc(c->nrx, sizeof(*c->rx_posted));
+	if (!c->rx_mem || !c->rxq || !c->rx_idle || !c->rx_posted)
 		return -ENOMEM;
+	c->buf_bytes += (uint64_t)c->nrx * c->rx_size;
+	SDP_STAT_INC(buf_bytes, (uint64_t)c->nrx * c->rx_size);
 	ret = c->t->mr_reg(c->ep, c->rx_mem, (size_t)c->nrx * c->rx_size,
 			   OTI_ACCESS_LOCAL_WRITE, &c->rx_mr);
 	if (ret)
@@ -222,8 +228,91 @@ int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock
 	c->tx_urg = calloc(c->ntx, sizeof(*c->tx_urg));
 	if (!c->tx_mem || !c->tx_len || !c->tx_urg)
 		return -ENOMEM;
+	c->buf_bytes += (uint64_t)c->ntx * c->tx_size;
+	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * c->tx_size);
 	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
 	return ret;
+}
+
+/* --- idle buffers -------------------------------------------------------------
+ * Like TCP's socket memory, a connection's buffers cost what it uses: on a
+ * transport whose registrations pin nothing (tcp-fallback) the rings are
+ * reserved whole but a page is resident only once data went through it,
+ * and when the data has stopped for buf_idle_ms the free buffers' pages
+ * go back (oti mem_idle): receive buffers the transport holds empty, send
+ * buffers outside [tx_done, tx_filled).  Data that moves marks the
+ * connection (conn_moved()); the progress thread's idle sweep
+ * (progress_idle_watch()) looks at it now and then until it is quiet.
+ */
+
+void conn_moved(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	c->moved = true;
+	if (c->idle_watched || !c->t->mem_idle || s->is_child || !tun_int(TUN_buf_idle_ms))
+		return;
+	c->idle_watched = true;
+	c->quiet_since_ns = 0;
+	progress_idle_watch(s);
+}
+
+/* Give back the pages of free buffers [first, end) of a ring of bufs
+ * (all but the transport's in-flight frame, which mem_idle keeps). */
+static void give_back_run(struct sdp_conn *c, uint8_t *mem, uint32_t size, uint32_t first,
+			  uint32_t end)
+{
+	if (end > first)
+		c->t->mem_idle(c->ep, mem + (size_t)first * size, (size_t)(end - first) * size);
+}
+
+static void conn_give_back(struct sdp_conn *c)
+{
+	uint32_t run = 0;
+
+	for (uint32_t i = 0; i <= c->nrx; i++) {
+		if (i < c->nrx && c->rx_posted[i])
+			continue;
+		give_back_run(c, c->rx_mem, c->rx_size, run, i);
+		run = i + 1;
+	}
+	if (!c->tx_mem)
+		return;
+	/* [tx_done, tx_filled) holds data, counted in a ring of ntx. */
+	uint32_t busy = c->tx_filled - c->tx_done;
+	uint32_t from = c->tx_filled % c->ntx, to = c->tx_done % c->ntx;
+
+	if (busy == 0) {
+		give_back_run(c, c->tx_mem, c->tx_size, 0, c->ntx);
+	} else if (busy < c->ntx && from < to) {
+		give_back_run(c, c->tx_mem, c->tx_size, from, to);
+	} else if (busy < c->ntx) {
+		give_back_run(c, c->tx_mem, c->tx_size, from, c->ntx);
+		give_back_run(c, c->tx_mem, c->tx_size, 0, to);
+	}
+}
+
+/* struct sdp_upcalls.idle: true while s should be looked at again. */
+bool conn_idle_sweep(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	uint64_t now = sdp_now_ns();
+
+	if (!c || !c->ep || c->transport_down || s->state != SDP_S_ESTABLISHED) {
+		if (c)
+			c->idle_watched = false;
+		return false;
+	}
+	if (c->moved || !c->quiet_since_ns) {
+		c->moved = false;
+		c->quiet_since_ns = now;
+		return true;
+	}
+	if (now - c->quiet_since_ns < (uint64_t)tun_int(TUN_buf_idle_ms) * 1000000ull)
+		return true;
+	conn_give_back(c);
+	c->idle_watched = false;
+	return false;
 }
 
 /*
@@ -1057,7 +1146,7 @@ void sock_changed(struct sdp_sock *s, bool edge)
 			/* Counter saturated: the waiter wakes anyway. */
 		}
 	}
-	if (s->sd < 0)
+	if (s->sd < 0 || !sock_sd_is_fd())
 		return;
 	bool ready = sock_events_locked(s) & (s->interest | POLLHUP | POLLERR);
 

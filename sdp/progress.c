@@ -60,6 +60,8 @@ static bool prog_fast;			/* a watched socket holds a request */
 static bool prog_hold_seen;		/* prog_tick(): one still does */
 static bool prog_hold_new;		/* progress_hold() since the last tick */
 static struct sock_ref *prog_pokes;	/* sockets to drive once, soon */
+static struct sock_ref *prog_idle;	/* progress_idle_watch() */
+static uint64_t prog_idle_next_ns;	/* when prog_idle_sweep() looks again */
 static pid_t prog_pid;
 static __thread bool on_progress_thread;
 
@@ -276,6 +278,88 @@ static void prog_drive_pokes(void)
 	}
 }
 
+/*
+ * Connections that may give their buffers back once idle (struct
+ * sdp_upcalls.idle), looked at every SDP_IDLE_SWEEP_MS, not at every
+ * wakeup: busy connections can be many.  A trylock, so that the progress
+ * thread never waits for a connection that is in use, which is not idle.
+ */
+#define SDP_IDLE_SWEEP_MS 250
+
+static void prog_idle_sweep(void)
+{
+	struct sock_ref *list, *keep = NULL;
+	uint64_t now = sdp_now_ns();
+
+	pthread_mutex_lock(&prog_lock);
+	if (!prog_idle || now < prog_idle_next_ns) {
+		pthread_mutex_unlock(&prog_lock);
+		return;
+	}
+	list = prog_idle;
+	prog_idle = NULL;
+	prog_idle_next_ns = now + SDP_IDLE_SWEEP_MS * 1000000ull;
+	pthread_mutex_unlock(&prog_lock);
+	while (list) {
+		struct sock_ref *r = list;
+		bool again = true;
+
+		list = r->next;
+		if (pthread_mutex_trylock(&r->s->lock) == 0) {
+			again = sdp_upcalls.idle(r->s);
+			pthread_mutex_unlock(&r->s->lock);
+		}
+		if (again) {
+			r->next = keep;
+			keep = r;
+		} else {
+			sock_put(r->s);
+			free(r);
+		}
+	}
+	pthread_mutex_lock(&prog_lock);
+	while (keep) {
+		struct sock_ref *r = keep;
+
+		keep = r->next;
+		r->next = prog_idle;
+		prog_idle = r;
+	}
+	pthread_mutex_unlock(&prog_lock);
+}
+
+/* The progress thread's epoll timeout, for its ticks and the idle sweep.
+ * prog_lock held. */
+static int prog_timeout_locked(void)
+{
+	int timeout = prog_fast ? SDP_HOLD_TICK_MS : prog_watch ? SDP_TICK_MS : -1;
+
+	if (prog_idle) {
+		uint64_t now = sdp_now_ns();
+		int t = now >= prog_idle_next_ns ? 0 :
+			(int)((prog_idle_next_ns - now + 999999) / 1000000);
+
+		if (timeout < 0 || t < timeout)
+			timeout = t;
+	}
+	return timeout;
+}
+
+void progress_idle_watch(struct sdp_sock *s)
+{
+	bool first;
+
+	pthread_mutex_lock(&prog_lock);
+	first = !prog_idle;
+	if (first)
+		prog_idle_next_ns = sdp_now_ns() + SDP_IDLE_SWEEP_MS * 1000000ull;
+	atomic_fetch_add(&s->ref, 1);	/* put in prog_idle_sweep() */
+	prog_push(&prog_idle, s);
+	pthread_mutex_unlock(&prog_lock);
+	if (first)
+		prog_kick();	/* its timeout changes */
+}
+
 static void *prog_main(void *arg)
 {
 	struct epoll_event ev[64];
@@ -286,7 +370,7 @@ static void *prog_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&prog_lock);
-		int timeout = prog_fast ? SDP_HOLD_TICK_MS : prog_watch ? SDP_TICK_MS : -1;
+		int timeout = prog_timeout_locked();
 		pthread_mutex_unlock(&prog_lock);
 
 		int n = sys.epoll_wait(epfd, ev, 64, timeout);
@@ -325,6 +409,7 @@ static void *prog_main(void *arg)
 			sched_yield();	/* the holder is on its way out */
 		prog_drive_pokes();
 		prog_tick();
+		prog_idle_sweep();
 		prog_release();
 	}
 	return NULL;
@@ -865,6 +950,7 @@ static void prog_atfork_child(void)
 	prog_releases = NULL;
 	prog_watch = NULL;
 	prog_pokes = NULL;
+	prog_idle = NULL;
 }
 
 __attribute__((constructor)) static void prog_register_atfork(void)

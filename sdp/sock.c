@@ -361,7 +361,7 @@ int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags)
 	child->is_child = false;
 	child->nonblock = flags & SOCK_NONBLOCK;
 	if (!(flags & SOCK_CLOEXEC))
-		(void)sys.fcntl(child->sd, F_SETFD, 0);
+		sock_sd_inherit(child->sd);
 	copy_addr_out(&child->peer, child->domain, addr, len);
 	ret = sock_publish(child);
 	if (ret == 0)
@@ -1014,7 +1014,7 @@ int sdp_close(int sd)
 		/* The parent's connection: release this process's copy of
 		 * the fd and nothing else (its transport objects stay
 		 * allocated, untouched, until exit or exec). */
-		fdspace_close(sd);
+		sock_sd_release(sd);
 		return 0;
 	}
 
@@ -1052,7 +1052,7 @@ int sdp_close(int sd)
 	}
 	/* The application's fd number is released now, like close(2); the
 	 * connection may finish its teardown as an orphan. */
-	fdspace_close(s->sd);
+	sock_sd_release(s->sd);
 	s->sd = -1;
 	if (s->conn) {
 		if (conn_finished(s))
@@ -1660,4 +1660,5 @@ void sdp_get_stats(struct sdp_stats *st)
 
 	for (size_t i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st->fds = (uint64_t)fdspace_count();
 }

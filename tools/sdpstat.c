@@ -136,6 +136,9 @@ static void print_summary(const struct sdp_stats_snap *s)
 		printf(", progress wakeups %" PRIu64, ctr(s, OPS_C_PROGRESS_WAKEUPS));
 	if (ctr(s, OPS_C_EPOLL_LOOKS))
 		printf(", epoll looks %" PRIu64, ctr(s, OPS_C_EPOLL_LOOKS));
+	if (ctr(s, OPS_C_BUF_BYTES) || ctr(s, OPS_C_FDS))
+		printf(", holds buffers %" PRIu64 " KiB, descriptors %" PRIu64,
+		       ctr(s, OPS_C_BUF_BYTES) / 1024, ctr(s, OPS_C_FDS));
 	/* Counters of a newer writer, by number. */
 	for (unsigned c = OPS_C_MAX; c < s->n_counters; c++)
 		printf(", counter%u %" PRIu64, c, s->counters[c]);

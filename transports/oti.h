@@ -288,6 +288,18 @@ struct oti_ops {
 	 * OTI_EV_DISCONNECTED.
 	 */
 	void (*ep_close)(struct oti_ep *ep);
+
+	/* --- memory -------------------------------------------------------- */
+
+	/*
+	 * Appended; NULL in a backend that cannot (registered memory is
+	 * pinned: verbs).  The engine does not need what [addr, addr + len),
+	 * memory registered on ep, holds now (an idle connection's free
+	 * buffers, posted receives included): the backend may give its pages
+	 * back to the system, after which they read as zeros, except where a
+	 * message it is receiving is being written.
+	 */
+	void (*mem_idle)(struct oti_ep *ep, void *addr, size_t len);
 };
 
 /* --- registry (transports/oti.c) ------------------------------------- */

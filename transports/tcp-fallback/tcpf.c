@@ -97,6 +97,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -1537,6 +1538,37 @@ static int post_out(struct tcpf_ep *e, const struct tcpf_hdr *h, const struct ot
 	return 0;
 }
 
+/* The whole pages of [lo, hi) back to the kernel. */
+static void give_back(uintptr_t lo, uintptr_t hi)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	lo = (lo + pg - 1) & ~(pg - 1);
+	hi &= ~(pg - 1);
+	if (hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Registrations pin nothing here, so an idle connection's buffers cost
+ * only what was touched, and can stop costing that.  A frame read_in()
+ * is in the middle of has its first bytes in its posted buffer. */
+static void tcpf_mem_idle(struct oti_ep *oep, void *addr, size_t len)
+{
+	struct tcpf_ep *e = EP(oep);
+	uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+
+	if (e->in_frame && e->dst) {
+		uintptr_t d = (uintptr_t)e->dst, dend = d + e->cur.len;
+
+		if (d < hi && dend > lo) {
+			give_back(lo, d > lo ? d : lo);
+			give_back(dend < hi ? dend : hi, hi);
+			return;
+		}
+	}
+	give_back(lo, hi);
+}
+
 static int tcpf_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
 			  unsigned flags)
 {
@@ -1665,6 +1697,7 @@ const struct oti_ops tcpf_transport_ops = {
 	.post_send = tcpf_post_send,
 	.rdma_read = tcpf_rdma_read,
 	.rdma_write = tcpf_rdma_write,
+	.mem_idle = tcpf_mem_idle,
 	.disconnect = tcpf_disconnect,
 	.ep_close = tcpf_ep_close,
 };
