@@ -280,11 +280,21 @@ static void prog_drive_pokes(void)
 
 /*
  * Connections that may give their buffers back once idle (struct
- * sdp_upcalls.idle), looked at every SDP_IDLE_SWEEP_MS, not at every
- * wakeup: busy connections can be many.  A trylock, so that the progress
- * thread never waits for a connection that is in use, which is not idle.
+ * sdp_upcalls.idle), looked at every buf_idle_ms (at least every
+ * SDP_IDLE_SWEEP_MS), not at every wakeup: busy connections can be many,
+ * and a connection that went quiet is let go at the second look, so that
+ * going idle costs the thread about two wakeups.  A trylock, so that the
+ * progress thread never waits for a connection that is in use, which is
+ * not idle.
  */
 #define SDP_IDLE_SWEEP_MS 250
+
+static uint64_t idle_sweep_ns(void)
+{
+	int ms = tun_int(TUN_buf_idle_ms);
+
+	return (uint64_t)(ms > SDP_IDLE_SWEEP_MS ? ms : SDP_IDLE_SWEEP_MS) * 1000000ull;
+}
 
 static void prog_idle_sweep(void)
 {
@@ -298,7 +308,7 @@ static void prog_idle_sweep(void)
 	}
 	list = prog_idle;
 	prog_idle = NULL;
-	prog_idle_next_ns = now + SDP_IDLE_SWEEP_MS * 1000000ull;
+	prog_idle_next_ns = now + idle_sweep_ns();
 	pthread_mutex_unlock(&prog_lock);
 	while (list) {
 		struct sock_ref *r = list;
@@ -352,7 +362,7 @@ void progress_idle_watch(struct sdp_sock *s)
 	pthread_mutex_lock(&prog_lock);
 	first = !prog_idle;
 	if (first)
-		prog_idle_next_ns = sdp_now_ns() + SDP_IDLE_SWEEP_MS * 1000000ull;
+		prog_idle_next_ns = sdp_now_ns() + idle_sweep_ns();
 	atomic_fetch_add(&s->ref, 1);	/* put in prog_idle_sweep() */
 	prog_push(&prog_idle, s);
 	pthread_mutex_unlock(&prog_lock);
