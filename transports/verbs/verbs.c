@@ -34,10 +34,12 @@
  * moment it sees OTI_EV_ESTABLISHED, on either side.
  *
  * One pollable fd per endpoint: an epoll set holding the event channel's
- * fd, the completion channel's fd, the device's async-event fd, an
- * eventfd through which another endpoint's thread hands over an async
- * event that concerns this one, and while the start rule's handshake runs
- * its timerfd.
+ * fd, the completion channel's fd, the device's async-event fd, and while
+ * the start rule's handshake runs its timerfd.  An async event that
+ * another endpoint's thread read for this one rings the endpoint by
+ * adding the process's doorbell (an eventfd that is always readable) to
+ * its set, which the owner takes out again (vb_ring, take_async): no
+ * descriptor of its own per endpoint for that.
  *
  * Completions: the transport keeps the engine's context and the operation
  * of every posted request in two rings (send queue, receive queue) and
@@ -101,10 +103,19 @@ struct vb_dev {
 	struct vb_dev *next;
 };
 
-/* Protects vb_devs and the async-event dispatch. */
+/* Protects vb_devs, vb_eps, the async-event dispatch and the rings of
+ * the doorbell (vb_ring).  A leaf: taken under a socket's lock, never the
+ * other way round. */
 static pthread_mutex_t vb_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vb_dev *vb_devs;
 static int vb_nup;	/* flavors up: the device list goes with the last */
+/*
+ * The doorbell: an eventfd made readable once (a count of 1 that nobody
+ * reads), so that an epoll set it is added to is readable until it is
+ * taken out again.  One per process, made with the first endpoint (vb_lock),
+ * inherited by a fork child, where it stays what it is.
+ */
+static int vb_bell = -1;
 
 static struct vb_dev *vb_dev_of(struct ibv_context *ctx)
 {
@@ -188,11 +199,11 @@ struct vb_ep {
 	int epfd;
 	/*
 	 * An async event for this ep read by another ep's thread, which
-	 * holds only its own connection's lock: it sets async_err and
-	 * writes wakefd; this ep's owner turns it into OTI_EV_ERROR.
+	 * holds only its own connection's lock: it sets async_err and adds
+	 * the doorbell to epfd (both under vb_lock); this ep's owner takes
+	 * the doorbell out and turns the flag into OTI_EV_ERROR.
 	 */
 	atomic_int async_err;
-	int wakefd;
 	enum vb_state state;
 	bool passive;
 	bool disconnect_called;
@@ -349,6 +360,10 @@ void vb_fini(struct vb_flavor *fl)
 
 		vb_devs = d->next;
 		free(d);
+	}
+	if (!vb_nup && vb_bell >= 0) {
+		fdspace_close(vb_bell);
+		vb_bell = -1;
 	}
 	pthread_mutex_unlock(&vb_lock);
 }
@@ -729,6 +744,28 @@ static void push_event(struct vb_ep *e, enum oti_event_type type, int status, co
 		memcpy(ev->private_data, pdata, pdlen);
 }
 
+/* The doorbell, made once: 0 or a negative errno. */
+static int make_bell(void)
+{
+	const uint64_t one = 1;
+	int r = 0;
+
+	pthread_mutex_lock(&vb_lock);
+	if (vb_bell < 0) {
+		int fd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+
+		if (fd < 0)
+			r = fd;
+		else if (sys.write(fd, &one, sizeof(one)) != sizeof(one)) {
+			r = -errno;
+			fdspace_close(fd);
+		} else
+			vb_bell = fd;
+	}
+	pthread_mutex_unlock(&vb_lock);
+	return r;
+}
+
 /* A new ep's fds and channel; NULL with *err (-EMFILE: no room left in
  * libsdp's fd region, which is not a lack of memory). */
 static struct vb_ep *ep_alloc(int *err)
@@ -745,16 +782,9 @@ static struct vb_ep *ep_alloc(int *err)
 		return NULL;
 	}
 	e->rtr_tfd = -1;
-	e->wakefd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	if (e->wakefd < 0) {
-		*err = e->wakefd;
-		fdspace_close(e->epfd);
-		free(e);
-		return NULL;
-	}
-	e->ch = new_channel(err);
+	*err = make_bell();
+	e->ch = *err ? NULL : new_channel(err);
 	if (!e->ch) {
-		fdspace_close(e->wakefd);
 		fdspace_close(e->epfd);
 		free(e);
 		return NULL;
@@ -762,7 +792,6 @@ static struct vb_ep *ep_alloc(int *err)
 	struct epoll_event ev = { .events = EPOLLIN };
 
 	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->ch->fd, &ev);
-	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->wakefd, &ev);
 	return e;
 }
 
@@ -863,7 +892,6 @@ static void ep_destroy(struct vb_ep *e)
 	vc_id_free(e->id);
 	vc_channel_free(e->ch);
 	rtr_timer_close(e);
-	fdspace_close(e->wakefd);
 	fdspace_close(e->epfd);
 	free(e);
 }
@@ -1244,14 +1272,29 @@ static void drain_cm(struct vb_ep *e)
 	}
 }
 
+/* Hand an async event to e (vb_lock held): its flag, and the doorbell in
+ * its epoll set, so that its owner, asleep on the set or not, looks.  The
+ * doorbell is added only by the ring that set the flag, and taken out by
+ * the owner under vb_lock before it clears the flag (take_async), so it is
+ * in the set exactly while the flag is set. */
+static void vb_ring(struct vb_ep *e)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (!atomic_exchange(&e->async_err, 1) &&
+	    sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, vb_bell, &ev) < 0) {
+		/* Only without memory for the registration: the owner
+		 * still finds the flag at its next drive. */
+	}
+}
+
 /* Asynchronous device events: QP fatal, port down.  Any ep may read
- * them; each is handed to the ep it concerns (async_err, wakefd), whose
- * owner makes it an OTI_EV_ERROR: the reader holds no lock of the others,
- * so it must not touch their event queues or state. */
+ * them; each is handed to the ep it concerns (vb_ring), whose owner makes
+ * it an OTI_EV_ERROR: the reader holds no lock of the others, so it must
+ * not touch their event queues or state. */
 static void drain_async(struct vb_ep *self)
 {
 	struct ibv_async_event aev;
-	const uint64_t one = 1;
 
 	if (!self->dev)
 		return;
@@ -1277,12 +1320,8 @@ static void drain_async(struct vb_ep *self)
 			case VC_ASYNC_OTHER:
 				break;
 			}
-			/* Set before the wake-up: the owner reads wakefd
-			 * first, then the flag. */
-			if (hit && !atomic_exchange(&e->async_err, 1) &&
-			    sys.write(e->wakefd, &one, sizeof(one)) < 0) {
-				/* The counter is non-zero already: it wakes. */
-			}
+			if (hit)
+				vb_ring(e);
 		}
 		vc_async_ack(&aev);
 	}
@@ -1292,12 +1331,15 @@ static void drain_async(struct vb_ep *self)
 /* An async event handed to this ep, as an OTI_EV_ERROR.  Owner only. */
 static void take_async(struct vb_ep *e)
 {
-	uint64_t n;
+	bool rung;
 
-	if (sys.read(e->wakefd, &n, sizeof(n)) < 0) {
-		/* Nothing to reset. */
-	}
-	if (atomic_exchange(&e->async_err, 0) && e->state != VB_DOWN) {
+	if (!atomic_load(&e->async_err))
+		return;
+	pthread_mutex_lock(&vb_lock);
+	sys.epoll_ctl(e->epfd, EPOLL_CTL_DEL, vb_bell, NULL);
+	rung = atomic_exchange(&e->async_err, 0);
+	pthread_mutex_unlock(&vb_lock);
+	if (rung && e->state != VB_DOWN) {
 		ep_down(e);
 		push_event(e, OTI_EV_ERROR, -EIO, NULL, 0);
 	}

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
+"""One end of test/integration/verbs_limits.sh and bench/conn_scale.sh:
+hold many idle connections and report
+what they cost this process (descriptors, pinned and locked memory).
+
+  conn_hold.py server HOST PORTFILE N SECONDS
+  conn_hold.py client HOST PORT N SECONDS
+
+Each connection carries one byte each way, so that it is up on both ends.
+The server stops accepting after N connections or SECONDS without a new one.
+Prints "key=value" lines: before (no connection), first (one held: what
+the first connection opens once per process is in it), after (all held), ok,
+err.
+Then both ends hold their connections for SECONDS, or until killed."""
+import os
+import socket
+import sys
+import time
+
+
+def usage():
+    fds = len(os.listdir('/proc/self/fd'))
+    kb = {}
+    with open('/proc/self/status') as f:
+        for line in f:
+            k, v = line.split(':', 1)
+            if k in ('VmPin', 'VmLck', 'VmRSS'):
+                kb[k] = int(v.split()[0])
+    return fds, kb
+
+
+def report(tag, u):
+    fds, kb = u
+    print(f"{tag}_fds={fds} {tag}_pin_kb={kb.get('VmPin', 0)} "
+          f"{tag}_lck_kb={kb.get('VmLck', 0)} {tag}_rss_kb={kb.get('VmRSS', 0)}", flush=True)
+
+
+def main():
+    mode, host = sys.argv[1], sys.argv[2]
+    n, secs = int(sys.argv[4]), float(sys.argv[5])
+    held, err, first_err = [], 0, ''
+    if mode == 'server':
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((host, 0))
+        ls.listen(4096)
+        report('before', usage())
+        with open(sys.argv[3] + '.tmp', 'w') as f:
+            f.write(str(ls.getsockname()[1]))
+        os.rename(sys.argv[3] + '.tmp', sys.argv[3])
+        ls.settimeout(secs)
+        while len(held) < n:
+            try:
+                s, _ = ls.accept()
+            except OSError as e:
+                first_err = first_err or repr(e)
+                break
+            try:
+                s.settimeout(secs)
+                if s.recv(1) != b'x':
+                    raise OSError('no byte')
+                s.sendall(b'y')
+                held.append(s)
+                if len(held) == 1:
+                    report('first', usage())
+            except OSError as e:
+                err += 1
+                first_err = first_err or repr(e)
+                s.close()
+    else:
+        port = int(sys.argv[3])
+        report('before', usage())
+        t0 = time.monotonic()
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.settimeout(secs)
+            try:
+                s.connect((host, port))
+                s.sendall(b'x')
+                if s.recv(1) != b'y':
+                    raise OSError('no byte')
+                held.append(s)
+                if len(held) == 1:
+                    report('first', usage())
+            except OSError as e:
+                err += 1
+                first_err = first_err or repr(e)
+                s.close()
+                if err >= 5:
+                    break
+        print(f"setup_ms={int((time.monotonic() - t0) * 1000)}", flush=True)
+    report('after', usage())
+    print(f"ok={len(held)} err={err} first_err={first_err!r}", flush=True)
+    time.sleep(secs)
+
+
+main()

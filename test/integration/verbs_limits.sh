@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+# What a connection end costs on the verbs transports (ib over rxe, iwarp
+# over siw in the VM testbed), as counts, and what happens at a limit.
+# On tcp-fallback, which registers nothing, the test skips.
+#
+# 1. Descriptors: a server holding 6 idle SDP connections (conn_hold.py)
+#    has at most 5 descriptors per connection beyond the first's (the
+#    application's socket, the engine's, the endpoint's epoll set, its
+#    rdma_cm event channel and completion channel; doc/scale.md), and
+#    every connection is on SDP.  The server's, because on iWARP the
+#    connecting side keeps a timerfd for about a second after a connection
+#    is up (the start rule's repeated write, transports/verbs/verbs.c); the
+#    accepting side's is closed before accept() returns the connection.
+# 2. RLIMIT_MEMLOCK: a client whose limit holds one connection's buffers
+#    and not a second's (8 MiB each with the default tunables) makes two
+#    connections: the first on SDP, the second on TCP with the fallback
+#    reason "resource", both carrying their bytes.  The kernel refuses the
+#    registration (ENOMEM), the engine names the reason.  A process with
+#    CAP_IPC_LOCK has no such limit (rxe, and every device but siw, let
+#    root pin past it), so the client runs without it (setpriv).
+. "$(dirname "$0")/lib.sh"
+
+case $TEST_TRANSPORT in
+ib | iwarp) ;;
+*) skip "registered memory and the verbs endpoint's descriptors are the verbs transports' ($TEST_TRANSPORT)" ;;
+esac
+have python3 || skip "python3 is not installed"
+HOLD=$top_srcdir/test/integration/conn_hold.py
+SDPSTAT=$top_builddir/tools/sdpstat
+secs=$(slow 30)
+conf=$TMP/sdp.conf
+write_conf "$conf" "use both server * $TEST_HOST:*" "use both client * $TEST_HOST:*"
+read -ra penv <<<"$(preload_env "$conf")"
+
+# hold NAME N [MEMLOCK_KB]: a server and a client holding N connections,
+# the client with that RLIMIT_MEMLOCK (and then without CAP_IPC_LOCK);
+# their outputs in $TMP/NAME.server and $TMP/NAME.client, sdpstat's line
+# of the client in $TMP/NAME.stat.
+hold() {
+	local name=$1 n=$2 lim=${3:-unlimited} spid cpid drop=()
+	if [ "$lim" != unlimited ] && [ "$(id -u)" = 0 ]; then
+		drop=(setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock --)
+	fi
+	rm -f "$TMP/$name.port"
+	start_bg "$TMP/$name.server" env "${penv[@]}" python3 "$HOLD" server "$TEST_HOST" \
+		"$TMP/$name.port" "$n" "$secs"
+	spid=$BG_PID
+	wait_for_file "$TMP/$name.port" 30 || fail "$name: the server did not listen: $(cat "$TMP/$name.server")"
+	# shellcheck disable=SC2016
+	start_bg "$TMP/$name.client" bash -c 'ulimit -l "$1" && shift && exec "$@"' limit "$lim" \
+		"${drop[@]}" env "${penv[@]}" python3 "$HOLD" client "$TEST_HOST" "$(cat "$TMP/$name.port")" "$n" "$secs"
+	cpid=$BG_PID
+	if ! wait_for_text "$TMP/$name.client" '^ok=' 60 ||
+		! wait_for_text "$TMP/$name.server" '^ok=' 30; then
+		fail "$name: no report: $(cat "$TMP/$name.client" "$TMP/$name.server")"
+	fi
+	"$SDPSTAT" -p "$cpid" -c >"$TMP/$name.stat" 2>&1
+	kill "$spid" "$cpid" 2>/dev/null
+	wait "$spid" "$cpid" 2>/dev/null
+	log "$name: client $(grep '^ok=' "$TMP/$name.client"); $(head -1 "$TMP/$name.stat")"
+}
+kv() { grep -o "$2=[^ ]*" "$1" | head -1 | cut -d= -f2; }
+
+hold fds 6
+for side in client server; do
+	grep -q '^ok=6 err=0' "$TMP/fds.$side" || bad "fds: not 6 connections: $(cat "$TMP/fds.$side")"
+done
+grep -q 'connect sdp/tcp 6/0' "$TMP/fds.stat" || bad "fds: not all on SDP: $(cat "$TMP/fds.stat")"
+first=$(kv "$TMP/fds.server" first_fds) after=$(kv "$TMP/fds.server" after_fds)
+if [ -z "$first" ] || [ -z "$after" ]; then
+	bad "fds: no counts: $(cat "$TMP/fds.server")"
+else
+	log "fds: the server's $((after - first)) descriptors for the 5 connections after the first (at most 25)"
+	[ $((after - first)) -le 25 ] || bad "fds: $((after - first)) descriptors for 5 connections"
+fi
+
+# 10 MiB: one connection's 8 MiB fits, a second's does not.
+if [ "$(id -u)" = 0 ] && ! have setpriv; then
+	log "memlock: not run: setpriv (util-linux) is missing, and root cannot drop CAP_IPC_LOCK without it"
+else
+	hold memlock 2 10240
+	grep -q '^ok=2 err=0' "$TMP/memlock.client" ||
+		bad "memlock: a connection failed: $(cat "$TMP/memlock.client")"
+	grep -q 'connect sdp/tcp 1/1' "$TMP/memlock.stat" ||
+		bad "memlock: not one on SDP and one on TCP: $(cat "$TMP/memlock.stat")"
+	grep -q 'resource 1' "$TMP/memlock.stat" ||
+		bad "memlock: no fallback with reason resource: $(cat "$TMP/memlock.stat")"
+fi
+failures_end
+log "PASS"
