@@ -170,6 +170,29 @@ int sdp_is_socket(int sd)
  * the others listen on.  Another transport that cannot take that port is
  * left out, with a log line: the socket still listens.
  */
+/*
+ * A transport that reaches only this host (shm) listens last: the first
+ * one chooses the port of a listen(0), and it must be one that remote
+ * peers can reach too.  Otherwise the registry's order stays.
+ */
+static void listen_order(const struct oti_ops **ts, int n)
+{
+	const struct oti_ops *local[SDP_MAX_LISTENERS];
+	int k = 0, nl = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct oti_caps caps;
+
+		ts[i]->query_caps(&caps);
+		if (caps.flags & OTI_CAP_HOST_LOCAL)
+			local[nl++] = ts[i];
+		else
+			ts[k++] = ts[i];
+	}
+	for (int i = 0; i < nl; i++)
+		ts[k++] = local[i];
+}
+
 static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_t len)
 {
 	const struct oti_ops *ts[SDP_MAX_LISTENERS];
@@ -183,6 +206,7 @@ static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_
 	n = oti_select_all(addr, NULL, ts, SDP_MAX_LISTENERS);
 	if (!n)
 		return -EADDRNOTAVAIL;
+	listen_order(ts, n);
 	ret = ts[0]->listen(addr, len, SOMAXCONN, flags, &l);
 	if (ret)
 		return ret;
