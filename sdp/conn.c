@@ -516,11 +516,8 @@ void conn_nudge(struct sdp_sock *s)
 int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len)
 {
 	struct sdp_conn *c;
-	const struct oti_ops *t;
-	int ret;
-
-	const struct oti_ops *ts[SDP_MAX_LISTENERS];
-	int nt;
+	const struct oti_ops *t, *ts[SDP_MAX_LISTENERS];
+	int ret, nt;
 
 	s->fb_reason = SDP_FB_NONE;
 	nt = oti_select_all(s->bound ? (const struct sockaddr *)&s->local : NULL, dst, ts,

@@ -159,18 +159,6 @@ int sdp_is_socket(int sd)
 }
 
 /*
- * Reserve the address in the transport now, so that bind() reports
- * EADDRINUSE where Linux does and getsockname() shows the port.
- *
- * Every enabled transport that serves the address gets a listener, so that
- * a client reaches the socket over whichever transport it has (an RDMA
- * device where both ends have one, the software transport from a host
- * without).  The first (highest priority) decides: its errors are bind's,
- * and its port, chosen when the application asked for port 0, is the port
- * the others listen on.  Another transport that cannot take that port is
- * left out, with a log line: the socket still listens.
- */
-/*
  * A transport that reaches only this host (shm) listens last: the first
  * one chooses the port of a listen(0), and it must be one that remote
  * peers can reach too.  Otherwise the registry's order stays.
@@ -193,6 +181,18 @@ static void listen_order(const struct oti_ops **ts, int n)
 		ts[k++] = local[i];
 }
 
+/*
+ * Reserve the address in the transport now, so that bind() reports
+ * EADDRINUSE where Linux does and getsockname() shows the port.
+ *
+ * Every enabled transport that serves the address gets a listener, so that
+ * a client reaches the socket over whichever transport it has (an RDMA
+ * device where both ends have one, the software transport from a host
+ * without).  The first (highest priority, host-local ones last) decides: its errors are bind's,
+ * and its port, chosen when the application asked for port 0, is the port
+ * the others listen on.  Another transport that cannot take that port is
+ * left out, with a log line: the socket still listens.
+ */
 static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_t len)
 {
 	const struct oti_ops *ts[SDP_MAX_LISTENERS];
