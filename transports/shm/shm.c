@@ -487,10 +487,14 @@ static void go_down(struct shm_ep *e, int status)
 		return;
 	e->state = SS_DOWN;
 	flush_all(e);
-	/* Closing our reference to the socket tells the peer, once no
-	 * other process holds one: never shutdown(), which would end the
-	 * socket for a forked process that shares it too. */
-	quiet_fd(e);
+	/* On an error, closing our reference to the socket tells the peer,
+	 * once no other process holds one: never shutdown(), which would
+	 * end the socket for a forked process that shares it too.  An
+	 * orderly end keeps the socket until ep_close(), as tcp-fallback
+	 * does: a descriptor made now, by whichever thread drives, would
+	 * take a low number for a moment under the application's feet. */
+	if (status)
+		quiet_fd(e);
 	if (was == SS_ACTIVE) {
 		push_event(e, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
 									 : -ECONNREFUSED,
@@ -613,9 +617,8 @@ static void read_answer(struct shm_ep *e)
 	}
 	if (hs.kind == SHM_REJECT) {
 		push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, hs.pdata, hs.pdata_len);
-		e->state = SS_DOWN;
+		e->state = SS_DOWN;	/* the peer closes */
 		flush_all(e);
-		quiet_fd(e);
 		return;
 	}
 	e->state = SS_UP;
