@@ -522,12 +522,13 @@ void conn_nudge(struct sdp_sock *s)
 int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len)
 {
 	struct sdp_conn *c;
-	const struct oti_ops *t;
-	int ret;
+	const struct oti_ops *t, *ts[SDP_MAX_LISTENERS];
+	int ret, nt;
 
 	s->fb_reason = SDP_FB_NONE;
-	t = oti_select(s->bound ? (const struct sockaddr *)&s->local : NULL, dst);
-	if (!t) {
+	nt = oti_select_all(s->bound ? (const struct sockaddr *)&s->local : NULL, dst, ts,
+			    SDP_MAX_LISTENERS);
+	if (!nt) {
 		s->fb_reason = SDP_FB_NO_ROUTE;
 		return -ENETUNREACH;
 	}
@@ -536,8 +537,6 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 		s->fb_reason = SDP_FB_RESOURCE;
 		return -ENOMEM;
 	}
-	c->t = t;
-	t->query_caps(&c->caps);
 	memcpy(&s->peer, dst, len);
 	s->conn = c;
 
@@ -552,7 +551,29 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 		srclen = src.ss_family == AF_INET ? sizeof(struct sockaddr_in)
 						  : sizeof(struct sockaddr_in6);
 	}
-	ret = t->ep_open(dst, len, srclen ? (struct sockaddr *)&src : NULL, srclen, &c->ep);
+	/* In priority order; -ENODEV: that one found at once that it cannot
+	 * reach dst (shm: no listener of ours on this host), the next tries. */
+	ret = -ENODEV;
+	for (int i = 0; i < nt && ret == -ENODEV; i++) {
+		t = ts[i];
+		c->t = t;
+		t->query_caps(&c->caps);
+		ret = t->ep_open(dst, len, srclen ? (struct sockaddr *)&src : NULL, srclen,
+				 &c->ep);
+	}
+	if (ret == -ENODEV) {
+		/* Nobody listens there on any transport that looked: refused,
+		 * and reported as a transport's refusal is (SO_ERROR, after
+		 * EINPROGRESS for a non-blocking connect). */
+		conn_free(s);
+		SDP_STAT_INC(connect_failures, 1);
+		s->so_error = ECONNREFUSED;
+		s->fb_reason = SDP_FB_REFUSED;
+		s->state = SDP_S_CLOSED;
+		s->reset = true;
+		sock_changed(s, true);
+		return 0;
+	}
 	if (ret)
 		goto err_free;
 	c->ep_fd = t->ep_fd(c->ep);

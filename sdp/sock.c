@@ -159,13 +159,36 @@ int sdp_is_socket(int sd)
 }
 
 /*
+ * A transport that reaches only this host (shm) listens last: the first
+ * one chooses the port of a listen(0), and it must be one that remote
+ * peers can reach too.  Otherwise the registry's order stays.
+ */
+static void listen_order(const struct oti_ops **ts, int n)
+{
+	const struct oti_ops *local[SDP_MAX_LISTENERS];
+	int k = 0, nl = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct oti_caps caps;
+
+		ts[i]->query_caps(&caps);
+		if (caps.flags & OTI_CAP_HOST_LOCAL)
+			local[nl++] = ts[i];
+		else
+			ts[k++] = ts[i];
+	}
+	for (int i = 0; i < nl; i++)
+		ts[k++] = local[i];
+}
+
+/*
  * Reserve the address in the transport now, so that bind() reports
  * EADDRINUSE where Linux does and getsockname() shows the port.
  *
  * Every enabled transport that serves the address gets a listener, so that
  * a client reaches the socket over whichever transport it has (an RDMA
  * device where both ends have one, the software transport from a host
- * without).  The first (highest priority) decides: its errors are bind's,
+ * without).  The first (highest priority, host-local ones last) decides: its errors are bind's,
  * and its port, chosen when the application asked for port 0, is the port
  * the others listen on.  Another transport that cannot take that port is
  * left out, with a log line: the socket still listens.
@@ -183,6 +206,7 @@ static int bind_locked(struct sdp_sock *s, const struct sockaddr *addr, socklen_
 	n = oti_select_all(addr, NULL, ts, SDP_MAX_LISTENERS);
 	if (!n)
 		return -EADDRNOTAVAIL;
+	listen_order(ts, n);
 	ret = ts[0]->listen(addr, len, SOMAXCONN, flags, &l);
 	if (ret)
 		return ret;

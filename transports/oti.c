@@ -18,10 +18,12 @@
 
 /*
  * Compiled-in backends, highest priority first: oti_select() takes the first
- * that accepts an address pair, so RDMA backends ("ib", "iwarp") go ahead of
- * the software one.
+ * that accepts an address pair, so shared memory ("shm", peers on this host
+ * only) goes first, then the RDMA backends ("ib", "iwarp"), then the software
+ * one.
  */
 static const struct oti_ops *const oti_builtin[] = {
+	&shm_transport_ops,
 	&ib_transport_ops,
 	&iwarp_transport_ops,
 	&tcpf_transport_ops,

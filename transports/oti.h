@@ -55,6 +55,10 @@ enum {
 	OTI_CAP_IWARP_RULES = 1u << 2,
 	/* Runs in software over the host's TCP/IP stack (no RNIC). */
 	OTI_CAP_SOFTWARE = 1u << 3,
+	/* Reaches only peers on this host (shm): it never chooses a
+	 * listener's port when another transport listens beside it, and its
+	 * ep_open() may answer -ENODEV (nobody of ours there) at once. */
+	OTI_CAP_HOST_LOCAL = 1u << 4,
 };
 
 struct oti_caps {
@@ -215,6 +219,8 @@ struct oti_ops {
 	 * Active: an ep for reaching dst (from src if given).  Resolution is
 	 * asynchronous: OTI_EV_RESOLVED (or OTI_EV_UNREACHABLE) follows on
 	 * the ep's fd.  Then register, post receives, and connect().
+	 * -ENODEV: this backend has found, without waiting, that it cannot
+	 * reach dst after all; the engine tries the next one.
 	 */
 	int (*ep_open)(const struct sockaddr *dst, socklen_t dstlen,
 		       const struct sockaddr *src, socklen_t srclen,
@@ -368,6 +374,7 @@ static inline int oti_no_rdma(struct oti_ep *ep, const struct oti_sge *local, ui
 /* Backends. */
 extern const struct oti_ops ib_transport_ops;
 extern const struct oti_ops iwarp_transport_ops;
+extern const struct oti_ops shm_transport_ops;
 extern const struct oti_ops tcpf_transport_ops;
 
 #endif /* OTI_H */

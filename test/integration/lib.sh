@@ -302,7 +302,7 @@ ipv6_host() {
 		printf '%s\n' "$TEST_HOST6"
 		return 0
 	fi
-	if [ "$TEST_TRANSPORT" = tcp-fallback ]; then
+	if [ "$TEST_TRANSPORT" = tcp-fallback ] || [ "$TEST_TRANSPORT" = shm ]; then
 		have_ipv6_loopback && echo ::1
 		return
 	fi

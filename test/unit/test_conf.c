@@ -1006,9 +1006,9 @@ Test(conf, transports)
 	};
 	static const struct tc_bad refused[] = {
 		{ "transport enable rxe",
-		  "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport enable', got 'rxe'" },
+		  "t.conf:1:18: expected a transport ('shm', 'ib', 'iwarp' or 'tcp-fallback') after 'transport enable', got 'rxe'" },
 		{ "transport disable",
-		  "t.conf:1:18: expected a transport ('ib', 'iwarp' or 'tcp-fallback') after 'transport disable', got end of line" },
+		  "t.conf:1:18: expected a transport ('shm', 'ib', 'iwarp' or 'tcp-fallback') after 'transport disable', got end of line" },
 		{ "transport on ib", "t.conf:1:11: expected 'enable' or 'disable' after 'transport', got 'on'" },
 		{ "transport enable ib iwarp", "t.conf:1:21: unexpected 'iwarp' after the transport name" },
 	};

@@ -1,0 +1,1535 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * shm: the OTI backend for two processes on the same host and in the same
+ * network namespace (doc/shm.md).  Messages go through two rings in one
+ * shared memfd (shm_ring.h), one per direction; a Unix socket set up with
+ * the connection carries the handshake and the memfd, then only wake-up
+ * bytes, and tells each side when the other is gone.
+ *
+ * FINDING THE PEER
+ *   An shm listener on (address A, port P) also listens on abstract Unix
+ *   sockets (SOCK_SEQPACKET) named "libsdp-shm/v1/<family>/<A>/<P>"; a
+ *   wildcard listener's name has the wildcard address, and a dual-stack
+ *   IPv6 one takes the IPv4 wildcard name too when it is free.  Abstract
+ *   names belong to the network namespace, so only a process there finds
+ *   them.  The active side tries the exact name, then the wildcard of the
+ *   family, and only for an address of this host (loopback, or one a
+ *   socket can bind): when nothing answers, ep_open() says -ENODEV and the
+ *   engine goes on to the next transport (tcp-fallback), synchronously.
+ *   Both ends compare their network namespaces (the inode of
+ *   /proc/self/ns/net) in the handshake.
+ *
+ * HANDSHAKE (over the Unix socket)
+ *   CONNECT (active): its namespace, ring size, addresses and private
+ *   data, with the memfd (SCM_RIGHTS), sealed against shrinking so that
+ *   no page of the mapping can vanish under the other side.  The passive
+ *   side checks the size (fstat) and the seals before it maps it.  ACCEPT
+ *   or REJECT (passive): private data.
+ *
+ * DATA
+ *   The memfd: a control page (the rings' indexes, each side's "asleep"
+ *   flag), then the ring from the active side, then the one from the
+ *   passive side.  A send is copied into the ring and completes at once;
+ *   one that does not fit waits in a private queue.  A record lands in the
+ *   oldest posted receive; records wait in the ring while none is posted.
+ *   No RDMA read or write (the engine then uses Bcopy only).  Every index
+ *   and length read from the shared page is checked (shm_ring.c); a breach
+ *   resets the connection.
+ *
+ * WAKING
+ *   ep_fd() is the Unix socket.  Before sleeping, ep_arm() drains it, sets
+ *   its side's flag and looks again; a side that has put a record in, or
+ *   taken one out (room for the other's sends), clears the other's flag
+ *   and, if it was set, writes one byte to the socket.  While both poll,
+ *   no system call is made.
+ *
+ * GOING DOWN
+ *   disconnect() puts a DISC record after the data; the peer sees it in
+ *   order.  The peer's death closes the socket: EOF or ECONNRESET, and
+ *   the connection is reset (what is in the ring is still delivered).
+ *   Once down, a quiet eventfd takes the socket's number, as tcp-fallback
+ *   does, so that nothing spins on a dead socket.
+ *
+ * LOCKING
+ *   None inside: the engine holds the owning socket's lock around every
+ *   call (oti.h).  The shared page is touched only with atomics.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "fdspace.h"
+#include "log.h"
+#include "oti.h"
+#include "shm_ring.h"
+#include "sys.h"
+#include "tunables.h"
+
+#define SHM "shm"
+
+#define SHM_MAGIC 0x53444d31u	/* "SDM1" */
+#define SHM_VERSION 1
+/* The control page ahead of the rings. */
+#define SHM_CTL_BYTES 4096u
+#define SHM_RING_MIN (64u * 1024)
+#define SHM_RING_MAX (64u * 1024 * 1024)
+/* Connections a listener holds before their CONNECT came. */
+#define SHM_MAX_HALF 256
+/* listen(0): attempts at a free port. */
+#define SHM_LISTEN_TRIES 64
+
+enum { SHM_CONNECT = 1, SHM_ACCEPT, SHM_REJECT };
+enum { REC_DATA = 1, REC_DISC };
+
+/* The control page.  Side 0 is the active side. */
+struct shm_ctl {
+	uint32_t magic, version;
+	uint8_t pad[56];
+	struct shm_ring_ctl ring[2];	/* ring[i]: written by side i */
+	_Atomic uint32_t asleep[2];
+	uint8_t pad2[56];
+};
+
+_Static_assert(sizeof(struct shm_ctl) <= SHM_CTL_BYTES, "control page");
+
+/* The handshake's one message, both ways. */
+struct shm_hs {
+	uint32_t magic;
+	uint16_t version, kind;
+	uint64_t netns;
+	uint32_t ring_size;
+	uint32_t pdata_len;
+	struct sockaddr_storage src, dst;	/* CONNECT: the active side's view */
+	uint8_t pdata[OTI_MAX_PRIVATE_DATA];
+};
+
+static atomic_int shm_objects;
+static uint64_t shm_netns;
+
+/* --- addresses ------------------------------------------------------------ */
+
+static socklen_t sa_len(int family)
+{
+	return family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static int check_addr(const struct sockaddr *sa, socklen_t len)
+{
+	if (!sa)
+		return -EINVAL;
+	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	if (len < sa_len(sa->sa_family))
+		return -EINVAL;
+	return 0;
+}
+
+static uint16_t get_port(const void *sa)
+{
+	const struct sockaddr *s = sa;
+
+	if (s->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+}
+
+static void set_port(void *sa, uint16_t port)
+{
+	struct sockaddr *s = sa;
+
+	if (s->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+	else
+		((struct sockaddr_in *)sa)->sin_port = htons(port);
+}
+
+static bool is_any(const void *sa)
+{
+	const struct sockaddr *s = sa;
+
+	if (s->sa_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
+static bool is_loopback(const void *sa)
+{
+	const struct sockaddr *s = sa;
+
+	if (s->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+}
+
+/* Is this one of the host's addresses (in our namespace)?  A UDP socket
+ * binds only to those. */
+static bool is_local(const struct sockaddr *sa)
+{
+	struct sockaddr_storage ss;
+	bool ok;
+	int fd;
+
+	if (is_loopback(sa))
+		return true;
+	fd = sys.socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	memcpy(&ss, sa, sa_len(sa->sa_family));
+	set_port(&ss, 0);
+	ok = sys.bind(fd, (struct sockaddr *)&ss, sa_len(sa->sa_family)) == 0;
+	sys.close(fd);
+	return ok;
+}
+
+/* The abstract name for (address of sa, port). */
+static socklen_t unix_name(struct sockaddr_un *un, const struct sockaddr *sa, uint16_t port)
+{
+	char a[INET6_ADDRSTRLEN] = "?";
+	int n;
+
+	if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof(a));
+	else
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof(a));
+	memset(un, 0, sizeof(*un));
+	un->sun_family = AF_UNIX;
+	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "libsdp-shm/v1/%d/%s/%u",
+		     sa->sa_family == AF_INET6 ? 6 : 4, a, port);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void wildcard_of(struct sockaddr_storage *w, int family)
+{
+	memset(w, 0, sizeof(*w));
+	w->ss_family = (sa_family_t)family;
+}
+
+static int unix_socket(void)
+{
+	return fdspace_take(sys.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+}
+
+/* --- objects -------------------------------------------------------------- */
+
+struct shm_mr {
+	struct oti_mr pub;
+};
+
+struct shm_recv {
+	uint8_t *addr;
+	uint32_t len;
+	uint64_t ctx;
+};
+
+/* A send waiting for room in the ring. */
+struct shm_send {
+	const uint8_t *addr;
+	uint32_t len;
+	uint64_t ctx;
+};
+
+enum shm_state {
+	SS_ACTIVE,	/* active: before ACCEPT */
+	SS_PASSIVE,	/* passive: before accept() */
+	SS_UP,
+	SS_DOWN,
+};
+
+struct shm_ep {
+	int fd;			/* the Unix socket; a quiet eventfd once down */
+	int side;		/* 0 active, 1 passive */
+	enum shm_state state;
+	bool connect_sent;
+	bool shut_wanted;	/* disconnect(): DISC once the queue is out */
+	bool down_held;		/* DISCONNECTED waits for an empty CQ */
+	int down_status;
+	/* The socket said the peer is gone (EOF, reset): what it left in
+	 * the ring is still delivered, then the connection goes down. */
+	bool peer_gone;
+	int gone_status;
+	int memfd;		/* active: until CONNECT took it */
+	struct shm_ctl *ctl;
+	size_t map_len;
+	uint32_t ring_size;
+	struct shm_ring tx, rx;
+	struct sockaddr_storage local, peer;
+
+	struct oti_event ev[4];
+	unsigned ev_head, ev_count;
+
+	struct oti_wc *cq;
+	uint32_t cq_cap, cq_head, cq_count, cq_owed;
+
+	struct shm_recv *rq;
+	uint32_t rq_cap, rq_head, rq_count;
+
+	struct shm_send *sq;
+	uint32_t sq_cap, sq_head, sq_count;
+};
+
+static inline struct shm_ep *EP(struct oti_ep *ep)
+{
+	return (struct shm_ep *)ep;
+}
+
+/* --- queues (as tcp-fallback's) ------------------------------------------- */
+
+static int ring_reserve(void **arr, uint32_t *cap, uint32_t *head, uint32_t count, uint32_t want,
+			size_t elem)
+{
+	if (want <= *cap)
+		return 0;
+	uint32_t ncap = *cap ? *cap : 16;
+
+	while (ncap < want)
+		ncap *= 2;
+	uint8_t *n = malloc((size_t)ncap * elem), *o = *arr;
+
+	if (!n)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++)
+		memcpy(n + (size_t)i * elem, o + (size_t)((*head + i) % *cap) * elem, elem);
+	free(o);
+	*arr = n;
+	*cap = ncap;
+	*head = 0;
+	return 0;
+}
+
+static int cq_reserve(struct shm_ep *e)
+{
+	int ret = ring_reserve((void **)&e->cq, &e->cq_cap, &e->cq_head, e->cq_count,
+			       e->cq_count + e->cq_owed + 1, sizeof(*e->cq));
+
+	if (!ret)
+		e->cq_owed++;
+	return ret;
+}
+
+static void push_wc(struct shm_ep *e, uint64_t ctx, enum oti_wc_op op, int status, uint32_t len)
+{
+	e->cq_owed--;
+	e->cq[(e->cq_head + e->cq_count++) % e->cq_cap] =
+		(struct oti_wc){ .ctx = ctx, .op = op, .status = status, .len = len };
+}
+
+static void push_event(struct shm_ep *e, enum oti_event_type type, int status,
+		       const void *pdata, size_t len)
+{
+	if (e->ev_count == sizeof(e->ev) / sizeof(e->ev[0]))
+		return;		/* at most RESOLVED, then one outcome, then down */
+	struct oti_event *ev = &e->ev[(e->ev_head + e->ev_count++) % 4];
+
+	memset(ev, 0, offsetof(struct oti_event, private_data));
+	ev->type = type;
+	ev->status = status;
+	ev->private_data_len = len;
+	if (len)
+		memcpy(ev->private_data, pdata, len);
+}
+
+/* --- the shared memory ---------------------------------------------------- */
+
+static size_t map_bytes(uint32_t ring_size)
+{
+	return SHM_CTL_BYTES + 2 * (size_t)ring_size;
+}
+
+/*
+ * The ring size: room for every message the engine can have posted at
+ * once, which its credits bound to the peer's receive buffers (recv_bufs
+ * of buf_size bytes; ours stand for the peer's, which run the same
+ * tunables), plus a few control messages.  So a posted send never has to
+ * wait in this process's memory, which would die with it: what a process
+ * sent before it exited is in the shared ring, as TCP's is in the
+ * kernel, and the peer still reads it.
+ */
+static uint32_t ring_size_for_engine(void)
+{
+	uint64_t msg = (uint64_t)tun_int(TUN_buf_size) + SHM_REC_HDR + 8;
+	uint64_t want = ((uint64_t)tun_int(TUN_recv_bufs) + 4) * msg;
+	uint32_t size = SHM_RING_MIN;
+
+	if (want < 2 * msg)
+		want = 2 * msg;
+	while (size < want && size < SHM_RING_MAX)
+		size *= 2;
+	return size;
+}
+
+static int attach_rings(struct shm_ep *e)
+{
+	uint8_t *base = (uint8_t *)e->ctl;
+	uint8_t *ring[2] = { base + SHM_CTL_BYTES, base + SHM_CTL_BYTES + e->ring_size };
+	int me = e->side, peer = 1 - e->side;
+
+	if (shm_ring_attach(&e->tx, &e->ctl->ring[me], ring[me], e->ring_size) ||
+	    shm_ring_attach(&e->rx, &e->ctl->ring[peer], ring[peer], e->ring_size))
+		return -EINVAL;
+	return 0;
+}
+
+/* Active side: a fresh memfd of the rings, sealed so that it can never
+ * shrink under the peer's mapping. */
+static int make_memfd(struct shm_ep *e)
+{
+	size_t len = map_bytes(e->ring_size);
+	int fd = fdspace_take(memfd_create("libsdp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+	void *p;
+
+	if (fd < 0)
+		return fd;
+	if (ftruncate(fd, (off_t)len) < 0 ||
+	    sys.fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int err = -errno;
+
+		fdspace_close(fd);
+		return err;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int err = -errno;
+
+		fdspace_close(fd);
+		return err;
+	}
+	e->memfd = fd;
+	e->ctl = p;
+	e->map_len = len;
+	e->ctl->magic = SHM_MAGIC;
+	e->ctl->version = SHM_VERSION;
+	return attach_rings(e);
+}
+
+/* Passive side: map what the active side sent, after checking that it is
+ * as large as the rings it announced and cannot shrink. */
+static int map_peer_memfd(int fd, uint32_t ring_size, struct shm_ctl **out, size_t *len)
+{
+	struct stat st;
+	int seals;
+	void *p;
+
+	if (ring_size < SHM_RING_MIN || ring_size > SHM_RING_MAX || (ring_size & (ring_size - 1)))
+		return -EPROTO;
+	*len = map_bytes(ring_size);
+	seals = sys.fcntl(fd, F_GET_SEALS);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != *len ||
+	    seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPROTO;
+	p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+/* --- waking ----------------------------------------------------------------- */
+
+/* We changed a ring the peer may be waiting on: wake it if it sleeps. */
+static void wake_peer(struct shm_ep *e)
+{
+	static const uint8_t b = 1;
+
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&e->ctl->asleep[1 - e->side], memory_order_relaxed) &&
+	    atomic_exchange(&e->ctl->asleep[1 - e->side], 0))
+		(void)sys.send(e->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* --- going down --------------------------------------------------------------- */
+
+static void quiet_fd(struct shm_ep *e)
+{
+	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	if (q < 0)
+		return;		/* the socket stays: spurious wake-ups only */
+	(void)sys.dup3(q, e->fd, O_CLOEXEC);
+	sys.close(q);
+}
+
+static void flush_all(struct shm_ep *e)
+{
+	while (e->sq_count) {
+		push_wc(e, e->sq[e->sq_head].ctx, OTI_WC_SEND, -ECANCELED, 0);
+		e->sq_head = (e->sq_head + 1) % e->sq_cap;
+		e->sq_count--;
+	}
+	while (e->rq_count) {
+		push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
+		e->rq_head = (e->rq_head + 1) % e->rq_cap;
+		e->rq_count--;
+	}
+}
+
+static void go_down(struct shm_ep *e, int status)
+{
+	enum shm_state was = e->state;
+
+	if (was == SS_DOWN)
+		return;
+	e->state = SS_DOWN;
+	flush_all(e);
+	/* On an error, closing our reference to the socket tells the peer,
+	 * once no other process holds one: never shutdown(), which would
+	 * end the socket for a forked process that shares it too.  An
+	 * orderly end keeps the socket until ep_close(), as tcp-fallback
+	 * does: a descriptor made now, by whichever thread drives, would
+	 * take a low number for a moment under the application's feet. */
+	if (status)
+		quiet_fd(e);
+	if (was == SS_ACTIVE) {
+		push_event(e, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
+									 : -ECONNREFUSED,
+			   NULL, 0);
+		return;
+	}
+	e->down_held = true;
+	e->down_status = status;
+}
+
+static void protocol_error(struct shm_ep *e, const char *why)
+{
+	sdp_warn(SHM, "peer broke the transport's rules (%s): connection reset", why);
+	go_down(e, -EPROTO);
+}
+
+/* --- moving data ------------------------------------------------------------- */
+
+/* Queued sends into the ring while they fit; each completes there. */
+static void flush_sends(struct shm_ep *e)
+{
+	bool put = false;
+
+	while (e->sq_count && e->state == SS_UP) {
+		struct shm_send *s = &e->sq[e->sq_head];
+		int ret = shm_ring_put(&e->tx, REC_DATA, s->addr, s->len);
+
+		if (ret == -EAGAIN)
+			break;
+		if (ret) {
+			protocol_error(e, "impossible ring index");
+			return;
+		}
+		put = true;
+		push_wc(e, s->ctx, OTI_WC_SEND, 0, 0);
+		e->sq_head = (e->sq_head + 1) % e->sq_cap;
+		e->sq_count--;
+	}
+	if (e->state == SS_UP && e->shut_wanted && !e->sq_count) {
+		int ret = shm_ring_put(&e->tx, REC_DISC, NULL, 0);
+
+		if (ret == 0) {
+			put = true;
+			wake_peer(e);
+			go_down(e, 0);
+			return;
+		}
+		if (ret != -EAGAIN) {
+			protocol_error(e, "impossible ring index");
+			return;
+		}
+	}
+	if (put)
+		wake_peer(e);
+}
+
+/* Records into posted receives. */
+static void deliver(struct shm_ep *e)
+{
+	bool took = false;
+
+	while (e->state == SS_UP) {
+		uint32_t kind, len;
+		int ret = shm_ring_peek(&e->rx, &kind, &len);
+
+		if (ret == -EAGAIN)
+			break;
+		if (ret) {
+			protocol_error(e, "impossible ring index or record");
+			return;
+		}
+		if (kind == REC_DISC) {
+			if (len) {
+				protocol_error(e, "malformed disconnect");
+				return;
+			}
+			(void)shm_ring_take(&e->rx, NULL);
+			go_down(e, 0);
+			return;
+		}
+		if (kind != REC_DATA) {
+			protocol_error(e, "unknown record");
+			return;
+		}
+		if (!e->rq_count)
+			break;	/* the record waits for the engine's next receive */
+		struct shm_recv *r = &e->rq[e->rq_head];
+
+		if (len > r->len) {
+			push_wc(e, r->ctx, OTI_WC_RECV, -EMSGSIZE, 0);
+			e->rq_head = (e->rq_head + 1) % e->rq_cap;
+			e->rq_count--;
+			protocol_error(e, "a message longer than the receive buffer");
+			return;
+		}
+		(void)shm_ring_take(&e->rx, r->addr);
+		push_wc(e, r->ctx, OTI_WC_RECV, 0, len);
+		e->rq_head = (e->rq_head + 1) % e->rq_cap;
+		e->rq_count--;
+		took = true;
+	}
+	if (took && e->state == SS_UP)
+		wake_peer(e);
+}
+
+/* Active side: the answer to CONNECT. */
+static void read_answer(struct shm_ep *e)
+{
+	struct shm_hs hs;
+	ssize_t n = sys.recv(e->fd, &hs, sizeof(hs), MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return;
+	if (n < (ssize_t)offsetof(struct shm_hs, pdata) || hs.magic != SHM_MAGIC ||
+	    hs.version != SHM_VERSION || hs.pdata_len > OTI_MAX_PRIVATE_DATA ||
+	    (size_t)n < offsetof(struct shm_hs, pdata) + hs.pdata_len ||
+	    (hs.kind != SHM_ACCEPT && hs.kind != SHM_REJECT)) {
+		go_down(e, n < 0 ? -errno : -ECONNREFUSED);
+		return;
+	}
+	if (hs.kind == SHM_REJECT) {
+		push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, hs.pdata, hs.pdata_len);
+		e->state = SS_DOWN;	/* the peer closes */
+		flush_all(e);
+		return;
+	}
+	e->state = SS_UP;
+	push_event(e, OTI_EV_ESTABLISHED, 0, hs.pdata, hs.pdata_len);
+}
+
+/* The peer is gone and nothing of its is left in the ring: down (a DISC
+ * record, delivered in order, has taken it down orderly already). */
+static void check_gone(struct shm_ep *e)
+{
+	uint32_t kind, len;
+
+	if (e->peer_gone && e->state == SS_UP && shm_ring_peek(&e->rx, &kind, &len) == -EAGAIN)
+		go_down(e, e->gone_status);
+}
+
+/* Wake-up bytes out of the socket.  At its EOF or reset the peer is
+ * gone: a quiet eventfd takes the socket's place (an EOF would keep it
+ * readable while the engine has not yet taken what the ring holds). */
+static void drain_socket(struct shm_ep *e)
+{
+	uint8_t buf[64];
+
+	while (!e->peer_gone) {
+		ssize_t n = sys.recv(e->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0 || (n < 0 && errno == EINTR))
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		e->peer_gone = true;
+		/* EOF: as tcp-fallback reports its peer's EOF (the engine tells a
+		 * close from a death by the DisConn it did or did not get). */
+		e->gone_status = n == 0 ? 0 : -errno;
+		quiet_fd(e);
+	}
+	check_gone(e);
+}
+
+static bool ring_work(struct shm_ep *e);
+
+/*
+ * Every drive leaves this side's flag set, as ep_arm() does: the engine
+ * may sleep on the fd after a drive without arming (an epoll set's
+ * report), so a drive must leave the fd able to wake it.  The peer clears
+ * the flag when it writes its wake byte; finding it cleared here means
+ * that byte is to be drained.
+ */
+static void ep_progress(struct shm_ep *e)
+{
+	if (e->state == SS_ACTIVE && e->connect_sent) {
+		read_answer(e);
+		return;
+	}
+	if (e->state != SS_UP)
+		return;
+	if (!e->peer_gone && !atomic_load_explicit(&e->ctl->asleep[e->side], memory_order_relaxed))
+		drain_socket(e);
+	for (int round = 0; round < 64 && e->state == SS_UP; round++) {
+		deliver(e);
+		flush_sends(e);
+		if (e->state != SS_UP)
+			break;
+		atomic_store(&e->ctl->asleep[e->side], 1);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (!ring_work(e))
+			break;
+	}
+	check_gone(e);
+}
+
+/* --- init, probe, caps ------------------------------------------------------ */
+
+static int shm_init(void)
+{
+	struct stat st;
+
+	/* Without a namespace to compare, peers cannot be told apart. */
+	if (stat("/proc/self/ns/net", &st) < 0)
+		return -ENODEV;
+	shm_netns = (uint64_t)st.st_ino;
+	return 0;
+}
+
+static void shm_fini(void)
+{
+	int left = atomic_load(&shm_objects);
+
+	if (left)
+		sdp_dbg(SHM, "fini with %d endpoints or listeners still open", left);
+}
+
+static int shm_probe(const struct sockaddr *local, const struct sockaddr *remote)
+{
+	const struct sockaddr *sa[2] = { local, remote };
+
+	for (int i = 0; i < 2; i++)
+		if (sa[i] && sa[i]->sa_family != AF_INET && sa[i]->sa_family != AF_INET6)
+			return -ENODEV;
+	return 0;
+}
+
+static void shm_query_caps(struct oti_caps *caps)
+{
+	memset(caps, 0, sizeof(*caps));
+	caps->flags = OTI_CAP_SOFTWARE | OTI_CAP_HOST_LOCAL;
+	caps->max_private_data = OTI_MAX_PRIVATE_DATA;
+	caps->max_inline = 256;
+	caps->max_send_wr = 4096;
+	caps->max_recv_wr = 4096;
+	caps->max_msg_size = shm_ring_max_payload(ring_size_for_engine());
+}
+
+/* --- passive side -------------------------------------------------------------- */
+
+struct shm_half {
+	struct shm_half *next;
+	int fd;
+	uint64_t since_ns;
+	/* Once its CONNECT came: */
+	struct shm_ctl *ctl;
+	size_t map_len;
+	uint32_t ring_size;
+	struct sockaddr_storage src, dst;
+	uint8_t pdata[OTI_MAX_PRIVATE_DATA];
+	size_t pdata_len;
+};
+
+struct oti_connreq {
+	struct shm_half h;
+};
+
+struct shm_listener {
+	int lfd[2], nlfd;
+	int epfd;
+	struct sockaddr_storage name;
+	struct shm_half *half;	/* waiting for CONNECT */
+	int nhalf;
+	struct shm_half *ready, *ready_tail;
+	struct shm_half *given;
+};
+
+static inline struct shm_listener *LS(struct oti_listener *l)
+{
+	return (struct shm_listener *)l;
+}
+
+static void half_unlink(struct shm_half **list, struct shm_half *h)
+{
+	for (struct shm_half **pp = list; *pp; pp = &(*pp)->next) {
+		if (*pp == h) {
+			*pp = h->next;
+			return;
+		}
+	}
+}
+
+static void half_free(struct shm_half *h)
+{
+	if (h->ctl)
+		munmap(h->ctl, h->map_len);
+	if (h->fd >= 0)
+		fdspace_close(h->fd);
+	free(h);
+}
+
+/* Bind and listen on the abstract name of (sa, port). */
+static int listen_name(const struct sockaddr *sa, uint16_t port, int *out)
+{
+	struct sockaddr_un un;
+	socklen_t len = unix_name(&un, sa, port);
+	int fd = unix_socket();
+
+	if (fd < 0)
+		return fd;
+	if (sys.bind(fd, (struct sockaddr *)&un, len) < 0 || sys.listen(fd, SOMAXCONN) < 0) {
+		int err = -errno;
+
+		fdspace_close(fd);
+		return err;
+	}
+	*out = fd;
+	return 0;
+}
+
+static int random_port(uint16_t *port)
+{
+	uint16_t r;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+		return -EAGAIN;
+	*port = (uint16_t)(32768 + r % (61000 - 32768));
+	return 0;
+}
+
+static int shm_listen(const struct sockaddr *addr, socklen_t addrlen, int backlog, unsigned flags,
+		      struct oti_listener **out)
+{
+	struct shm_listener *l;
+	struct sockaddr_storage ss;
+	uint16_t port;
+	int ret;
+
+	(void)backlog;
+	ret = check_addr(addr, addrlen);
+	if (ret)
+		return ret;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	memcpy(&ss, addr, sa_len(addr->sa_family));
+	port = get_port(&ss);
+	if (port) {
+		ret = listen_name((struct sockaddr *)&ss, port, &l->lfd[0]);
+	} else {
+		/* Alone, with no other transport to choose the port: one
+		 * whose name is free (the engine lets another transport choose
+		 * when there is one, OTI_CAP_HOST_LOCAL). */
+		ret = -EADDRINUSE;
+		for (int i = 0; i < SHM_LISTEN_TRIES && ret == -EADDRINUSE; i++) {
+			ret = random_port(&port);
+			if (!ret)
+				ret = listen_name((struct sockaddr *)&ss, port, &l->lfd[0]);
+		}
+	}
+	if (ret) {
+		free(l);
+		return ret;
+	}
+	l->nlfd = 1;
+	set_port(&ss, port);
+	l->name = ss;
+	if (ss.ss_family == AF_INET6 && is_any(&ss) && !(flags & OTI_LISTEN_V6ONLY)) {
+		struct sockaddr_storage v4;
+
+		/* Dual stack: IPv4 peers too, unless an IPv4 listener has
+		 * the port already. */
+		wildcard_of(&v4, AF_INET);
+		if (listen_name((struct sockaddr *)&v4, port, &l->lfd[1]) == 0)
+			l->nlfd = 2;
+	}
+	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	ret = l->epfd < 0 ? l->epfd : 0;
+	for (int i = 0; !ret && i < l->nlfd; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
+
+		if (sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->lfd[i], &ev) < 0)
+			ret = -errno;
+	}
+	if (ret) {
+		for (int i = 0; i < l->nlfd; i++)
+			fdspace_close(l->lfd[i]);
+		if (l->epfd >= 0)
+			fdspace_close(l->epfd);
+		free(l);
+		return ret;
+	}
+	atomic_fetch_add(&shm_objects, 1);
+	sdp_dbg(SHM, "listening on port %u", port);
+	*out = (struct oti_listener *)l;
+	return 0;
+}
+
+static int shm_listener_name(struct oti_listener *ol, struct sockaddr *addr, socklen_t *addrlen)
+{
+	struct shm_listener *l = LS(ol);
+	socklen_t len = sa_len(l->name.ss_family);
+
+	if (*addrlen < len)
+		return -EINVAL;
+	memcpy(addr, &l->name, len);
+	*addrlen = len;
+	return 0;
+}
+
+static int shm_listener_fd(struct oti_listener *ol)
+{
+	return LS(ol)->epfd;
+}
+
+static int shm_listener_arm(struct oti_listener *ol)
+{
+	return LS(ol)->ready ? -EAGAIN : 0;
+}
+
+static void half_drop(struct shm_listener *l, struct shm_half **pp)
+{
+	struct shm_half *h = *pp;
+
+	*pp = h->next;
+	(void)sys.epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+	half_free(h);
+	l->nhalf--;
+}
+
+static void take_new(struct shm_listener *l)
+{
+	for (int i = 0; i < l->nlfd; i++) {
+		for (;;) {
+			int fd = fdspace_take(sys.accept4(l->lfd[i], NULL, NULL,
+							  SOCK_NONBLOCK | SOCK_CLOEXEC));
+
+			if (fd < 0)
+				break;
+			struct shm_half *h = calloc(1, sizeof(*h));
+			struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 };
+
+			if (!h || sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+				free(h);
+				fdspace_close(fd);
+				continue;
+			}
+			h->fd = fd;
+			h->since_ns = mono_ns();
+			h->next = l->half;
+			l->half = h;
+			if (++l->nhalf > SHM_MAX_HALF) {
+				struct shm_half **pp = &l->half;
+
+				while ((*pp)->next)
+					pp = &(*pp)->next;
+				half_drop(l, pp);
+			}
+		}
+	}
+}
+
+/* Close every descriptor a message carried. */
+static int take_fds(struct msghdr *mh, int *fd)
+{
+	int n = 0;
+
+	*fd = -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int *fds = (int *)(void *)CMSG_DATA(c);
+
+		for (size_t i = 0; i < k; i++) {
+			if (*fd < 0 && n == 0)
+				*fd = fds[i];
+			else
+				sys.close(fds[i]);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* A half-open connection's CONNECT: 1 done (a request), 0 not yet, -1 drop. */
+static int read_connect(struct shm_half *h)
+{
+	struct shm_hs hs;
+	union {
+		struct cmsghdr align;
+		uint8_t buf[CMSG_SPACE(sizeof(int) * 4)];
+	} cm;
+	struct iovec iov = { &hs, sizeof(hs) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+			     .msg_controllen = sizeof(cm.buf) };
+	ssize_t n = sys.recvmsg(h->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	int memfd, nfd;
+
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+	nfd = take_fds(&mh, &memfd);
+	if (n < (ssize_t)offsetof(struct shm_hs, pdata) || nfd != 1 ||
+	    (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || hs.magic != SHM_MAGIC ||
+	    hs.version != SHM_VERSION || hs.kind != SHM_CONNECT || hs.netns != shm_netns ||
+	    hs.pdata_len > OTI_MAX_PRIVATE_DATA ||
+	    (size_t)n < offsetof(struct shm_hs, pdata) + hs.pdata_len ||
+	    check_addr((struct sockaddr *)&hs.src, sizeof(hs.src)) ||
+	    check_addr((struct sockaddr *)&hs.dst, sizeof(hs.dst))) {
+		if (memfd >= 0)
+			sys.close(memfd);
+		return -1;
+	}
+	int ret = map_peer_memfd(memfd, hs.ring_size, &h->ctl, &h->map_len);
+
+	sys.close(memfd);
+	if (ret)
+		return -1;
+	if (h->ctl->magic != SHM_MAGIC) {
+		munmap(h->ctl, h->map_len);
+		h->ctl = NULL;
+		return -1;
+	}
+	h->ring_size = hs.ring_size;
+	h->src = hs.src;
+	h->dst = hs.dst;
+	h->pdata_len = hs.pdata_len;
+	memcpy(h->pdata, hs.pdata, hs.pdata_len);
+	return 1;
+}
+
+static void read_halves(struct shm_listener *l)
+{
+	uint64_t now = mono_ns();
+	uint64_t limit = (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
+
+	for (struct shm_half **pp = &l->half; *pp;) {
+		struct shm_half *h = *pp;
+		int r = read_connect(h);
+
+		if (r < 0 || (r == 0 && now - h->since_ns > limit)) {
+			half_drop(l, pp);
+			continue;
+		}
+		if (r == 0) {
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		(void)sys.epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+		l->nhalf--;
+		h->next = NULL;
+		if (l->ready_tail)
+			l->ready_tail->next = h;
+		else
+			l->ready = h;
+		l->ready_tail = h;
+	}
+}
+
+static int shm_get_connreq(struct oti_listener *ol, struct oti_connreq **req, void *pdata,
+			   size_t *pdata_len, struct sockaddr_storage *peer)
+{
+	struct shm_listener *l = LS(ol);
+
+	if (!l->ready) {
+		take_new(l);
+		read_halves(l);
+	}
+	struct shm_half *h = l->ready;
+
+	if (!h)
+		return -EAGAIN;
+	l->ready = h->next;
+	if (!l->ready)
+		l->ready_tail = NULL;
+	h->next = l->given;
+	l->given = h;
+	*pdata_len = h->pdata_len;
+	memcpy(pdata, h->pdata, h->pdata_len);
+	*peer = h->src;
+	*req = (struct oti_connreq *)h;
+	return 0;
+}
+
+static void send_answer(int fd, uint16_t kind, const void *pdata, size_t len)
+{
+	struct shm_hs hs = { .magic = SHM_MAGIC, .version = SHM_VERSION, .kind = kind,
+			     .netns = shm_netns, .pdata_len = (uint32_t)len };
+
+	if (len)
+		memcpy(hs.pdata, pdata, len);
+	/* A fresh socket's buffer takes this, or the peer is gone. */
+	(void)sys.send(fd, &hs, offsetof(struct shm_hs, pdata) + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int shm_reject(struct oti_listener *ol, struct oti_connreq *req, const void *pdata,
+		      size_t len)
+{
+	half_unlink(&LS(ol)->given, &req->h);
+	if (len > OTI_MAX_PRIVATE_DATA)
+		len = OTI_MAX_PRIVATE_DATA;
+	send_answer(req->h.fd, SHM_REJECT, pdata, len);
+	half_free(&req->h);
+	return 0;
+}
+
+static void shm_listener_close(struct oti_listener *ol)
+{
+	struct shm_listener *l = LS(ol);
+
+	for (int i = 0; i < l->nlfd; i++)
+		fdspace_close(l->lfd[i]);
+	while (l->half)
+		half_drop(l, &l->half);
+	for (struct shm_half **list = &l->ready; list; list = list == &l->ready ? &l->given : NULL) {
+		while (*list) {
+			struct shm_half *h = *list;
+
+			*list = h->next;
+			send_answer(h->fd, SHM_REJECT, NULL, 0);
+			half_free(h);
+		}
+	}
+	fdspace_close(l->epfd);
+	free(l);
+	atomic_fetch_sub(&shm_objects, 1);
+}
+
+/* --- endpoints ---------------------------------------------------------------- */
+
+static struct shm_ep *ep_new(int fd, int side)
+{
+	struct shm_ep *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->fd = fd;
+	e->side = side;
+	e->memfd = -1;
+	atomic_fetch_add(&shm_objects, 1);
+	return e;
+}
+
+static int shm_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
+			      struct oti_ep **out)
+{
+	struct shm_listener *l = LS(ol);
+	struct shm_half *h = &req->h;
+	struct shm_ep *e;
+
+	half_unlink(&l->given, h);
+	e = ep_new(h->fd, 1);
+	if (!e) {
+		half_free(h);
+		return -ENOMEM;
+	}
+	e->state = SS_PASSIVE;
+	e->ctl = h->ctl;
+	e->map_len = h->map_len;
+	e->ring_size = h->ring_size;
+	e->peer = h->src;
+	e->local = h->dst;
+	if (is_any(&l->name) == false)
+		memcpy(&e->local, &l->name, sa_len(l->name.ss_family));
+	set_port(&e->local, get_port(&l->name));
+	free(h);
+	if (attach_rings(e)) {
+		/* Cannot happen: the size was checked. */
+		munmap(e->ctl, e->map_len);
+		fdspace_close(e->fd);
+		free(e);
+		atomic_fetch_sub(&shm_objects, 1);
+		return -EPROTO;
+	}
+	*out = (struct oti_ep *)e;
+	return 0;
+}
+
+static int shm_accept(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (e->state != SS_PASSIVE || len > OTI_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	send_answer(e->fd, SHM_ACCEPT, pdata, len);
+	e->state = SS_UP;
+	push_event(e, OTI_EV_ESTABLISHED, 0, NULL, 0);
+	return 0;
+}
+
+/* A listener of ours for dst, if one is there: the connected socket. */
+static int find_listener(const struct sockaddr *dst, int *out)
+{
+	struct sockaddr_storage w;
+	const struct sockaddr *try[2] = { dst, NULL };
+	uint16_t port = get_port(dst);
+
+	if (!port || !is_local(dst))
+		return -ENODEV;
+	if (!is_any(dst)) {
+		wildcard_of(&w, dst->sa_family);
+		try[1] = (struct sockaddr *)&w;
+	}
+	for (int i = 0; i < 2 && try[i]; i++) {
+		struct sockaddr_un un;
+		socklen_t len = unix_name(&un, try[i], port);
+		int fd = unix_socket();
+
+		if (fd < 0)
+			return fd;
+		if (sys.connect(fd, (struct sockaddr *)&un, len) == 0) {
+			*out = fd;
+			return 0;
+		}
+		fdspace_close(fd);
+	}
+	return -ENODEV;
+}
+
+static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
+		       socklen_t srclen, struct oti_ep **out)
+{
+	struct shm_ep *e;
+	uint16_t port;
+	int fd, ret = check_addr(dst, dstlen);
+
+	if (ret)
+		return ret;
+	if (src && (ret = check_addr(src, srclen)))
+		return ret;
+	if (src && src->sa_family != dst->sa_family)
+		return -EAFNOSUPPORT;
+	ret = find_listener(dst, &fd);
+	if (ret)
+		return ret;
+	e = ep_new(fd, 0);
+	if (!e) {
+		fdspace_close(fd);
+		return -ENOMEM;
+	}
+	e->state = SS_ACTIVE;
+	e->ring_size = ring_size_for_engine();
+	memcpy(&e->peer, dst, sa_len(dst->sa_family));
+	/* The local address: the source asked for, or the destination's
+	 * (a local one); the port, like an ephemeral one, at random. */
+	memcpy(&e->local, src && !is_any(src) ? src : dst, sa_len(dst->sa_family));
+	ret = random_port(&port);
+	set_port(&e->local, ret ? 0 : port);
+	ret = make_memfd(e);
+	if (ret) {
+		if (e->ctl)
+			munmap(e->ctl, e->map_len);
+		if (e->memfd >= 0)
+			fdspace_close(e->memfd);
+		fdspace_close(fd);
+		free(e);
+		atomic_fetch_sub(&shm_objects, 1);
+		return ret;
+	}
+	push_event(e, OTI_EV_RESOLVED, 0, NULL, 0);
+	*out = (struct oti_ep *)e;
+	return 0;
+}
+
+static int shm_connect(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct shm_ep *e = EP(oep);
+	struct shm_hs hs = { .magic = SHM_MAGIC, .version = SHM_VERSION, .kind = SHM_CONNECT,
+			     .netns = shm_netns, .ring_size = e->ring_size,
+			     .pdata_len = (uint32_t)len, .src = e->local, .dst = e->peer };
+	union {
+		struct cmsghdr align;
+		uint8_t buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov = { &hs, offsetof(struct shm_hs, pdata) + len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+			     .msg_controllen = sizeof(cm.buf) };
+	struct cmsghdr *c;
+
+	if (e->state != SS_ACTIVE || e->connect_sent)
+		return e->state == SS_DOWN ? -ENOTCONN : -EINVAL;
+	if (len > OTI_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	if (len)
+		memcpy(hs.pdata, pdata, len);
+	memset(&cm, 0, sizeof(cm));
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &e->memfd, sizeof(int));
+	if (sys.sendmsg(e->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		go_down(e, -errno);
+		return 0;
+	}
+	/* The peer holds its own reference now. */
+	fdspace_close(e->memfd);
+	e->memfd = -1;
+	e->connect_sent = true;
+	return 0;
+}
+
+static int shm_ep_names(struct oti_ep *oep, struct sockaddr_storage *local,
+			struct sockaddr_storage *peer)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (local)
+		*local = e->local;
+	if (peer)
+		*peer = e->peer;
+	return 0;
+}
+
+static int shm_ep_fd(struct oti_ep *oep)
+{
+	return EP(oep)->fd;
+}
+
+/* Can the rings move now: a record for a posted receive (or a control
+ * record, or a breach to report), or room for the oldest queued send? */
+static bool ring_work(struct shm_ep *e)
+{
+	uint32_t kind, len;
+
+	if (e->state != SS_UP)
+		return false;
+	int r = shm_ring_peek(&e->rx, &kind, &len);
+
+	if (r == -EPROTO || (r == 0 && (e->rq_count || kind != REC_DATA)) ||
+	    (r == -EAGAIN && e->peer_gone))
+		return true;
+	if (e->sq_count && shm_ring_room(&e->tx, e->sq[e->sq_head].len) != 0)
+		return true;
+	return e->shut_wanted && shm_ring_room(&e->tx, 0) != 0;
+}
+
+/* Anything to do without waiting? */
+static bool has_work(struct shm_ep *e)
+{
+	return e->ev_count || e->cq_count || e->down_held || ring_work(e);
+}
+
+static int shm_ep_arm(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (has_work(e))
+		return -EAGAIN;
+	if (e->state != SS_UP)
+		return 0;
+	/* Always, before a sleep: a byte left over from a wake-up that
+	 * raced with a drive would keep the fd readable for nothing. */
+	drain_socket(e);
+	if (e->state != SS_UP)
+		return -EAGAIN;
+	atomic_store(&e->ctl->asleep[e->side], 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (has_work(e)) {
+		atomic_store(&e->ctl->asleep[e->side], 0);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static short shm_ep_wait_events(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	return e->state == SS_DOWN || e->state == SS_PASSIVE ? 0 : POLLIN;
+}
+
+static int shm_get_event(struct oti_ep *oep, struct oti_event *ev)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (!e->ev_count)
+		ep_progress(e);
+	if (!e->ev_count && e->down_held && !e->cq_count) {
+		e->down_held = false;
+		push_event(e, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
+	}
+	if (!e->ev_count)
+		return -EAGAIN;
+	*ev = e->ev[e->ev_head];
+	e->ev_head = (e->ev_head + 1) % 4;
+	e->ev_count--;
+	return 0;
+}
+
+static int shm_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
+{
+	struct shm_ep *e = EP(oep);
+	int got = 0;
+
+	if (e->cq_count < (uint32_t)n)
+		ep_progress(e);
+	while (got < n && e->cq_count) {
+		wc[got++] = e->cq[e->cq_head];
+		e->cq_head = (e->cq_head + 1) % e->cq_cap;
+		e->cq_count--;
+	}
+	return got;
+}
+
+/* --- data ------------------------------------------------------------------ */
+
+static int shm_mr_reg(struct oti_ep *oep, void *addr, size_t len, unsigned access,
+		      struct oti_mr **out)
+{
+	struct shm_mr *mr;
+
+	(void)oep;
+	if (!addr || !len)
+		return -EINVAL;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	/* No remote access exists on this transport: the key names nothing. */
+	mr->pub = (struct oti_mr){ .addr = addr, .len = len, .rkey = 0, .raddr_base = 0,
+				   .access = access };
+	*out = &mr->pub;
+	return 0;
+}
+
+static int shm_mr_dereg(struct oti_mr *pub)
+{
+	free(pub);
+	return 0;
+}
+
+static bool posted_on_dead(struct shm_ep *e, uint64_t ctx, enum oti_wc_op op)
+{
+	if (e->state != SS_DOWN)
+		return false;
+	push_wc(e, ctx, op, -ECANCELED, 0);
+	return true;
+}
+
+static int shm_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (!sge || (!sge->addr && sge->len))
+		return -EINVAL;
+	if (ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
+			 sizeof(*e->rq)) ||
+	    cq_reserve(e))
+		return -ENOMEM;
+	if (posted_on_dead(e, ctx, OTI_WC_RECV))
+		return 0;
+	e->rq[(e->rq_head + e->rq_count) % e->rq_cap] =
+		(struct shm_recv){ .addr = sge->addr, .len = sge->len, .ctx = ctx };
+	e->rq_count++;
+	return 0;
+}
+
+static int shm_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
+			 unsigned flags)
+{
+	struct shm_ep *e = EP(oep);
+
+	(void)flags;
+	if (!sge || (!sge->addr && sge->len))
+		return -EINVAL;
+	if (sge->len > shm_ring_max_payload(e->ring_size))
+		return -EMSGSIZE;
+	if (e->state == SS_ACTIVE || e->state == SS_PASSIVE)
+		return -ENOTCONN;
+	if (ring_reserve((void **)&e->sq, &e->sq_cap, &e->sq_head, e->sq_count, e->sq_count + 1,
+			 sizeof(*e->sq)) ||
+	    cq_reserve(e))
+		return -ENOMEM;
+	if (posted_on_dead(e, ctx, OTI_WC_SEND))
+		return 0;
+	e->sq[(e->sq_head + e->sq_count) % e->sq_cap] =
+		(struct shm_send){ .addr = sge->addr, .len = sge->len, .ctx = ctx };
+	e->sq_count++;
+	flush_sends(e);
+	return 0;
+}
+
+/* --- teardown ---------------------------------------------------------------- */
+
+static int shm_disconnect(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (e->state == SS_DOWN)
+		return 0;
+	if (e->state != SS_UP)
+		return -ENOTCONN;
+	e->shut_wanted = true;
+	flush_sends(e);
+	return 0;
+}
+
+static void shm_ep_close(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	/* A connection still up is reset: the peer sees the socket close. */
+	fdspace_close(e->fd);
+	if (e->memfd >= 0)
+		fdspace_close(e->memfd);
+	if (e->ctl)
+		munmap(e->ctl, e->map_len);
+	free(e->cq);
+	free(e->rq);
+	free(e->sq);
+	free(e);
+	atomic_fetch_sub(&shm_objects, 1);
+}
+
+const struct oti_ops shm_transport_ops = {
+	.size = sizeof(struct oti_ops),
+	.version = OTI_VERSION,
+	.name = "shm",
+	.init = shm_init,
+	.fini = shm_fini,
+	.probe = shm_probe,
+	.query_caps = shm_query_caps,
+	.listen = shm_listen,
+	.listener_name = shm_listener_name,
+	.listener_fd = shm_listener_fd,
+	.listener_arm = shm_listener_arm,
+	.get_connreq = shm_get_connreq,
+	.reject = shm_reject,
+	.listener_close = shm_listener_close,
+	.ep_accept_open = shm_ep_accept_open,
+	.accept = shm_accept,
+	.ep_open = shm_ep_open,
+	.connect = shm_connect,
+	.ep_names = shm_ep_names,
+	.ep_fd = shm_ep_fd,
+	.ep_arm = shm_ep_arm,
+	.ep_wait_events = shm_ep_wait_events,
+	.get_event = shm_get_event,
+	.poll_cq = shm_poll_cq,
+	.mr_reg = shm_mr_reg,
+	.mr_dereg = shm_mr_dereg,
+	.post_recv = shm_post_recv,
+	.post_send = shm_post_send,
+	.rdma_read = oti_no_rdma,
+	.rdma_write = oti_no_rdma,
+	.disconnect = shm_disconnect,
+	.ep_close = shm_ep_close,
+};
