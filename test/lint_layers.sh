@@ -21,7 +21,7 @@ set -u
 : "${top_builddir:=$(cd "$(dirname "$0")/.." && pwd)/build}"
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 
-DIRS="common transports/verbs transports/ib transports/iwarp transports/tcp-fallback transports/shm
+DIRS="common transports/epq transports/verbs transports/ib transports/iwarp transports/tcp-fallback transports/shm
 transports conf sdp dat ops preload"
 SDP_FILES="wire convert_wire base regcache progress mode post zcopy write_zcopy conn
 sock poll convert"

@@ -77,6 +77,7 @@
 #include "clock.h"
 #include "fdspace.h"
 #include "log.h"
+#include "epq/epq.h"
 #include "oti.h"
 #include "shm_ring.h"
 #include "sys.h"
@@ -125,41 +126,6 @@ static uint64_t shm_netns;
 
 /* --- addresses ------------------------------------------------------------ */
 
-static socklen_t sa_len(int family)
-{
-	return family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-}
-
-static int check_addr(const struct sockaddr *sa, socklen_t len)
-{
-	if (!sa)
-		return -EINVAL;
-	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
-		return -EAFNOSUPPORT;
-	if (len < sa_len(sa->sa_family))
-		return -EINVAL;
-	return 0;
-}
-
-static uint16_t get_port(const void *sa)
-{
-	const struct sockaddr *s = sa;
-
-	if (s->sa_family == AF_INET6)
-		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-	return ntohs(((const struct sockaddr_in *)sa)->sin_port);
-}
-
-static void set_port(void *sa, uint16_t port)
-{
-	struct sockaddr *s = sa;
-
-	if (s->sa_family == AF_INET6)
-		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
-	else
-		((struct sockaddr_in *)sa)->sin_port = htons(port);
-}
-
 static bool is_any(const void *sa)
 {
 	const struct sockaddr *s = sa;
@@ -191,9 +157,9 @@ static bool is_local(const struct sockaddr *sa)
 	fd = sys.socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return false;
-	memcpy(&ss, sa, sa_len(sa->sa_family));
-	set_port(&ss, 0);
-	ok = sys.bind(fd, (struct sockaddr *)&ss, sa_len(sa->sa_family)) == 0;
+	memcpy(&ss, sa, epq_sa_len(sa->sa_family));
+	epq_set_port(&ss, 0);
+	ok = sys.bind(fd, (struct sockaddr *)&ss, epq_sa_len(sa->sa_family)) == 0;
 	sys.close(fd);
 	return ok;
 }
@@ -271,11 +237,10 @@ struct shm_ep {
 	struct shm_ring tx, rx;
 	struct sockaddr_storage local, peer;
 
-	struct oti_event ev[4];
-	unsigned ev_head, ev_count;
-
-	struct oti_wc *cq;
-	uint32_t cq_cap, cq_head, cq_count, cq_owed;
+	/* Events and completions; every operation posted and not yet
+	 * completed has a CQ place kept (cq_owed), so a completion is
+	 * never dropped. */
+	struct epq q;
 
 	struct shm_recv *rq;
 	uint32_t rq_cap, rq_head, rq_count;
@@ -287,62 +252,6 @@ struct shm_ep {
 static inline struct shm_ep *EP(struct oti_ep *ep)
 {
 	return (struct shm_ep *)ep;
-}
-
-/* --- queues (as tcp-fallback's) ------------------------------------------- */
-
-static int ring_reserve(void **arr, uint32_t *cap, uint32_t *head, uint32_t count, uint32_t want,
-			size_t elem)
-{
-	if (want <= *cap)
-		return 0;
-	uint32_t ncap = *cap ? *cap : 16;
-
-	while (ncap < want)
-		ncap *= 2;
-	uint8_t *n = malloc((size_t)ncap * elem), *o = *arr;
-
-	if (!n)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < count; i++)
-		memcpy(n + (size_t)i * elem, o + (size_t)((*head + i) % *cap) * elem, elem);
-	free(o);
-	*arr = n;
-	*cap = ncap;
-	*head = 0;
-	return 0;
-}
-
-static int cq_reserve(struct shm_ep *e)
-{
-	int ret = ring_reserve((void **)&e->cq, &e->cq_cap, &e->cq_head, e->cq_count,
-			       e->cq_count + e->cq_owed + 1, sizeof(*e->cq));
-
-	if (!ret)
-		e->cq_owed++;
-	return ret;
-}
-
-static void push_wc(struct shm_ep *e, uint64_t ctx, enum oti_wc_op op, int status, uint32_t len)
-{
-	e->cq_owed--;
-	e->cq[(e->cq_head + e->cq_count++) % e->cq_cap] =
-		(struct oti_wc){ .ctx = ctx, .op = op, .status = status, .len = len };
-}
-
-static void push_event(struct shm_ep *e, enum oti_event_type type, int status,
-		       const void *pdata, size_t len)
-{
-	if (e->ev_count == sizeof(e->ev) / sizeof(e->ev[0]))
-		return;		/* at most RESOLVED, then one outcome, then down */
-	struct oti_event *ev = &e->ev[(e->ev_head + e->ev_count++) % 4];
-
-	memset(ev, 0, offsetof(struct oti_event, private_data));
-	ev->type = type;
-	ev->status = status;
-	ev->private_data_len = len;
-	if (len)
-		memcpy(ev->private_data, pdata, len);
 }
 
 /* --- the shared memory ---------------------------------------------------- */
@@ -468,12 +377,12 @@ static void quiet_fd(struct shm_ep *e)
 static void flush_all(struct shm_ep *e)
 {
 	while (e->sq_count) {
-		push_wc(e, e->sq[e->sq_head].ctx, OTI_WC_SEND, -ECANCELED, 0);
+		epq_push_wc(&e->q, e->sq[e->sq_head].ctx, OTI_WC_SEND, -ECANCELED, 0);
 		e->sq_head = (e->sq_head + 1) % e->sq_cap;
 		e->sq_count--;
 	}
 	while (e->rq_count) {
-		push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
+		epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
 		e->rq_head = (e->rq_head + 1) % e->rq_cap;
 		e->rq_count--;
 	}
@@ -496,7 +405,7 @@ static void go_down(struct shm_ep *e, int status)
 	if (status)
 		quiet_fd(e);
 	if (was == SS_ACTIVE) {
-		push_event(e, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
+		epq_push_event(&e->q, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
 									 : -ECONNREFUSED,
 			   NULL, 0);
 		return;
@@ -529,7 +438,7 @@ static void flush_sends(struct shm_ep *e)
 			return;
 		}
 		put = true;
-		push_wc(e, s->ctx, OTI_WC_SEND, 0, 0);
+		epq_push_wc(&e->q, s->ctx, OTI_WC_SEND, 0, 0);
 		e->sq_head = (e->sq_head + 1) % e->sq_cap;
 		e->sq_count--;
 	}
@@ -584,14 +493,14 @@ static void deliver(struct shm_ep *e)
 		struct shm_recv *r = &e->rq[e->rq_head];
 
 		if (len > r->len) {
-			push_wc(e, r->ctx, OTI_WC_RECV, -EMSGSIZE, 0);
+			epq_push_wc(&e->q, r->ctx, OTI_WC_RECV, -EMSGSIZE, 0);
 			e->rq_head = (e->rq_head + 1) % e->rq_cap;
 			e->rq_count--;
 			protocol_error(e, "a message longer than the receive buffer");
 			return;
 		}
 		(void)shm_ring_take(&e->rx, r->addr);
-		push_wc(e, r->ctx, OTI_WC_RECV, 0, len);
+		epq_push_wc(&e->q, r->ctx, OTI_WC_RECV, 0, len);
 		e->rq_head = (e->rq_head + 1) % e->rq_cap;
 		e->rq_count--;
 		took = true;
@@ -616,13 +525,13 @@ static void read_answer(struct shm_ep *e)
 		return;
 	}
 	if (hs.kind == SHM_REJECT) {
-		push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, hs.pdata, hs.pdata_len);
+		epq_push_event(&e->q, OTI_EV_REJECTED, -ECONNREFUSED, hs.pdata, hs.pdata_len);
 		e->state = SS_DOWN;	/* the peer closes */
 		flush_all(e);
 		return;
 	}
 	e->state = SS_UP;
-	push_event(e, OTI_EV_ESTABLISHED, 0, hs.pdata, hs.pdata_len);
+	epq_push_event(&e->q, OTI_EV_ESTABLISHED, 0, hs.pdata, hs.pdata_len);
 }
 
 /* The peer is gone and nothing of its is left in the ring: down (a DISC
@@ -823,14 +732,14 @@ static int shm_listen(const struct sockaddr *addr, socklen_t addrlen, int backlo
 	int ret;
 
 	(void)backlog;
-	ret = check_addr(addr, addrlen);
+	ret = epq_check_addr(addr, addrlen);
 	if (ret)
 		return ret;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
-	memcpy(&ss, addr, sa_len(addr->sa_family));
-	port = get_port(&ss);
+	memcpy(&ss, addr, epq_sa_len(addr->sa_family));
+	port = epq_get_port(&ss);
 	if (port) {
 		ret = listen_name((struct sockaddr *)&ss, port, &l->lfd[0]);
 	} else {
@@ -849,7 +758,7 @@ static int shm_listen(const struct sockaddr *addr, socklen_t addrlen, int backlo
 		return ret;
 	}
 	l->nlfd = 1;
-	set_port(&ss, port);
+	epq_set_port(&ss, port);
 	l->name = ss;
 	if (ss.ss_family == AF_INET6 && is_any(&ss) && !(flags & OTI_LISTEN_V6ONLY)) {
 		struct sockaddr_storage v4;
@@ -885,7 +794,7 @@ static int shm_listen(const struct sockaddr *addr, socklen_t addrlen, int backlo
 static int shm_listener_name(struct oti_listener *ol, struct sockaddr *addr, socklen_t *addrlen)
 {
 	struct shm_listener *l = LS(ol);
-	socklen_t len = sa_len(l->name.ss_family);
+	socklen_t len = epq_sa_len(l->name.ss_family);
 
 	if (*addrlen < len)
 		return -EINVAL;
@@ -991,8 +900,8 @@ static int read_connect(struct shm_half *h)
 	    hs.version != SHM_VERSION || hs.kind != SHM_CONNECT || hs.netns != shm_netns ||
 	    hs.pdata_len > OTI_MAX_PRIVATE_DATA ||
 	    (size_t)n < offsetof(struct shm_hs, pdata) + hs.pdata_len ||
-	    check_addr((struct sockaddr *)&hs.src, sizeof(hs.src)) ||
-	    check_addr((struct sockaddr *)&hs.dst, sizeof(hs.dst))) {
+	    epq_check_addr((struct sockaddr *)&hs.src, sizeof(hs.src)) ||
+	    epq_check_addr((struct sockaddr *)&hs.dst, sizeof(hs.dst))) {
 		if (memfd >= 0)
 			sys.close(memfd);
 		return -1;
@@ -1148,8 +1057,8 @@ static int shm_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	e->peer = h->src;
 	e->local = h->dst;
 	if (is_any(&l->name) == false)
-		memcpy(&e->local, &l->name, sa_len(l->name.ss_family));
-	set_port(&e->local, get_port(&l->name));
+		memcpy(&e->local, &l->name, epq_sa_len(l->name.ss_family));
+	epq_set_port(&e->local, epq_get_port(&l->name));
 	free(h);
 	if (attach_rings(e)) {
 		/* Cannot happen: the size was checked. */
@@ -1171,7 +1080,7 @@ static int shm_accept(struct oti_ep *oep, const void *pdata, size_t len)
 		return -EINVAL;
 	send_answer(e->fd, SHM_ACCEPT, pdata, len);
 	e->state = SS_UP;
-	push_event(e, OTI_EV_ESTABLISHED, 0, NULL, 0);
+	epq_push_event(&e->q, OTI_EV_ESTABLISHED, 0, NULL, 0);
 	return 0;
 }
 
@@ -1180,7 +1089,7 @@ static int find_listener(const struct sockaddr *dst, int *out)
 {
 	struct sockaddr_storage w;
 	const struct sockaddr *try[2] = { dst, NULL };
-	uint16_t port = get_port(dst);
+	uint16_t port = epq_get_port(dst);
 
 	if (!port || !is_local(dst))
 		return -ENODEV;
@@ -1209,11 +1118,11 @@ static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struc
 {
 	struct shm_ep *e;
 	uint16_t port;
-	int fd, ret = check_addr(dst, dstlen);
+	int fd, ret = epq_check_addr(dst, dstlen);
 
 	if (ret)
 		return ret;
-	if (src && (ret = check_addr(src, srclen)))
+	if (src && (ret = epq_check_addr(src, srclen)))
 		return ret;
 	if (src && src->sa_family != dst->sa_family)
 		return -EAFNOSUPPORT;
@@ -1227,12 +1136,12 @@ static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struc
 	}
 	e->state = SS_ACTIVE;
 	e->ring_size = ring_size_for_engine();
-	memcpy(&e->peer, dst, sa_len(dst->sa_family));
+	memcpy(&e->peer, dst, epq_sa_len(dst->sa_family));
 	/* The local address: the source asked for, or the destination's
 	 * (a local one); the port, like an ephemeral one, at random. */
-	memcpy(&e->local, src && !is_any(src) ? src : dst, sa_len(dst->sa_family));
+	memcpy(&e->local, src && !is_any(src) ? src : dst, epq_sa_len(dst->sa_family));
 	ret = random_port(&port);
-	set_port(&e->local, ret ? 0 : port);
+	epq_set_port(&e->local, ret ? 0 : port);
 	ret = make_memfd(e);
 	if (ret) {
 		if (e->ctl)
@@ -1244,7 +1153,7 @@ static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struc
 		atomic_fetch_sub(&shm_objects, 1);
 		return ret;
 	}
-	push_event(e, OTI_EV_RESOLVED, 0, NULL, 0);
+	epq_push_event(&e->q, OTI_EV_RESOLVED, 0, NULL, 0);
 	*out = (struct oti_ep *)e;
 	return 0;
 }
@@ -1325,7 +1234,7 @@ static bool ring_work(struct shm_ep *e)
 /* Anything to do without waiting? */
 static bool has_work(struct shm_ep *e)
 {
-	return e->ev_count || e->cq_count || e->down_held || ring_work(e);
+	return e->q.ev_count || e->q.cq_count || e->down_held || ring_work(e);
 }
 
 static int shm_ep_arm(struct oti_ep *oep)
@@ -1361,33 +1270,22 @@ static int shm_get_event(struct oti_ep *oep, struct oti_event *ev)
 {
 	struct shm_ep *e = EP(oep);
 
-	if (!e->ev_count)
+	if (!e->q.ev_count)
 		ep_progress(e);
-	if (!e->ev_count && e->down_held && !e->cq_count) {
+	if (!e->q.ev_count && e->down_held && !e->q.cq_count) {
 		e->down_held = false;
-		push_event(e, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
+		epq_push_event(&e->q, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
 	}
-	if (!e->ev_count)
-		return -EAGAIN;
-	*ev = e->ev[e->ev_head];
-	e->ev_head = (e->ev_head + 1) % 4;
-	e->ev_count--;
-	return 0;
+	return epq_pop_event(&e->q, ev) ? 0 : -EAGAIN;
 }
 
 static int shm_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 {
 	struct shm_ep *e = EP(oep);
-	int got = 0;
 
-	if (e->cq_count < (uint32_t)n)
+	if (e->q.cq_count < (uint32_t)n)
 		ep_progress(e);
-	while (got < n && e->cq_count) {
-		wc[got++] = e->cq[e->cq_head];
-		e->cq_head = (e->cq_head + 1) % e->cq_cap;
-		e->cq_count--;
-	}
-	return got;
+	return epq_pop_wcs(&e->q, wc, n);
 }
 
 /* --- data ------------------------------------------------------------------ */
@@ -1420,7 +1318,7 @@ static bool posted_on_dead(struct shm_ep *e, uint64_t ctx, enum oti_wc_op op)
 {
 	if (e->state != SS_DOWN)
 		return false;
-	push_wc(e, ctx, op, -ECANCELED, 0);
+	epq_push_wc(&e->q, ctx, op, -ECANCELED, 0);
 	return true;
 }
 
@@ -1430,9 +1328,9 @@ static int shm_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t
 
 	if (!sge || (!sge->addr && sge->len))
 		return -EINVAL;
-	if (ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
+	if (epq_ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
 			 sizeof(*e->rq)) ||
-	    cq_reserve(e))
+	    epq_cq_reserve(&e->q))
 		return -ENOMEM;
 	if (posted_on_dead(e, ctx, OTI_WC_RECV))
 		return 0;
@@ -1454,9 +1352,9 @@ static int shm_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t
 		return -EMSGSIZE;
 	if (e->state == SS_ACTIVE || e->state == SS_PASSIVE)
 		return -ENOTCONN;
-	if (ring_reserve((void **)&e->sq, &e->sq_cap, &e->sq_head, e->sq_count, e->sq_count + 1,
+	if (epq_ring_reserve((void **)&e->sq, &e->sq_cap, &e->sq_head, e->sq_count, e->sq_count + 1,
 			 sizeof(*e->sq)) ||
-	    cq_reserve(e))
+	    epq_cq_reserve(&e->q))
 		return -ENOMEM;
 	if (posted_on_dead(e, ctx, OTI_WC_SEND))
 		return 0;
@@ -1492,7 +1390,7 @@ static void shm_ep_close(struct oti_ep *oep)
 		fdspace_close(e->memfd);
 	if (e->ctl)
 		munmap(e->ctl, e->map_len);
-	free(e->cq);
+	epq_free(&e->q);
 	free(e->rq);
 	free(e->sq);
 	free(e);

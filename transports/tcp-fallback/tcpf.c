@@ -103,6 +103,7 @@
 #include "clock.h"
 #include "fdspace.h"
 #include "log.h"
+#include "epq/epq.h"
 #include "oti.h"
 #include "sys.h"
 #include "tcpf_wire.h"
@@ -131,41 +132,6 @@ static atomic_int tcpf_objects;
 /* ------------------------------------------------------------------------ */
 
 /* --- addresses ------------------------------------------------------------ */
-
-static socklen_t sa_len(int family)
-{
-	return family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-}
-
-static int check_addr(const struct sockaddr *sa, socklen_t len)
-{
-	if (!sa)
-		return -EINVAL;
-	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
-		return -EAFNOSUPPORT;
-	if (len < sa_len(sa->sa_family))
-		return -EINVAL;
-	return 0;
-}
-
-static uint16_t get_port(const void *sa)
-{
-	const struct sockaddr *s = sa;
-
-	if (s->sa_family == AF_INET6)
-		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-	return ntohs(((const struct sockaddr_in *)sa)->sin_port);
-}
-
-static void set_port(void *sa, uint16_t port)
-{
-	struct sockaddr *s = sa;
-
-	if (s->sa_family == AF_INET6)
-		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
-	else
-		((struct sockaddr_in *)sa)->sin_port = htons(port);
-}
 
 /* Read once per listener or ep, so that a change of the tunable never
  * makes one object translate its ports two ways. */
@@ -257,13 +223,10 @@ struct tcpf_ep {
 	int down_status;
 	struct sockaddr_storage local, peer;
 
-	struct oti_event ev[4];
-	unsigned ev_head, ev_count;
-
-	/* Every operation posted and not yet completed has a place kept in
-	 * the CQ (cq_owed), so a completion is never dropped. */
-	struct oti_wc *cq;
-	uint32_t cq_cap, cq_head, cq_count, cq_owed;
+	/* Events and completions; every operation posted and not yet
+	 * completed has a CQ place kept (cq_owed), so a completion is
+	 * never dropped. */
+	struct epq q;
 
 	struct tcpf_recv *rq;
 	uint32_t rq_cap, rq_head, rq_count;
@@ -293,65 +256,7 @@ static inline struct tcpf_ep *EP(struct oti_ep *ep)
 	return (struct tcpf_ep *)ep;
 }
 
-/* --- queues ---------------------------------------------------------------- */
-
-/* A ring of cap elements of size elem, count of them from head on, made
- * at least want large; head becomes 0. */
-static int ring_reserve(void **arr, uint32_t *cap, uint32_t *head, uint32_t count, uint32_t want,
-			size_t elem)
-{
-	if (want <= *cap)
-		return 0;
-	uint32_t ncap = *cap ? *cap : 16;
-
-	while (ncap < want)
-		ncap *= 2;
-	uint8_t *n = malloc((size_t)ncap * elem), *o = *arr;
-
-	if (!n)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < count; i++)
-		memcpy(n + (size_t)i * elem, o + (size_t)((*head + i) % *cap) * elem, elem);
-	free(o);
-	*arr = n;
-	*cap = ncap;
-	*head = 0;
-	return 0;
-}
-
-/* Keep a CQ place for one more operation about to be posted. */
-static int cq_reserve(struct tcpf_ep *e)
-{
-	int ret = ring_reserve((void **)&e->cq, &e->cq_cap, &e->cq_head, e->cq_count,
-			       e->cq_count + e->cq_owed + 1, sizeof(*e->cq));
-
-	if (!ret)
-		e->cq_owed++;
-	return ret;
-}
-
-/* A completion of an operation that cq_reserve() counted. */
-static void push_wc(struct tcpf_ep *e, uint64_t ctx, enum oti_wc_op op, int status, uint32_t len)
-{
-	e->cq_owed--;
-	e->cq[(e->cq_head + e->cq_count++) % e->cq_cap] =
-		(struct oti_wc){ .ctx = ctx, .op = op, .status = status, .len = len };
-}
-
-static void push_event(struct tcpf_ep *e, enum oti_event_type type, int status,
-		       const void *pdata, size_t len)
-{
-	if (e->ev_count == sizeof(e->ev) / sizeof(e->ev[0]))
-		return;		/* at most RESOLVED, then one outcome, then down */
-	struct oti_event *ev = &e->ev[(e->ev_head + e->ev_count++) % 4];
-
-	memset(ev, 0, offsetof(struct oti_event, private_data));
-	ev->type = type;
-	ev->status = status;
-	ev->private_data_len = len;
-	if (len)
-		memcpy(ev->private_data, pdata, len);
-}
+/* --- output frames --------------------------------------------------------- */
 
 static struct tcpf_out *out_new(struct tcpf_ep *e)
 {
@@ -414,17 +319,17 @@ static void flush_all(struct tcpf_ep *e)
 
 		e->out_head = o->next;
 		if (o->completes)
-			push_wc(e, o->ctx, o->op, -ECANCELED, 0);
+			epq_push_wc(&e->q, o->ctx, o->op, -ECANCELED, 0);
 		out_release(e, o);
 	}
 	e->out_tail = NULL;
 	while (e->rd_count) {
-		push_wc(e, e->rd[e->rd_head].ctx, OTI_WC_RDMA_READ, -ECANCELED, 0);
+		epq_push_wc(&e->q, e->rd[e->rd_head].ctx, OTI_WC_RDMA_READ, -ECANCELED, 0);
 		e->rd_head = (e->rd_head + 1) % TCPF_MAX_READS;
 		e->rd_count--;
 	}
 	while (e->rq_count) {
-		push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
+		epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
 		e->rq_head = (e->rq_head + 1) % e->rq_cap;
 		e->rq_count--;
 	}
@@ -452,7 +357,7 @@ static void go_down(struct tcpf_ep *e, enum down_how how, int status)
 		quiet_fd(e, how == DOWN_ABORT);
 	if (was == TS_ACTIVE) {
 		/* Nobody accepted: no SDP listener there, or not SDP at all. */
-		push_event(e, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
+		epq_push_event(&e->q, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
 										 : -ECONNREFUSED,
 			   NULL, 0);
 		return;
@@ -474,7 +379,7 @@ static void socket_error(struct tcpf_ep *e, int err)
 	go_down(e, DOWN_LOST, -err);
 }
 
-/* --- output -------------------------------------------------------------- */
+/* --- output ---------------------------------------------------------------- */
 
 static size_t out_total(const struct tcpf_out *o)
 {
@@ -526,7 +431,7 @@ static void flush_out(struct tcpf_ep *e)
 			if (!e->out_head)
 				e->out_tail = NULL;
 			if (o->completes)
-				push_wc(e, o->ctx, o->op, 0, 0);
+				epq_push_wc(&e->q, o->ctx, o->op, 0, 0);
 			out_release(e, o);
 		}
 	}
@@ -649,7 +554,7 @@ static bool frame_begin(struct tcpf_ep *e)
 		if (h->len > e->rq[e->rq_head].len) {
 			/* As on verbs: the receive completes in error and the
 			 * connection is over. */
-			push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, -EMSGSIZE, 0);
+			epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, -EMSGSIZE, 0);
 			e->rq_head = (e->rq_head + 1) % e->rq_cap;
 			e->rq_count--;
 			protocol_error(e, "a message longer than the receive buffer");
@@ -693,15 +598,15 @@ static void frame_end(struct tcpf_ep *e)
 	switch (h->type) {
 	case TCPF_ACCEPT:
 		e->state = TS_UP;
-		push_event(e, OTI_EV_ESTABLISHED, 0, e->ctl, h->len);
+		epq_push_event(&e->q, OTI_EV_ESTABLISHED, 0, e->ctl, h->len);
 		break;
 	case TCPF_REJECT:
-		push_event(e, OTI_EV_REJECTED, -ECONNREFUSED, e->ctl, h->len);
+		epq_push_event(&e->q, OTI_EV_REJECTED, -ECONNREFUSED, e->ctl, h->len);
 		e->state = TS_DOWN;	/* the peer closes */
 		flush_all(e);
 		break;
 	case TCPF_SEND:
-		push_wc(e, e->rq[e->rq_head].ctx, OTI_WC_RECV, 0, h->len);
+		epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, 0, h->len);
 		e->rq_head = (e->rq_head + 1) % e->rq_cap;
 		e->rq_count--;
 		break;
@@ -709,7 +614,7 @@ static void frame_end(struct tcpf_ep *e)
 		answer_read(e, h, tcpf_get32(e->ctl));
 		break;
 	case TCPF_READ_RESP:
-		push_wc(e, e->rd[e->rd_head].ctx, OTI_WC_RDMA_READ,
+		epq_push_wc(&e->q, e->rd[e->rd_head].ctx, OTI_WC_RDMA_READ,
 			(h->flags & TCPF_F_ERROR) ? -EACCES : 0, 0);
 		e->rd_head = (e->rd_head + 1) % TCPF_MAX_READS;
 		e->rd_count--;
@@ -951,14 +856,14 @@ static int listen_once(const struct sockaddr *ss, unsigned flags, int backlog, i
 
 		(void)sys.setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
 	}
-	if (sys.bind(fd, ss, sa_len(ss->sa_family)) < 0 || sys.listen(fd, backlog) < 0 ||
+	if (sys.bind(fd, ss, epq_sa_len(ss->sa_family)) < 0 || sys.listen(fd, backlog) < 0 ||
 	    sys.getsockname(fd, (struct sockaddr *)&bound, &blen) < 0) {
 		int e = errno;
 
 		fdspace_close(fd);
 		return -e;
 	}
-	*port = get_port(&bound);
+	*port = epq_get_port(&bound);
 	*out = fd;
 	return 0;
 }
@@ -970,15 +875,15 @@ static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backl
 	uint16_t app, port = 0, off = port_offset();
 	int ret, fd = -1, held = -1;
 
-	ret = check_addr(addr, addrlen);
+	ret = epq_check_addr(addr, addrlen);
 	if (ret)
 		return ret;
-	memcpy(&ss, addr, sa_len(addr->sa_family));
-	app = get_port(&ss);
+	memcpy(&ss, addr, epq_sa_len(addr->sa_family));
+	app = epq_get_port(&ss);
 	if (app) {
 		if (!app_to_tcp(app, off))
 			return -EADDRNOTAVAIL;
-		set_port(&ss, app_to_tcp(app, off));
+		epq_set_port(&ss, app_to_tcp(app, off));
 	}
 	if (backlog < 16)
 		backlog = 16;
@@ -1032,8 +937,8 @@ static int tcpf_listener_name(struct oti_listener *ol, struct sockaddr *addr, so
 
 	if (sys.getsockname(l->lfd, (struct sockaddr *)&ss, &len) < 0)
 		return -errno;
-	set_port(&ss, tcp_to_app(get_port(&ss), l->port_off));
-	len = sa_len(ss.ss_family);
+	epq_set_port(&ss, tcp_to_app(epq_get_port(&ss), l->port_off));
+	len = epq_sa_len(ss.ss_family);
 	if (*addrlen < len)
 		return -EINVAL;
 	memcpy(addr, &ss, len);
@@ -1227,7 +1132,7 @@ static int tcpf_ep_accept_open(struct oti_listener *ol, struct oti_connreq *req,
 	e->tcp_up = true;
 	e->peer = req->h.peer;
 	if (sys.getsockname(e->fd, (struct sockaddr *)&e->local, &len) == 0)
-		set_port(&e->local, tcp_to_app(get_port(&e->local), l->port_off));
+		epq_set_port(&e->local, tcp_to_app(epq_get_port(&e->local), l->port_off));
 	free(req);
 	*out = (struct oti_ep *)e;
 	return 0;
@@ -1247,7 +1152,7 @@ static int tcpf_accept(struct oti_ep *oep, const void *pdata, size_t len)
 	if (ret)
 		return ret;
 	e->state = TS_UP;
-	push_event(e, OTI_EV_ESTABLISHED, 0, NULL, 0);
+	epq_push_event(&e->q, OTI_EV_ESTABLISHED, 0, NULL, 0);
 	flush_out(e);
 	return 0;
 }
@@ -1257,19 +1162,19 @@ static int tcpf_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 {
 	struct sockaddr_storage to;
 	uint16_t off = port_offset(), app;
-	int ret = check_addr(dst, dstlen);
+	int ret = epq_check_addr(dst, dstlen);
 
 	if (ret)
 		return ret;
-	if (src && (ret = check_addr(src, srclen)))
+	if (src && (ret = epq_check_addr(src, srclen)))
 		return ret;
 	if (src && src->sa_family != dst->sa_family)
 		return -EAFNOSUPPORT;
-	memcpy(&to, dst, sa_len(dst->sa_family));
-	app = get_port(&to);
+	memcpy(&to, dst, epq_sa_len(dst->sa_family));
+	app = epq_get_port(&to);
 	if (!app_to_tcp(app, off))
 		return -ECONNREFUSED;	/* no SDP listener can have that port */
-	set_port(&to, app_to_tcp(app, off));
+	epq_set_port(&to, app_to_tcp(app, off));
 
 	int fd = tcp_socket(dst->sa_family);
 
@@ -1280,16 +1185,16 @@ static int tcpf_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 		int one = 1;
 
 		/* The source address only: TCP picks the port at connect. */
-		memcpy(&from, src, sa_len(src->sa_family));
-		set_port(&from, 0);
+		memcpy(&from, src, epq_sa_len(src->sa_family));
+		epq_set_port(&from, 0);
 		(void)sys.setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-		if (sys.bind(fd, (struct sockaddr *)&from, sa_len(from.ss_family)) < 0) {
+		if (sys.bind(fd, (struct sockaddr *)&from, epq_sa_len(from.ss_family)) < 0) {
 			ret = -errno;
 			fdspace_close(fd);
 			return ret;
 		}
 	}
-	if (sys.connect(fd, (struct sockaddr *)&to, sa_len(to.ss_family)) < 0 && errno != EINPROGRESS) {
+	if (sys.connect(fd, (struct sockaddr *)&to, epq_sa_len(to.ss_family)) < 0 && errno != EINPROGRESS) {
 		ret = -errno;
 		fdspace_close(fd);
 		return ret == -EAGAIN ? -EADDRNOTAVAIL : ret;	/* no ephemeral port left */
@@ -1301,9 +1206,9 @@ static int tcpf_ep_open(const struct sockaddr *dst, socklen_t dstlen, const stru
 		return -ENOMEM;
 	}
 	e->state = TS_ACTIVE;
-	memcpy(&e->peer, dst, sa_len(dst->sa_family));
+	memcpy(&e->peer, dst, epq_sa_len(dst->sa_family));
 	/* Nothing to resolve: the engine may register and post now. */
-	push_event(e, OTI_EV_RESOLVED, 0, NULL, 0);
+	epq_push_event(&e->q, OTI_EV_RESOLVED, 0, NULL, 0);
 	*out = (struct oti_ep *)e;
 	return 0;
 }
@@ -1357,7 +1262,7 @@ static int tcpf_ep_arm(struct oti_ep *oep)
 {
 	struct tcpf_ep *e = EP(oep);
 
-	return e->ev_count || e->cq_count || e->down_held ? -EAGAIN : 0;
+	return e->q.ev_count || e->q.cq_count || e->down_held ? -EAGAIN : 0;
 }
 
 static short tcpf_ep_wait_events(struct oti_ep *oep)
@@ -1374,36 +1279,25 @@ static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 {
 	struct tcpf_ep *e = EP(oep);
 
-	if (!e->ev_count) {
+	if (!e->q.ev_count) {
 		ep_progress(e);
 		e->just_read = true;
 	}
-	if (!e->ev_count && e->down_held && !e->cq_count) {
+	if (!e->q.ev_count && e->down_held && !e->q.cq_count) {
 		e->down_held = false;
-		push_event(e, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
+		epq_push_event(&e->q, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
 	}
-	if (!e->ev_count)
-		return -EAGAIN;
-	*ev = e->ev[e->ev_head];
-	e->ev_head = (e->ev_head + 1) % 4;
-	e->ev_count--;
-	return 0;
+	return epq_pop_event(&e->q, ev) ? 0 : -EAGAIN;
 }
 
 static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
 {
 	struct tcpf_ep *e = EP(oep);
-	int got = 0;
 
-	if (e->cq_count < (uint32_t)n && !e->just_read)
+	if (e->q.cq_count < (uint32_t)n && !e->just_read)
 		ep_progress(e);
 	e->just_read = false;
-	while (got < n && e->cq_count) {
-		wc[got++] = e->cq[e->cq_head];
-		e->cq_head = (e->cq_head + 1) % e->cq_cap;
-		e->cq_count--;
-	}
-	return got;
+	return epq_pop_wcs(&e->q, wc, n);
 }
 
 /* --- data ------------------------------------------------------------------ */
@@ -1494,7 +1388,7 @@ static bool posted_on_dead(struct tcpf_ep *e, uint64_t ctx, enum oti_wc_op op)
 {
 	if (e->state != TS_DOWN)
 		return false;
-	push_wc(e, ctx, op, -ECANCELED, 0);
+	epq_push_wc(&e->q, ctx, op, -ECANCELED, 0);
 	return true;
 }
 
@@ -1504,9 +1398,9 @@ static int tcpf_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_
 
 	if (!sge || (!sge->addr && sge->len))
 		return -EINVAL;
-	if (ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
+	if (epq_ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
 			 sizeof(*e->rq)) ||
-	    cq_reserve(e))
+	    epq_cq_reserve(&e->q))
 		return -ENOMEM;
 	if (posted_on_dead(e, ctx, OTI_WC_RECV))
 		return 0;
@@ -1524,14 +1418,14 @@ static int post_out(struct tcpf_ep *e, const struct tcpf_hdr *h, const struct ot
 		return -EINVAL;
 	if (e->state == TS_ACTIVE || e->state == TS_PASSIVE)
 		return -ENOTCONN;
-	if (cq_reserve(e))
+	if (epq_cq_reserve(&e->q))
 		return -ENOMEM;
 	if (posted_on_dead(e, ctx, op))
 		return 0;
 	int ret = queue_frame(e, h, sge->addr, true, op, ctx);
 
 	if (ret) {
-		e->cq_owed--;
+		e->q.cq_owed--;
 		return ret;
 	}
 	flush_out(e);
@@ -1598,14 +1492,14 @@ static int tcpf_rdma_read(struct oti_ep *oep, const struct oti_sge *local, uint6
 		return -ENOTCONN;
 	if (e->rd_count == TCPF_MAX_READS)
 		return -EAGAIN;
-	if (cq_reserve(e))
+	if (epq_cq_reserve(&e->q))
 		return -ENOMEM;
 	if (posted_on_dead(e, ctx, OTI_WC_RDMA_READ))
 		return 0;
 	struct tcpf_out *o = out_new(e);
 
 	if (!o) {
-		e->cq_owed--;
+		e->q.cq_owed--;
 		return -ENOMEM;
 	}
 	uint32_t id = e->rd_next_id++;
@@ -1659,7 +1553,7 @@ static void tcpf_ep_close(struct oti_ep *oep)
 		free(o);
 	}
 	free(e->mrs);
-	free(e->cq);
+	epq_free(&e->q);
 	free(e->rq);
 	free(e->ib);
 	free(e);
