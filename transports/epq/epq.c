@@ -89,11 +89,42 @@ int epq_pop_wcs(struct epq *q, struct oti_wc *wc, int n)
 	return got;
 }
 
+int epq_post_recv(struct epq *q, const struct oti_sge *sge, uint64_t ctx, bool dead)
+{
+	if (!sge || (!sge->addr && sge->len))
+		return -EINVAL;
+	if (epq_ring_reserve((void **)&q->rq, &q->rq_cap, &q->rq_head, q->rq_count,
+			     q->rq_count + 1, sizeof(*q->rq)) ||
+	    epq_cq_reserve(q))
+		return -ENOMEM;
+	if (dead) {
+		epq_push_wc(q, ctx, OTI_WC_RECV, -ECANCELED, 0);
+		return 0;
+	}
+	q->rq[(q->rq_head + q->rq_count) % q->rq_cap] =
+		(struct epq_recv){ .addr = sge->addr, .len = sge->len, .ctx = ctx };
+	q->rq_count++;
+	return 0;
+}
+
+void epq_recv_done(struct epq *q, int status, uint32_t len)
+{
+	epq_push_wc(q, q->rq[q->rq_head].ctx, OTI_WC_RECV, status, len);
+	q->rq_head = (q->rq_head + 1) % q->rq_cap;
+	q->rq_count--;
+}
+
+void epq_cancel_recvs(struct epq *q)
+{
+	while (q->rq_count)
+		epq_recv_done(q, -ECANCELED, 0);
+}
+
 void epq_free(struct epq *q)
 {
 	free(q->cq);
-	q->cq = NULL;
-	q->cq_cap = q->cq_head = q->cq_count = q->cq_owed = 0;
+	free(q->rq);
+	memset(q, 0, sizeof(*q));
 }
 
 socklen_t epq_sa_len(int family)

@@ -20,6 +20,13 @@
 
 #include "oti.h"
 
+/* A posted receive buffer. */
+struct epq_recv {
+	uint8_t *addr;
+	uint32_t len;
+	uint64_t ctx;
+};
+
 struct epq {
 	/* At most RESOLVED, then one outcome, then the end. */
 	struct oti_event ev[4];
@@ -28,6 +35,9 @@ struct epq {
 	 * cq_owed places kept for work posted and not yet complete. */
 	struct oti_wc *cq;
 	uint32_t cq_cap, cq_head, cq_count, cq_owed;
+	/* Posted receives, oldest first: rq_count of them from rq_head on. */
+	struct epq_recv *rq;
+	uint32_t rq_cap, rq_head, rq_count;
 };
 
 /* A ring of *cap elements of size elem, count of them from *head on, made
@@ -46,6 +56,18 @@ void epq_push_event(struct epq *q, enum oti_event_type type, int status, const v
 bool epq_pop_event(struct epq *q, struct oti_event *ev);
 /* Up to n completions, oldest first, into wc[]: how many. */
 int epq_pop_wcs(struct epq *q, struct oti_wc *wc, int n);
+/* post_recv(): -EINVAL for a bad sge, -ENOMEM; on a connection that is
+ * over (dead) the receive completes at once with -ECANCELED. */
+int epq_post_recv(struct epq *q, const struct oti_sge *sge, uint64_t ctx, bool dead);
+/* The oldest posted receive, or NULL. */
+static inline struct epq_recv *epq_recv_head(struct epq *q)
+{
+	return q->rq_count ? &q->rq[q->rq_head] : NULL;
+}
+/* The oldest posted receive completes (status, len bytes). */
+void epq_recv_done(struct epq *q, int status, uint32_t len);
+/* Every posted receive completes with -ECANCELED. */
+void epq_cancel_recvs(struct epq *q);
 /* Free what the queues allocated. */
 void epq_free(struct epq *q);
 

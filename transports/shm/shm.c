@@ -198,12 +198,6 @@ struct shm_mr {
 	struct oti_mr pub;
 };
 
-struct shm_recv {
-	uint8_t *addr;
-	uint32_t len;
-	uint64_t ctx;
-};
-
 /* A send waiting for room in the ring. */
 struct shm_send {
 	const uint8_t *addr;
@@ -241,9 +235,6 @@ struct shm_ep {
 	 * completed has a CQ place kept (cq_owed), so a completion is
 	 * never dropped. */
 	struct epq q;
-
-	struct shm_recv *rq;
-	uint32_t rq_cap, rq_head, rq_count;
 
 	struct shm_send *sq;
 	uint32_t sq_cap, sq_head, sq_count;
@@ -381,11 +372,7 @@ static void flush_all(struct shm_ep *e)
 		e->sq_head = (e->sq_head + 1) % e->sq_cap;
 		e->sq_count--;
 	}
-	while (e->rq_count) {
-		epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
-		e->rq_head = (e->rq_head + 1) % e->rq_cap;
-		e->rq_count--;
-	}
+	epq_cancel_recvs(&e->q);
 }
 
 static void go_down(struct shm_ep *e, int status)
@@ -488,21 +475,17 @@ static void deliver(struct shm_ep *e)
 			protocol_error(e, "unknown record");
 			return;
 		}
-		if (!e->rq_count)
-			break;	/* the record waits for the engine's next receive */
-		struct shm_recv *r = &e->rq[e->rq_head];
+		struct epq_recv *r = epq_recv_head(&e->q);
 
+		if (!r)
+			break;	/* the record waits for the engine's next receive */
 		if (len > r->len) {
-			epq_push_wc(&e->q, r->ctx, OTI_WC_RECV, -EMSGSIZE, 0);
-			e->rq_head = (e->rq_head + 1) % e->rq_cap;
-			e->rq_count--;
+			epq_recv_done(&e->q, -EMSGSIZE, 0);
 			protocol_error(e, "a message longer than the receive buffer");
 			return;
 		}
 		(void)shm_ring_take(&e->rx, r->addr);
-		epq_push_wc(&e->q, r->ctx, OTI_WC_RECV, 0, len);
-		e->rq_head = (e->rq_head + 1) % e->rq_cap;
-		e->rq_count--;
+		epq_recv_done(&e->q, 0, len);
 		took = true;
 	}
 	if (took && e->state == SS_UP)
@@ -1223,7 +1206,7 @@ static bool ring_work(struct shm_ep *e)
 		return false;
 	int r = shm_ring_peek(&e->rx, &kind, &len);
 
-	if (r == -EPROTO || (r == 0 && (e->rq_count || kind != REC_DATA)) ||
+	if (r == -EPROTO || (r == 0 && (e->q.rq_count || kind != REC_DATA)) ||
 	    (r == -EAGAIN && e->peer_gone))
 		return true;
 	if (e->sq_count && shm_ring_room(&e->tx, e->sq[e->sq_head].len) != 0)
@@ -1326,18 +1309,7 @@ static int shm_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_t
 {
 	struct shm_ep *e = EP(oep);
 
-	if (!sge || (!sge->addr && sge->len))
-		return -EINVAL;
-	if (epq_ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
-			 sizeof(*e->rq)) ||
-	    epq_cq_reserve(&e->q))
-		return -ENOMEM;
-	if (posted_on_dead(e, ctx, OTI_WC_RECV))
-		return 0;
-	e->rq[(e->rq_head + e->rq_count) % e->rq_cap] =
-		(struct shm_recv){ .addr = sge->addr, .len = sge->len, .ctx = ctx };
-	e->rq_count++;
-	return 0;
+	return epq_post_recv(&e->q, sge, ctx, e->state == SS_DOWN);
 }
 
 static int shm_post_send(struct oti_ep *oep, const struct oti_sge *sge, uint64_t ctx,
@@ -1391,8 +1363,7 @@ static void shm_ep_close(struct oti_ep *oep)
 	if (e->ctl)
 		munmap(e->ctl, e->map_len);
 	epq_free(&e->q);
-	free(e->rq);
-	free(e->sq);
+		free(e->sq);
 	free(e);
 	atomic_fetch_sub(&shm_objects, 1);
 }

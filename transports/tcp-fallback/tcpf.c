@@ -187,12 +187,6 @@ struct tcpf_out {
 	uint64_t ctx;
 };
 
-struct tcpf_recv {
-	uint8_t *addr;
-	uint32_t len;
-	uint64_t ctx;
-};
-
 struct tcpf_read {
 	uint32_t id;
 	uint8_t *addr;
@@ -227,9 +221,6 @@ struct tcpf_ep {
 	 * completed has a CQ place kept (cq_owed), so a completion is
 	 * never dropped. */
 	struct epq q;
-
-	struct tcpf_recv *rq;
-	uint32_t rq_cap, rq_head, rq_count;
 
 	struct tcpf_read rd[TCPF_MAX_READS];
 	unsigned rd_head, rd_count;
@@ -328,11 +319,7 @@ static void flush_all(struct tcpf_ep *e)
 		e->rd_head = (e->rd_head + 1) % TCPF_MAX_READS;
 		e->rd_count--;
 	}
-	while (e->rq_count) {
-		epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, -ECANCELED, 0);
-		e->rq_head = (e->rq_head + 1) % e->rq_cap;
-		e->rq_count--;
-	}
+	epq_cancel_recvs(&e->q);
 }
 
 enum down_how {
@@ -547,20 +534,18 @@ static bool frame_begin(struct tcpf_ep *e)
 	}
 	switch (h->type) {
 	case TCPF_SEND:
-		if (!e->rq_count) {
+		if (!e->q.rq_count) {
 			protocol_error(e, "a message with no receive posted");
 			return false;
 		}
-		if (h->len > e->rq[e->rq_head].len) {
+		if (h->len > epq_recv_head(&e->q)->len) {
 			/* As on verbs: the receive completes in error and the
 			 * connection is over. */
-			epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, -EMSGSIZE, 0);
-			e->rq_head = (e->rq_head + 1) % e->rq_cap;
-			e->rq_count--;
+			epq_recv_done(&e->q, -EMSGSIZE, 0);
 			protocol_error(e, "a message longer than the receive buffer");
 			return false;
 		}
-		e->dst = e->rq[e->rq_head].addr;
+		e->dst = epq_recv_head(&e->q)->addr;
 		return true;
 	case TCPF_WRITE:
 		e->dst = remote_target(e, h->key, h->addr, h->len, OTI_ACCESS_REMOTE_WRITE, NULL);
@@ -606,9 +591,7 @@ static void frame_end(struct tcpf_ep *e)
 		flush_all(e);
 		break;
 	case TCPF_SEND:
-		epq_push_wc(&e->q, e->rq[e->rq_head].ctx, OTI_WC_RECV, 0, h->len);
-		e->rq_head = (e->rq_head + 1) % e->rq_cap;
-		e->rq_count--;
+		epq_recv_done(&e->q, 0, h->len);
 		break;
 	case TCPF_READ_REQ:
 		answer_read(e, h, tcpf_get32(e->ctl));
@@ -1396,18 +1379,7 @@ static int tcpf_post_recv(struct oti_ep *oep, const struct oti_sge *sge, uint64_
 {
 	struct tcpf_ep *e = EP(oep);
 
-	if (!sge || (!sge->addr && sge->len))
-		return -EINVAL;
-	if (epq_ring_reserve((void **)&e->rq, &e->rq_cap, &e->rq_head, e->rq_count, e->rq_count + 1,
-			 sizeof(*e->rq)) ||
-	    epq_cq_reserve(&e->q))
-		return -ENOMEM;
-	if (posted_on_dead(e, ctx, OTI_WC_RECV))
-		return 0;
-	e->rq[(e->rq_head + e->rq_count) % e->rq_cap] =
-		(struct tcpf_recv){ .addr = sge->addr, .len = sge->len, .ctx = ctx };
-	e->rq_count++;
-	return 0;
+	return epq_post_recv(&e->q, sge, ctx, e->state == TS_DOWN);
 }
 
 /* A frame that carries local memory out: SEND or WRITE. */
@@ -1554,8 +1526,7 @@ static void tcpf_ep_close(struct oti_ep *oep)
 	}
 	free(e->mrs);
 	epq_free(&e->q);
-	free(e->rq);
-	free(e->ib);
+		free(e->ib);
 	free(e);
 	atomic_fetch_sub(&tcpf_objects, 1);
 }
