@@ -205,9 +205,50 @@ static bool prog_try_drive(struct sdp_sock *s)
 	return true;
 }
 
+/*
+ * The references of list for which visit(s) says to keep them (the
+ * others are put and freed), as a list.  No lock held: visit takes the
+ * socket's.
+ */
+static struct sock_ref *refs_filter(struct sock_ref *list, bool (*visit)(struct sdp_sock *s))
+{
+	struct sock_ref *keep = NULL;
+
+	while (list) {
+		struct sock_ref *r = list;
+
+		list = r->next;
+		if (visit(r->s)) {
+			r->next = keep;
+			keep = r;
+		} else {
+			sock_put(r->s);
+			free(r);
+		}
+	}
+	return keep;
+}
+
+/* Put the references of list back on *into.  prog_lock held. */
+static void refs_splice(struct sock_ref *list, struct sock_ref **into)
+{
+	while (list) {
+		struct sock_ref *r = list;
+
+		list = r->next;
+		r->next = *into;
+		*into = r;
+	}
+}
+
+static bool tick_drive(struct sdp_sock *s)
+{
+	return prog_drive(s, true);
+}
+
 static void prog_tick(void)
 {
-	struct sock_ref *list, *keep = NULL;
+	struct sock_ref *list, *keep;
 
 	pthread_mutex_lock(&prog_lock);
 	list = prog_watch;
@@ -216,26 +257,9 @@ static void prog_tick(void)
 	pthread_mutex_unlock(&prog_lock);
 	prog_hold_seen = false;
 
-	while (list) {
-		struct sock_ref *r = list;
-
-		list = r->next;
-		if (prog_drive(r->s, true)) {
-			r->next = keep;
-			keep = r;
-		} else {
-			sock_put(r->s);
-			free(r);
-		}
-	}
+	keep = refs_filter(list, tick_drive);
 	pthread_mutex_lock(&prog_lock);
-	while (keep) {
-		struct sock_ref *r = keep;
-
-		keep = r->next;
-		r->next = prog_watch;
-		prog_watch = r;
-	}
+	refs_splice(keep, &prog_watch);
 	prog_watch_out = false;
 	/* Fast while a hold goes on, or began during this tick. */
 	prog_fast = prog_hold_seen || prog_hold_new;
@@ -296,9 +320,21 @@ static uint64_t idle_sweep_ns(void)
 	return (uint64_t)(ms > SDP_IDLE_SWEEP_MS ? ms : SDP_IDLE_SWEEP_MS) * 1000000ull;
 }
 
+/* Whether s is still to be looked at (a busy socket is: not idle). */
+static bool idle_look(struct sdp_sock *s)
+{
+	bool again = true;
+
+	if (pthread_mutex_trylock(&s->lock) == 0) {
+		again = sdp_upcalls.idle(s);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return again;
+}
+
 static void prog_idle_sweep(void)
 {
-	struct sock_ref *list, *keep = NULL;
+	struct sock_ref *list, *keep;
 	uint64_t now = sdp_now_ns();
 
 	pthread_mutex_lock(&prog_lock);
@@ -310,31 +346,9 @@ static void prog_idle_sweep(void)
 	prog_idle = NULL;
 	prog_idle_next_ns = now + idle_sweep_ns();
 	pthread_mutex_unlock(&prog_lock);
-	while (list) {
-		struct sock_ref *r = list;
-		bool again = true;
-
-		list = r->next;
-		if (pthread_mutex_trylock(&r->s->lock) == 0) {
-			again = sdp_upcalls.idle(r->s);
-			pthread_mutex_unlock(&r->s->lock);
-		}
-		if (again) {
-			r->next = keep;
-			keep = r;
-		} else {
-			sock_put(r->s);
-			free(r);
-		}
-	}
+	keep = refs_filter(list, idle_look);
 	pthread_mutex_lock(&prog_lock);
-	while (keep) {
-		struct sock_ref *r = keep;
-
-		keep = r->next;
-		r->next = prog_idle;
-		prog_idle = r;
-	}
+	refs_splice(keep, &prog_idle);
 	pthread_mutex_unlock(&prog_lock);
 }
 
