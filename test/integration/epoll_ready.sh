@@ -11,7 +11,6 @@
 . "$(dirname "$0")/lib.sh"
 
 ER=$(prog epoll_ready)
-SDPSTAT=$(prog sdpstat)
 N=100
 # In the guest each verbs connection registers its buffers on both ends,
 # 100 of them one after another is a long set-up under emulation; 50
@@ -38,9 +37,7 @@ if [ ! -e "$TMP/done" ]; then
 	kill "$pid" 2>/dev/null
 	fail "epoll_ready did not finish: $(cat "$TMP/out")"
 fi
-looks=$("$SDPSTAT" -p "$pid" --json 2>&1 | python3 -c '
-import json, sys
-print(json.load(sys.stdin)["processes"][0]["counters"].get("epoll_looks", ""))' 2>&1)
+looks=$(sdpstat_counters "$pid" epoll_looks)
 kill "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 waits=$(sed -n 's/^rounds=[0-9]* waits=\([0-9]*\)$/\1/p' "$TMP/out")

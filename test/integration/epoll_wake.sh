@@ -27,7 +27,6 @@
 	skip "$TEST_TRANSPORT: the progress thread is woken too (the verbs ep's fd takes no EPOLLEXCLUSIVE)"
 
 EW=$(prog epoll_wake)
-SDPSTAT=$(prog sdpstat)
 ROUNDS=400
 GAP_US=2000
 export SDP_STATS_DIR=$TMP/stats
@@ -36,16 +35,6 @@ mkdir -p "$SDP_STATS_DIR"
 write_conf "$TMP/sdp.conf" "log min-level 7 destination file $TMP/sdp.log" \
 	"use both server * *:*" "use both client * *:*"
 PRE=$(preload_env "$TMP/sdp.conf")
-
-# The server's counters named after the pid: "N N N", or an error.
-counters() {
-	local pid=$1
-	shift
-	"$SDPSTAT" -p "$pid" --json 2>&1 | python3 -c '
-import json, sys
-c = json.load(sys.stdin)["processes"][0]["counters"]
-print(" ".join(str(c[n]) for n in sys.argv[1:]))' "$@" 2>&1
-}
 
 one_run() {
 	local mode=$1 flag=$2 server n
@@ -63,7 +52,7 @@ one_run() {
 		kill "$server" 2>/dev/null
 		fail "$mode: the ping-pong did not finish: $(cat "$TMP/ping.$mode")"
 	fi
-	read -r n wakes sigio pw <<<"$(counters "$server" progress_fd_drives readiness_writes sigio_lookups progress_wakeups)"
+	read -r n wakes sigio pw <<<"$(sdpstat_counters "$server" progress_fd_drives readiness_writes sigio_lookups progress_wakeups)"
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
 	case $n$wakes$sigio$pw in
@@ -110,7 +99,7 @@ busy_run() {
 		kill "$server" 2>/dev/null
 		fail "busy: the ping-pong did not finish: $(cat "$TMP/ping.busy")"
 	fi
-	read -r n waits skips <<<"$(counters "$server" progress_fd_drives progress_lock_waits progress_busy_skips)"
+	read -r n waits skips <<<"$(sdpstat_counters "$server" progress_fd_drives progress_lock_waits progress_busy_skips)"
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
 	case $n$waits$skips in

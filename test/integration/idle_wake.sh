@@ -14,7 +14,6 @@
 . "$(dirname "$0")/lib.sh"
 
 command -v python3 >/dev/null 2>&1 || skip "no python3"
-SDPSTAT=$(prog sdpstat)
 CONNS=200
 # A verbs connection end registers 8 MiB of buffers: in the guest 200
 # connections (400 ends in one process) would not fit.
@@ -27,12 +26,6 @@ mkdir -p "$SDP_STATS_DIR"
 write_conf "$TMP/sdp.conf" "log min-level 7 destination file $TMP/sdp.log" \
 	"use both server * *:*" "use both client * *:*"
 PRE=$(preload_env "$TMP/sdp.conf")
-
-wakeups() {
-	"$SDPSTAT" -p "$1" --json 2>&1 | python3 -c '
-import json, sys
-print(json.load(sys.stdin)["processes"][0]["counters"]["progress_wakeups"])' 2>&1
-}
 
 cat >"$TMP/hold.py" <<'PY'
 import os, signal, socket, sys
@@ -86,11 +79,11 @@ sdp=$(grep -c "connected to $TEST_HOST:[0-9]* over SDP" "$TMP/sdp.log")
 sleep 1
 kill -USR1 "$holder"
 synced 1
-a=$(wakeups "$holder")
+a=$(sdpstat_counters "$holder" progress_wakeups)
 sleep 2
 kill -USR1 "$holder"
 synced 2
-b=$(wakeups "$holder")
+b=$(sdpstat_counters "$holder" progress_wakeups)
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 case $a$b in

@@ -325,6 +325,19 @@ ipv6_host() {
 # take a fixed port number).
 free_port() { python3 "$top_srcdir/tools/free_port.py" "$TEST_HOST"; }
 
+# sdpstat_counters PID NAME...: the process's counters NAME... as sdpstat
+# (--json) shows them, on one line separated by spaces, or sdpstat's
+# error.  A counter the process has not got prints as an empty field
+# would break "read": it prints "none".
+sdpstat_counters() {
+	local pid=$1
+	shift
+	"$(prog sdpstat)" -p "$pid" --json 2>&1 | python3 -c '
+import json, sys
+c = json.load(sys.stdin)["processes"][0]["counters"]
+print(" ".join(str(c.get(n, "none")) for n in sys.argv[1:]))' "$@" 2>&1
+}
+
 # --- the preload ---------------------------------------------------------------
 
 # The libsdp.so of this build, or empty.
