@@ -120,22 +120,23 @@ static void print_summary(const struct sdp_stats_snap *s)
 		       ", transaction piggybacks/misses %" PRIu64 "/%" PRIu64,
 		       ctr(s, OPS_C_MODE_CHANGES_SENT), ctr(s, OPS_C_MODE_CHANGES_RECEIVED),
 		       ctr(s, OPS_C_TRANS_PIGGYBACKS), ctr(s, OPS_C_TRANS_MISSES));
-	if (ctr(s, OPS_C_RELAYS))
-		printf(", relays %" PRIu64, ctr(s, OPS_C_RELAYS));
-	if (ctr(s, OPS_C_PROGRESS_FD_DRIVES))
-		printf(", progress fd drives %" PRIu64, ctr(s, OPS_C_PROGRESS_FD_DRIVES));
-	if (ctr(s, OPS_C_READINESS_WRITES))
-		printf(", readiness writes %" PRIu64, ctr(s, OPS_C_READINESS_WRITES));
-	if (ctr(s, OPS_C_SIGIO_LOOKUPS))
-		printf(", sigio lookups %" PRIu64, ctr(s, OPS_C_SIGIO_LOOKUPS));
-	if (ctr(s, OPS_C_PROGRESS_LOCK_WAITS))
-		printf(", progress lock waits %" PRIu64, ctr(s, OPS_C_PROGRESS_LOCK_WAITS));
-	if (ctr(s, OPS_C_PROGRESS_BUSY_SKIPS))
-		printf(", progress busy skips %" PRIu64, ctr(s, OPS_C_PROGRESS_BUSY_SKIPS));
-	if (ctr(s, OPS_C_PROGRESS_WAKEUPS))
-		printf(", progress wakeups %" PRIu64, ctr(s, OPS_C_PROGRESS_WAKEUPS));
-	if (ctr(s, OPS_C_EPOLL_LOOKS))
-		printf(", epoll looks %" PRIu64, ctr(s, OPS_C_EPOLL_LOOKS));
+	/* The single counters, each once it is not 0. */
+	static const struct {
+		enum ops_counter c;
+		const char *label;
+	} singles[] = {
+		{ OPS_C_RELAYS, "relays" },
+		{ OPS_C_PROGRESS_FD_DRIVES, "progress fd drives" },
+		{ OPS_C_READINESS_WRITES, "readiness writes" },
+		{ OPS_C_SIGIO_LOOKUPS, "sigio lookups" },
+		{ OPS_C_PROGRESS_LOCK_WAITS, "progress lock waits" },
+		{ OPS_C_PROGRESS_BUSY_SKIPS, "progress busy skips" },
+		{ OPS_C_PROGRESS_WAKEUPS, "progress wakeups" },
+		{ OPS_C_EPOLL_LOOKS, "epoll looks" },
+	};
+	for (size_t i = 0; i < sizeof(singles) / sizeof(singles[0]); i++)
+		if (ctr(s, singles[i].c))
+			printf(", %s %" PRIu64, singles[i].label, ctr(s, singles[i].c));
 	if (ctr(s, OPS_C_BUF_BYTES) || ctr(s, OPS_C_FDS))
 		printf(", holds buffers %" PRIu64 " KiB, descriptors %" PRIu64,
 		       ctr(s, OPS_C_BUF_BYTES) / 1024, ctr(s, OPS_C_FDS));
