@@ -442,14 +442,36 @@ static int map_peer_memfd(int fd, uint32_t ring_size, struct shm_ctl **out, size
 
 /* --- waking ----------------------------------------------------------------- */
 
-/* We changed a ring the peer may be waiting on: wake it if it sleeps. */
-static void wake_peer(struct shm_ep *e)
+/*
+ * A side's "asleep" word in the control page: 0 while it is awake (or
+ * after the other side took the word and sent its wake byte), else
+ * SHM_ASLEEP, plus SHM_WANTS_ROOM while a send of its waits for room in
+ * its ring.  Only the side itself raises the word; the other only takes
+ * it (exchange to 0), and writes one byte for each time it took it.
+ */
+#define SHM_ASLEEP 1u
+#define SHM_WANTS_ROOM 2u
+
+static uint32_t sleep_word(struct shm_ep *e)
+{
+	return SHM_ASLEEP | (e->sq_count || e->shut_wanted ? SHM_WANTS_ROOM : 0);
+}
+
+/*
+ * We changed a ring the peer may be waiting on: wake it if it sleeps for
+ * what we did (why: SHM_ASLEEP, a record put in; SHM_WANTS_ROOM, one
+ * taken out).  A take wakes only a peer with a send waiting: the records
+ * of a request/response exchange always fit, and waking the sender for
+ * room it does not need cost a byte through the socket and a drain per
+ * message (doc/shm.md).
+ */
+static void wake_peer(struct shm_ep *e, uint32_t why)
 {
 	static const uint8_t b = 1;
+	_Atomic uint32_t *w = &e->ctl->asleep[1 - e->side];
 
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&e->ctl->asleep[1 - e->side], memory_order_relaxed) &&
-	    atomic_exchange(&e->ctl->asleep[1 - e->side], 0))
+	if ((atomic_load_explicit(w, memory_order_relaxed) & why) && atomic_exchange(w, 0))
 		(void)sys.send(e->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
@@ -513,11 +535,32 @@ static void protocol_error(struct shm_ep *e, const char *why)
 
 /* --- moving data ------------------------------------------------------------- */
 
+/*
+ * A send waits for room: if this side's word is up (a sleep may follow
+ * without a new arm: an epoll set's report drives and sleeps), the
+ * peer's takes must wake it too.  Raised, then looked again (Dekker's
+ * pattern, as in ep_arm()): true when room came meanwhile.
+ */
+static bool ask_room(struct shm_ep *e)
+{
+	_Atomic uint32_t *w = &e->ctl->asleep[e->side];
+	uint32_t v = atomic_load(w);
+
+	while (v && !(v & SHM_WANTS_ROOM))
+		if (atomic_compare_exchange_weak(w, &v, v | SHM_WANTS_ROOM)) {
+			atomic_thread_fence(memory_order_seq_cst);
+			return shm_ring_room(&e->tx, e->sq_count ? e->sq[e->sq_head].len : 0) != 0;
+		}
+	return false;
+}
+
 /* Queued sends into the ring while they fit; each completes there. */
 static void flush_sends(struct shm_ep *e)
 {
-	bool put = false;
+	bool put;
 
+again:
+	put = false;
 	while (e->sq_count && e->state == SS_UP) {
 		struct shm_send *s = &e->sq[e->sq_head];
 		int ret = shm_ring_put(&e->tx, REC_DATA, s->addr, s->len);
@@ -538,7 +581,7 @@ static void flush_sends(struct shm_ep *e)
 
 		if (ret == 0) {
 			put = true;
-			wake_peer(e);
+			wake_peer(e, SHM_ASLEEP);
 			go_down(e, 0);
 			return;
 		}
@@ -548,7 +591,9 @@ static void flush_sends(struct shm_ep *e)
 		}
 	}
 	if (put)
-		wake_peer(e);
+		wake_peer(e, SHM_ASLEEP);
+	if (e->state == SS_UP && (e->sq_count || e->shut_wanted) && ask_room(e))
+		goto again;
 }
 
 /* Records into posted receives. */
@@ -597,7 +642,7 @@ static void deliver(struct shm_ep *e)
 		took = true;
 	}
 	if (took && e->state == SS_UP)
-		wake_peer(e);
+		wake_peer(e, SHM_WANTS_ROOM);
 }
 
 /* Active side: the answer to CONNECT. */
@@ -635,24 +680,41 @@ static void check_gone(struct shm_ep *e)
 		go_down(e, e->gone_status);
 }
 
-/* Wake-up bytes out of the socket.  At its EOF or reset the peer is
- * gone: a quiet eventfd takes the socket's place (an EOF would keep it
- * readable while the engine has not yet taken what the ring holds). */
+/* Wake-up bytes out of the socket, up to 16 in one system call (one
+ * recv() each, and one more to see it empty, cost two per wake-up).  At
+ * its EOF or reset the peer is gone: a quiet eventfd takes the socket's
+ * place (an EOF would keep it readable while the engine has not yet
+ * taken what the ring holds). */
 static void drain_socket(struct shm_ep *e)
 {
-	uint8_t buf[64];
+	enum { N = 16 };
+	uint8_t buf[N];
+	struct iovec iov[N];
+	struct mmsghdr mm[N];
 
+	for (int i = 0; i < N; i++) {
+		iov[i] = (struct iovec){ .iov_base = &buf[i], .iov_len = 1 };
+		mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[i], .msg_iovlen = 1 } };
+	}
 	while (!e->peer_gone) {
-		ssize_t n = sys.recv(e->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		int n = sys.recvmmsg(e->fd, mm, N, MSG_DONTWAIT, NULL);
+		int eof = 0;
 
-		if (n > 0 || (n < 0 && errno == EINTR))
+		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
+			break;
+		for (int i = 0; i < n && !eof; i++)
+			eof = mm[i].msg_len == 0;
+		if (n > 0 && !eof) {
+			if (n < N)
+				break;	/* empty now: recvmmsg stopped at EAGAIN */
+			continue;
+		}
 		e->peer_gone = true;
 		/* EOF: as tcp-fallback reports its peer's EOF (the engine tells a
 		 * close from a death by the DisConn it did or did not get). */
-		e->gone_status = n == 0 ? 0 : -errno;
+		e->gone_status = n < 0 ? -errno : 0;
 		quiet_fd(e);
 	}
 	check_gone(e);
@@ -682,7 +744,7 @@ static void ep_progress(struct shm_ep *e)
 		flush_sends(e);
 		if (e->state != SS_UP)
 			break;
-		atomic_store(&e->ctl->asleep[e->side], 1);
+		atomic_store(&e->ctl->asleep[e->side], sleep_word(e));
 		atomic_thread_fence(memory_order_seq_cst);
 		if (!ring_work(e))
 			break;
@@ -1341,7 +1403,7 @@ static int shm_ep_arm(struct oti_ep *oep)
 	drain_socket(e);
 	if (e->state != SS_UP)
 		return -EAGAIN;
-	atomic_store(&e->ctl->asleep[e->side], 1);
+	atomic_store(&e->ctl->asleep[e->side], sleep_word(e));
 	atomic_thread_fence(memory_order_seq_cst);
 	if (has_work(e)) {
 		atomic_store(&e->ctl->asleep[e->side], 0);
