@@ -90,6 +90,9 @@
 #define SHM_CTL_BYTES 4096u
 #define SHM_RING_MIN (64u * 1024)
 #define SHM_RING_MAX (64u * 1024 * 1024)
+/* ep_arm() reads the socket at least once in this many arms (the
+ * peer's EOF comes with no wake byte to announce it). */
+#define SHM_QUIET_ARMS 8
 /* Connections a listener holds before their CONNECT came. */
 #define SHM_MAX_HALF 256
 /* listen(0): attempts at a free port. */
@@ -121,6 +124,14 @@ struct shm_hs {
 };
 
 static atomic_int shm_objects;
+/*
+ * An eventfd nobody writes, made once: a dead connection's socket number
+ * becomes a copy of it, so that nothing sleeps on an EOF that stays
+ * readable.  Made per connection instead, in whichever thread saw the
+ * end, it took the lowest free number for a moment under the
+ * application's feet (conform's descriptor checks on shm saw it).
+ */
+static int shm_quiet = -1;
 static uint64_t shm_netns;
 
 /* --- addresses ------------------------------------------------------------ */
@@ -264,6 +275,12 @@ struct shm_ep {
 	 * the ring is still delivered, then the connection goes down. */
 	bool peer_gone;
 	int gone_status;
+	/* Our asleep word (see "waking"): raised by us and not yet seen
+	 * taken; the wake bytes the peer sent for its takes that we have not
+	 * read; arms since the socket was last read. */
+	bool raised;
+	uint32_t owed;
+	uint32_t quiet_arms;
 	int memfd;		/* active: until CONNECT took it */
 	struct shm_ctl *ctl;
 	size_t map_len;
@@ -475,10 +492,34 @@ static void wake_peer(struct shm_ep *e, uint32_t why)
 		(void)sys.send(e->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+/* Our word raised to v, or lowered (v 0).  A word the peer took since
+ * we raised it owes us the byte it writes for it. */
+static void set_word(struct shm_ep *e, uint32_t v)
+{
+	uint32_t old = atomic_exchange(&e->ctl->asleep[e->side], v);
+
+	if (e->raised && !old)
+		e->owed++;
+	e->raised = v != 0;
+}
+
+/* Has the peer taken our word?  Then its byte is owed. */
+static void see_word(struct shm_ep *e)
+{
+	if (e->raised && !atomic_load(&e->ctl->asleep[e->side])) {
+		e->owed++;
+		e->raised = false;
+	}
+}
+
 /* --- going down --------------------------------------------------------------- */
 
 static void quiet_fd(struct shm_ep *e)
 {
+	if (shm_quiet >= 0) {
+		(void)sys.dup3(shm_quiet, e->fd, O_CLOEXEC);
+		return;
+	}
 	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
 	if (q < 0)
@@ -696,10 +737,13 @@ static void drain_socket(struct shm_ep *e)
 		iov[i] = (struct iovec){ .iov_base = &buf[i], .iov_len = 1 };
 		mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[i], .msg_iovlen = 1 } };
 	}
+	e->quiet_arms = 0;
 	while (!e->peer_gone) {
 		int n = sys.recvmmsg(e->fd, mm, N, MSG_DONTWAIT, NULL);
 		int eof = 0;
 
+		if (n > 0)
+			e->owed = (uint32_t)n >= e->owed ? 0 : e->owed - (uint32_t)n;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -723,11 +767,10 @@ static void drain_socket(struct shm_ep *e)
 static bool ring_work(struct shm_ep *e);
 
 /*
- * Every drive leaves this side's flag set, as ep_arm() does: the engine
- * may sleep on the fd after a drive without arming (an epoll set's
- * report), so a drive must leave the fd able to wake it.  The peer clears
- * the flag when it writes its wake byte; finding it cleared here means
- * that byte is to be drained.
+ * Every drive leaves this side's word raised, as ep_arm() does: the
+ * engine may sleep on the fd after a drive without arming (an epoll set's
+ * report), so a drive must leave the fd able to wake it.  The socket is
+ * read only for the bytes the peer owes us (see_word()).
  */
 static void ep_progress(struct shm_ep *e)
 {
@@ -737,14 +780,15 @@ static void ep_progress(struct shm_ep *e)
 	}
 	if (e->state != SS_UP)
 		return;
-	if (!e->peer_gone && !atomic_load_explicit(&e->ctl->asleep[e->side], memory_order_relaxed))
+	see_word(e);
+	if (!e->peer_gone && e->owed)
 		drain_socket(e);
 	for (int round = 0; round < 64 && e->state == SS_UP; round++) {
 		deliver(e);
 		flush_sends(e);
 		if (e->state != SS_UP)
 			break;
-		atomic_store(&e->ctl->asleep[e->side], sleep_word(e));
+		set_word(e, sleep_word(e));
 		atomic_thread_fence(memory_order_seq_cst);
 		if (!ring_work(e))
 			break;
@@ -762,6 +806,8 @@ static int shm_init(void)
 	if (stat("/proc/self/ns/net", &st) < 0)
 		return -ENODEV;
 	shm_netns = (uint64_t)st.st_ino;
+	if (shm_quiet < 0)
+		shm_quiet = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	return 0;
 }
 
@@ -771,6 +817,9 @@ static void shm_fini(void)
 
 	if (left)
 		sdp_dbg(SHM, "fini with %d endpoints or listeners still open", left);
+	if (shm_quiet >= 0)
+		fdspace_close(shm_quiet);
+	shm_quiet = -1;
 }
 
 static int shm_probe(const struct sockaddr *local, const struct sockaddr *remote)
@@ -1398,15 +1447,20 @@ static int shm_ep_arm(struct oti_ep *oep)
 		return -EAGAIN;
 	if (e->state != SS_UP)
 		return 0;
-	/* Always, before a sleep: a byte left over from a wake-up that
-	 * raced with a drive would keep the fd readable for nothing. */
-	drain_socket(e);
+	/* Before a sleep the socket must hold nothing but news: the bytes
+	 * the peer owes us are read.  It is read anyway every
+	 * SHM_QUIET_ARMS arms without a read, for what no byte announces
+	 * (the peer's end: EOF), which would otherwise bring back each
+	 * sleep at once, for ever. */
+	see_word(e);
+	if (e->owed || ++e->quiet_arms >= SHM_QUIET_ARMS)
+		drain_socket(e);
 	if (e->state != SS_UP)
 		return -EAGAIN;
-	atomic_store(&e->ctl->asleep[e->side], sleep_word(e));
+	set_word(e, sleep_word(e));
 	atomic_thread_fence(memory_order_seq_cst);
 	if (has_work(e)) {
-		atomic_store(&e->ctl->asleep[e->side], 0);
+		set_word(e, 0);
 		return -EAGAIN;
 	}
 	return 0;
