@@ -36,12 +36,15 @@
  *   and length read from the shared page is checked (shm_ring.c); a breach
  *   resets the connection.
  *
- * WAKING
- *   ep_fd() is the Unix socket.  Before sleeping, ep_arm() drains it, sets
- *   its side's flag and looks again; a side that has put a record in, or
- *   taken one out (room for the other's sends), clears the other's flag
- *   and, if it was set, writes one byte to the socket.  While both poll,
- *   no system call is made.
+ * WAKING (doc/shm.md has the whole protocol)
+ *   ep_fd() is the Unix socket.  Each side has an "asleep" word in the
+ *   control page, raised by that side only (ep_arm(), and every drive),
+ *   with SHM_WANTS_ROOM while a send of its waits for room.  A side that
+ *   puts a record in takes the other's word (exchange to 0) if it is up,
+ *   and then writes one byte to the socket; one that takes a record out
+ *   does so only if the word asks for room.  A side reads the socket only
+ *   for the bytes it is owed (its word was taken), and once in
+ *   SHM_QUIET_ARMS arms for an EOF.  While both poll, no system call.
  *
  * GOING DOWN
  *   disconnect() puts a DISC record after the data; the peer sees it in
