@@ -165,6 +165,25 @@ Test(fdspace, keeps_what_it_took)
 	cr_assert_eq(fdspace_close(fd), -EBADF);
 }
 
+/* The count sdpstat shows: each descriptor once, however often taken
+ * or forgotten. */
+Test(fdspace, counts_what_it_holds)
+{
+	set_soft(1024);
+	int a = fdspace_take(new_fd()), b = fdspace_take(new_fd());
+
+	cr_assert_eq(fdspace_count(), 2);
+	cr_assert_eq(fdspace_take(a), a);
+	cr_assert_eq(fdspace_count(), 2, "taken again, counted twice");
+	fdspace_forget(a);
+	fdspace_forget(a);
+	fdspace_forget(-1);
+	cr_assert_eq(fdspace_count(), 1);
+	cr_assert_eq(fdspace_close(b), 0);
+	cr_assert_eq(fdspace_count(), 0);
+	close(a);
+}
+
 Test(fdspace, passes_a_failed_call_through)
 {
 	errno = ENFILE;

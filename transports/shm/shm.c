@@ -36,12 +36,16 @@
  *   and length read from the shared page is checked (shm_ring.c); a breach
  *   resets the connection.
  *
- * WAKING
- *   ep_fd() is the Unix socket.  Before sleeping, ep_arm() drains it, sets
- *   its side's flag and looks again; a side that has put a record in, or
- *   taken one out (room for the other's sends), clears the other's flag
- *   and, if it was set, writes one byte to the socket.  While both poll,
- *   no system call is made.
+ * WAKING (doc/shm.md has the whole protocol)
+ *   ep_fd() is the Unix socket.  Each side has an "asleep" word in the
+ *   control page, raised by that side only (ep_arm(), and every drive),
+ *   with SHM_WANTS_ROOM while a send of its waits for room.  A side that
+ *   puts a record in takes the other's word (exchange to 0) if it is up,
+ *   and then writes one byte to the socket; one that takes a record out
+ *   does so only if the word asks for room.  A side reads the socket only
+ *   for the bytes it is owed (its word was taken), and once in
+ *   SHM_QUIET_ARMS arms for an EOF.  A side inside a drive is sent no
+ *   byte; one that has armed or ended a drive since it was woken is.
  *
  * GOING DOWN
  *   disconnect() puts a DISC record after the data; the peer sees it in
@@ -91,6 +95,9 @@
 #define SHM_CTL_BYTES 4096u
 #define SHM_RING_MIN (64u * 1024)
 #define SHM_RING_MAX (64u * 1024 * 1024)
+/* ep_arm() reads the socket at least once in this many arms (the
+ * peer's EOF comes with no wake byte to announce it). */
+#define SHM_QUIET_ARMS 8
 /* Connections a listener holds before their CONNECT came. */
 #define SHM_MAX_HALF 256
 /* listen(0): attempts at a free port. */
@@ -122,6 +129,14 @@ struct shm_hs {
 };
 
 static atomic_int shm_objects;
+/*
+ * An eventfd nobody writes, made once: a dead connection's socket number
+ * becomes a copy of it, so that nothing sleeps on an EOF that stays
+ * readable.  Made per connection instead, in whichever thread saw the
+ * end, it took the lowest free number for a moment under the
+ * application's feet (conform's descriptor checks on shm saw it).
+ */
+static int shm_quiet = -1;
 static uint64_t shm_netns;
 
 /* --- addresses ------------------------------------------------------------ */
@@ -224,6 +239,12 @@ struct shm_ep {
 	 * the ring is still delivered, then the connection goes down. */
 	bool peer_gone;
 	int gone_status;
+	/* Our asleep word (see "waking"): raised by us and not yet seen
+	 * taken; the wake bytes the peer sent for its takes that we have not
+	 * read; arms since the socket was last read. */
+	bool raised;
+	uint32_t owed;
+	uint32_t quiet_arms;
 	int memfd;		/* active: until CONNECT took it */
 	struct shm_ctl *ctl;
 	size_t map_len;
@@ -342,21 +363,86 @@ static int map_peer_memfd(int fd, uint32_t ring_size, struct shm_ctl **out, size
 
 /* --- waking ----------------------------------------------------------------- */
 
-/* We changed a ring the peer may be waiting on: wake it if it sleeps. */
-static void wake_peer(struct shm_ep *e)
+/*
+ * The full fence of the wake protocol's store-fence-load (doc/shm.md).
+ * ThreadSanitizer does not model fences, and gcc says so with -Wtsan,
+ * an error under -Werror (the TSan build): every access to the shared
+ * page is atomic, so there is no data race for it to miss, only the
+ * ordering, which it does not check anyway.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+static inline void shm_fence(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+}
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#pragma GCC diagnostic pop
+#endif
+
+/*
+ * A side's "asleep" word in the control page: 0 while it is awake (or
+ * after the other side took the word and sent its wake byte), else
+ * SHM_ASLEEP, plus SHM_WANTS_ROOM while a send of its waits for room in
+ * its ring.  Only the side itself raises the word; the other only takes
+ * it (exchange to 0), and writes one byte for each time it took it.
+ */
+#define SHM_ASLEEP 1u
+#define SHM_WANTS_ROOM 2u
+
+static uint32_t sleep_word(struct shm_ep *e)
+{
+	return SHM_ASLEEP | (e->sq_count || e->shut_wanted ? SHM_WANTS_ROOM : 0);
+}
+
+/*
+ * We changed a ring the peer may be waiting on: wake it if it sleeps for
+ * what we did (why: SHM_ASLEEP, a record put in; SHM_WANTS_ROOM, one
+ * taken out).  A take wakes only a peer with a send waiting: the records
+ * of a request/response exchange always fit, and waking the sender for
+ * room it does not need cost a byte through the socket and a drain per
+ * message (doc/shm.md).
+ */
+static void wake_peer(struct shm_ep *e, uint32_t why)
 {
 	static const uint8_t b = 1;
+	_Atomic uint32_t *w = &e->ctl->asleep[1 - e->side];
 
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&e->ctl->asleep[1 - e->side], memory_order_relaxed) &&
-	    atomic_exchange(&e->ctl->asleep[1 - e->side], 0))
+	shm_fence();
+	if ((atomic_load_explicit(w, memory_order_relaxed) & why) && atomic_exchange(w, 0))
 		(void)sys.send(e->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Our word raised to v, or lowered (v 0).  A word the peer took since
+ * we raised it owes us the byte it writes for it. */
+static void set_word(struct shm_ep *e, uint32_t v)
+{
+	uint32_t old = atomic_exchange(&e->ctl->asleep[e->side], v);
+
+	if (e->raised && !old)
+		e->owed++;
+	e->raised = v != 0;
+}
+
+/* Has the peer taken our word?  Then its byte is owed. */
+static void see_word(struct shm_ep *e)
+{
+	if (e->raised && !atomic_load(&e->ctl->asleep[e->side])) {
+		e->owed++;
+		e->raised = false;
+	}
 }
 
 /* --- going down --------------------------------------------------------------- */
 
 static void quiet_fd(struct shm_ep *e)
 {
+	if (shm_quiet >= 0) {
+		(void)sys.dup3(shm_quiet, e->fd, O_CLOEXEC);
+		return;
+	}
 	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
 	if (q < 0)
@@ -409,11 +495,32 @@ static void protocol_error(struct shm_ep *e, const char *why)
 
 /* --- moving data ------------------------------------------------------------- */
 
+/*
+ * A send waits for room: if this side's word is up (a sleep may follow
+ * without a new arm: an epoll set's report drives and sleeps), the
+ * peer's takes must wake it too.  Raised, then looked again (Dekker's
+ * pattern, as in ep_arm()): true when room came meanwhile.
+ */
+static bool ask_room(struct shm_ep *e)
+{
+	_Atomic uint32_t *w = &e->ctl->asleep[e->side];
+	uint32_t v = atomic_load(w);
+
+	while (v && !(v & SHM_WANTS_ROOM))
+		if (atomic_compare_exchange_weak(w, &v, v | SHM_WANTS_ROOM)) {
+			shm_fence();
+			return shm_ring_room(&e->tx, e->sq_count ? e->sq[e->sq_head].len : 0) != 0;
+		}
+	return false;
+}
+
 /* Queued sends into the ring while they fit; each completes there. */
 static void flush_sends(struct shm_ep *e)
 {
-	bool put = false;
+	bool put;
 
+again:
+	put = false;
 	while (e->sq_count && e->state == SS_UP) {
 		struct shm_send *s = &e->sq[e->sq_head];
 		int ret = shm_ring_put(&e->tx, REC_DATA, s->addr, s->len);
@@ -434,7 +541,7 @@ static void flush_sends(struct shm_ep *e)
 
 		if (ret == 0) {
 			put = true;
-			wake_peer(e);
+			wake_peer(e, SHM_ASLEEP);
 			go_down(e, 0);
 			return;
 		}
@@ -444,7 +551,9 @@ static void flush_sends(struct shm_ep *e)
 		}
 	}
 	if (put)
-		wake_peer(e);
+		wake_peer(e, SHM_ASLEEP);
+	if (e->state == SS_UP && (e->sq_count || e->shut_wanted) && ask_room(e))
+		goto again;
 }
 
 /* Records into posted receives. */
@@ -489,7 +598,7 @@ static void deliver(struct shm_ep *e)
 		took = true;
 	}
 	if (took && e->state == SS_UP)
-		wake_peer(e);
+		wake_peer(e, SHM_WANTS_ROOM);
 }
 
 /* Active side: the answer to CONNECT. */
@@ -527,24 +636,44 @@ static void check_gone(struct shm_ep *e)
 		go_down(e, e->gone_status);
 }
 
-/* Wake-up bytes out of the socket.  At its EOF or reset the peer is
- * gone: a quiet eventfd takes the socket's place (an EOF would keep it
- * readable while the engine has not yet taken what the ring holds). */
+/* Wake-up bytes out of the socket, up to 16 in one system call (one
+ * recv() each, and one more to see it empty, cost two per wake-up).  At
+ * its EOF or reset the peer is gone: a quiet eventfd takes the socket's
+ * place (an EOF would keep it readable while the engine has not yet
+ * taken what the ring holds). */
 static void drain_socket(struct shm_ep *e)
 {
-	uint8_t buf[64];
+	enum { N = 16 };
+	uint8_t buf[N];
+	struct iovec iov[N];
+	struct mmsghdr mm[N];
 
+	for (int i = 0; i < N; i++) {
+		iov[i] = (struct iovec){ .iov_base = &buf[i], .iov_len = 1 };
+		mm[i] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[i], .msg_iovlen = 1 } };
+	}
+	e->quiet_arms = 0;
 	while (!e->peer_gone) {
-		ssize_t n = sys.recv(e->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		int n = sys.recvmmsg(e->fd, mm, N, MSG_DONTWAIT, NULL);
+		int eof = 0;
 
-		if (n > 0 || (n < 0 && errno == EINTR))
+		if (n > 0)
+			e->owed = (uint32_t)n >= e->owed ? 0 : e->owed - (uint32_t)n;
+		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
+			break;
+		for (int i = 0; i < n && !eof; i++)
+			eof = mm[i].msg_len == 0;
+		if (n > 0 && !eof) {
+			if (n < N)
+				break;	/* empty now: recvmmsg stopped at EAGAIN */
+			continue;
+		}
 		e->peer_gone = true;
 		/* EOF: as tcp-fallback reports its peer's EOF (the engine tells a
 		 * close from a death by the DisConn it did or did not get). */
-		e->gone_status = n == 0 ? 0 : -errno;
+		e->gone_status = n < 0 ? -errno : 0;
 		quiet_fd(e);
 	}
 	check_gone(e);
@@ -553,11 +682,10 @@ static void drain_socket(struct shm_ep *e)
 static bool ring_work(struct shm_ep *e);
 
 /*
- * Every drive leaves this side's flag set, as ep_arm() does: the engine
- * may sleep on the fd after a drive without arming (an epoll set's
- * report), so a drive must leave the fd able to wake it.  The peer clears
- * the flag when it writes its wake byte; finding it cleared here means
- * that byte is to be drained.
+ * Every drive leaves this side's word raised, as ep_arm() does: the
+ * engine may sleep on the fd after a drive without arming (an epoll set's
+ * report), so a drive must leave the fd able to wake it.  The socket is
+ * read only for the bytes the peer owes us (see_word()).
  */
 static void ep_progress(struct shm_ep *e)
 {
@@ -567,15 +695,16 @@ static void ep_progress(struct shm_ep *e)
 	}
 	if (e->state != SS_UP)
 		return;
-	if (!e->peer_gone && !atomic_load_explicit(&e->ctl->asleep[e->side], memory_order_relaxed))
+	see_word(e);
+	if (!e->peer_gone && e->owed)
 		drain_socket(e);
 	for (int round = 0; round < 64 && e->state == SS_UP; round++) {
 		deliver(e);
 		flush_sends(e);
 		if (e->state != SS_UP)
 			break;
-		atomic_store(&e->ctl->asleep[e->side], 1);
-		atomic_thread_fence(memory_order_seq_cst);
+		set_word(e, sleep_word(e));
+		shm_fence();
 		if (!ring_work(e))
 			break;
 	}
@@ -592,6 +721,8 @@ static int shm_init(void)
 	if (stat("/proc/self/ns/net", &st) < 0)
 		return -ENODEV;
 	shm_netns = (uint64_t)st.st_ino;
+	if (shm_quiet < 0)
+		shm_quiet = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	return 0;
 }
 
@@ -601,6 +732,9 @@ static void shm_fini(void)
 
 	if (left)
 		sdp_dbg(SHM, "fini with %d endpoints or listeners still open", left);
+	if (shm_quiet >= 0)
+		fdspace_close(shm_quiet);
+	shm_quiet = -1;
 }
 
 static int shm_probe(const struct sockaddr *local, const struct sockaddr *remote)
@@ -1228,15 +1362,20 @@ static int shm_ep_arm(struct oti_ep *oep)
 		return -EAGAIN;
 	if (e->state != SS_UP)
 		return 0;
-	/* Always, before a sleep: a byte left over from a wake-up that
-	 * raced with a drive would keep the fd readable for nothing. */
-	drain_socket(e);
+	/* Before a sleep the socket must hold nothing but news: the bytes
+	 * the peer owes us are read.  It is read anyway every
+	 * SHM_QUIET_ARMS arms without a read, for what no byte announces
+	 * (the peer's end: EOF), which would otherwise bring back each
+	 * sleep at once, for ever. */
+	see_word(e);
+	if (e->owed || ++e->quiet_arms >= SHM_QUIET_ARMS)
+		drain_socket(e);
 	if (e->state != SS_UP)
 		return -EAGAIN;
-	atomic_store(&e->ctl->asleep[e->side], 1);
-	atomic_thread_fence(memory_order_seq_cst);
+	set_word(e, sleep_word(e));
+	shm_fence();
 	if (has_work(e)) {
-		atomic_store(&e->ctl->asleep[e->side], 0);
+		set_word(e, 0);
 		return -EAGAIN;
 	}
 	return 0;
