@@ -11,6 +11,9 @@
 #
 # `test` runs, in order:
 #   check      make check in build/              (the normal build)
+#   shm        the integration tests again in build/ on the shared-memory
+#              transport (TEST_TRANSPORT=shm, doc/shm.md), on by default
+#              between libsdp processes of one host; about 3 minutes
 #   rxe        the integration tests again on the verbs transport over
 #              Soft-RoCE in a QEMU guest (test/vm/run-in-vm), and SDP
 #              between two guests (test/vm/cross_kernel.sh)
@@ -301,13 +304,27 @@ lsan_works() {
 	[ "$ok" -eq 1 ]
 }
 
-stage_check() {
+# run_tests NAME in build/ once it is built (a failed build counts once).
+tests_in_build() {
+	local name=$1
+	shift
 	if build_dir "$srcdir/build"; then
-		run_tests check "$srcdir/build" check
+		run_tests "$name" "$srcdir/build" "$@"
 	else
 		failed_any=1 tot_error=$((tot_error + 1))
-		summary+=("$(printf '%-11s FAILED  (build)' check)")
+		summary+=("$(printf '%-11s FAILED  (build)' "$name")")
 	fi
+}
+
+stage_check() {
+	tests_in_build check check
+}
+
+# The suite runs on tcp-fallback in check; shm, the transport two libsdp
+# processes of one host use by default, has its own pass (no zero copy:
+# the tests that need it ask transport_caps and skip those cases).
+stage_shm() {
+	tests_in_build shm check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT=shm
 }
 
 stage_sanitizers() {
@@ -456,12 +473,12 @@ stage_siw() {
 }
 
 cmd_test() {
-	local start=$SECONDS stages=${QUICKSTART_STAGES:-check rxe siw dat sanitizers tsan valgrind distcheck clang fuzz deb} s
+	local start=$SECONDS stages=${QUICKSTART_STAGES:-check shm rxe siw dat sanitizers tsan valgrind distcheck clang fuzz deb} s
 	install_deps
 	ensure_configure
 	for s in $stages; do
 		case $s in
-		check | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang | fuzz | deb) "stage_$s" ;;
+		check | shm | rxe | siw | dat | sanitizers | tsan | valgrind | distcheck | clang | fuzz | deb) "stage_$s" ;;
 		*) die "unknown stage '$s' in QUICKSTART_STAGES" ;;
 		esac
 	done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-2-Clause
 #
-# apps_compare.sh BUILDDIR [--quick] [--reps N] [--host ADDR]
+# apps_compare.sh BUILDDIR [--quick] [--reps N] [--host ADDR] [--transport NAME]
 #
 # Unmodified programs, side by side in one run: each measure over the
 # kernel's TCP (nothing preloaded) and over SDP (both ends started with
@@ -11,7 +11,8 @@
 # 0 unless a program failed to run).  On the software transport SDP runs
 # over the kernel's TCP itself: these figures show what SDP costs on top
 # of its transport, not RDMA speeds (bench/rdma_compare.sh runs on rxe and
-# siw in the guest).
+# siw in the guest).  --transport shm runs the SDP side over the
+# shared-memory transport instead (one host; issue 20's figures).
 #
 # The measures (a program that is not installed is skipped, said so):
 #   sockperf 64 B        sockperf ping-pong, 64-byte messages: one-way
@@ -23,13 +24,19 @@
 #   first connect        the first connect() of a fresh process, ms: with
 #                        the preload it includes starting the SDP engine
 #                        and its transport
+#   iperf3               iperf3 -c for the sockperf time: Gbit/s, and the
+#                        CPU seconds per GiB moved of both ends, from
+#                        iperf3's own CPU report (user + system)
 #
-# Where the bytes went: every preloaded program logs its connections
-# (log min-level 7); the table's last column counts the SDP connections and
-# the fallbacks to TCP of each SDP run.  A run with fallbacks is not an
-# SDP result: it is marked "(fell back)".  Then the servers' own counters
-# (sdpstat, read before each is stopped): connections accepted over SDP
-# and over the kernel's TCP, bytes moved over SDP.
+# Where the bytes went: the table's last column counts, for each SDP run,
+# the connections its server accepted over SDP and over the kernel's TCP
+# (its sdpstat counters, read before and after the run).  A run with a
+# connection on TCP is not an SDP result: it is marked "(fell back)".
+# Then the servers' own counters, read before each is stopped:
+# connections accepted over SDP and over TCP, bytes moved over SDP.  The
+# programs log only warnings and errors (to a file per program): the
+# summary line per connection (log level 7) would cost the connection
+# rate about a third.
 #
 # Environment: APPS_SECS (seconds per sockperf run, 5; --quick 2),
 # APPS_REQS (redis-benchmark requests, 200000; --quick 50000), APPS_CONNS
@@ -37,18 +44,19 @@
 set -u
 
 usage() {
-	echo "usage: $0 BUILDDIR [--quick] [--reps N] [--host ADDR]" >&2
+	echo "usage: $0 BUILDDIR [--quick] [--reps N] [--host ADDR] [--transport NAME]" >&2
 	exit 2
 }
 [ $# -ge 1 ] || usage
 build=$(cd "$1" && pwd) || usage
 shift
-reps=3 quick=0 host=127.0.0.1
+reps=3 quick=0 host=127.0.0.1 transport=tcp-fallback
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) quick=1 reps=1 ;;
 	--reps) reps=$2; shift ;;
 	--host) host=$2; shift ;;
+	--transport) transport=$2; shift ;;
 	*) usage ;;
 	esac
 	shift
@@ -73,12 +81,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The SDP runs' policy: both stacks on both ends, the software transport,
-# every connection logged to a file per program.
+# The SDP runs' policy: both stacks on both ends, the one transport,
+# warnings and errors logged to a file per program.
 sdpconf() { # LOGFILE
 	local f="$tmp/sdp.conf.$RANDOM"
-	printf 'transport enable tcp-fallback\nlog min-level 7 destination file %s\nuse both server * *:*\nuse both client * *:*\n' \
-		"$1" >"$f"
+	printf 'transport enable %s\nlog min-level 8 destination file %s\nuse both server * *:*\nuse both client * *:*\n' \
+		"$transport" "$1" >"$f"
 	echo "$f"
 }
 # run_as MODE LOG CMD...: CMD natively (MODE tcp) or preloaded (MODE sdp,
@@ -90,7 +98,7 @@ run_as() {
 	local mode=$1 logf=$2
 	shift 2
 	if [ "$mode" = sdp ]; then
-		LD_PRELOAD=$lib LIBSDP_CONFIG_FILE=$(sdpconf "$logf") SDP_TRANSPORTS=tcp-fallback exec "$@"
+		LD_PRELOAD=$lib LIBSDP_CONFIG_FILE=$(sdpconf "$logf") SDP_TRANSPORTS=$transport exec "$@"
 	else
 		exec "$@"
 	fi
@@ -105,12 +113,22 @@ wait_port() { # PORT: until something listens there (10 s); no probe
 	done
 	return 1
 }
-# where LOG...: "sdp=N tcp=M": connections the logs show on SDP, fallbacks
+# accepted PID: "SDP TCP", the connections the server PID has accepted
+# so far over SDP and over the kernel's TCP (sdpstat), "- -" without a
+# record.  where BEFORE AFTER: "sdp=N tcp=M" between two of those.
+accepted() {
+	"$build/tools/sdpstat" -p "$1" -c --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    p = json.load(sys.stdin)["processes"][0]["counters"]
+    print(p.get("accept_sdp", 0), p.get("accept_tcp", 0))
+except (ValueError, KeyError, IndexError):
+    print("- -")'
+}
 where() {
-	local n f
-	n=$(cat "$@" 2>/dev/null | grep -cE 'over SDP \(|accepted an SDP connection')
-	f=$(cat "$@" 2>/dev/null | grep -cE 'no SDP to|accepted a TCP connection')
-	echo "sdp=$n tcp=$f"
+	set -- $1 $2
+	case "$1$3" in *-*) echo "sdp=? tcp=? (no sdpstat record)"; return ;; esac
+	echo "sdp=$(($3 - $1)) tcp=$(($4 - $2))"
 }
 
 # bytes_proof NAME PID: the server's own counters from sdpstat, read
@@ -146,8 +164,13 @@ m_sockperf() { # MODE REP
 	local spid=$!
 	pids+=("$spid")
 	wait_port "$p" || { echo "sockperf server did not start" >&2; kill "$spid"; return 1; }
+	local before after
+	[ "$mode" = sdp ] && before=$(accepted "$spid")
 	out=$(run_as "$mode" "$clog" sockperf pp --tcp -i "$host" -p "$p" -m 64 -t "$secs" 2>&1)
-	[ "$mode" = sdp ] && bytes_proof "sockperf server, rep $2" "$spid"
+	if [ "$mode" = sdp ]; then
+		after=$(accepted "$spid")
+		bytes_proof "sockperf server, rep $2" "$spid"
+	fi
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
 	local avg p50
@@ -156,7 +179,7 @@ m_sockperf() { # MODE REP
 	[ -n "$avg" ] || { echo "sockperf: no result: $out" >&2; return 1; }
 	note_val "sockperf64_avg.$mode" "$avg"
 	note_val "sockperf64_p50.$mode" "$p50"
-	[ "$mode" = sdp ] && wheres[sockperf64_avg]="${wheres[sockperf64_avg]:-} $(where "$slog" "$clog")"
+	[ "$mode" = sdp ] && wheres[sockperf64_avg]="${wheres[sockperf64_avg]:-} $(where "$before" "$after")"
 	wheres[sockperf64_p50]=${wheres[sockperf64_avg]:-}
 	return 0
 }
@@ -171,13 +194,15 @@ m_redis() { # MODE REP
 	pids+=("$rpid")
 	wait_port "$p" || { echo "redis-server did not start: $(tail -3 "$tmp/rd-srv.out")" >&2; kill "$rpid"; return 1; }
 	for c in 50 1000; do
-		local clog=$tmp/rd-cli.$mode.$2.$c.log
+		local clog=$tmp/rd-cli.$mode.$2.$c.log before after
+		[ "$mode" = sdp ] && before=$(accepted "$rpid")
 		out=$(run_as "$mode" "$clog" redis-benchmark -h "$host" -p "$p" -t get -n "$reqs" -c "$c" -q 2>&1)
+		[ "$mode" = sdp ] && after=$(accepted "$rpid")
 		local rps
 		rps=$(printf '%s\n' "$out" | tr '\r' '\n' | sed -n 's/^GET: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
 		[ -n "$rps" ] || { echo "redis-benchmark -c $c: no result: $out" >&2; continue; }
 		note_val "redis_get_c$c.$mode" "$rps"
-		[ "$mode" = sdp ] && wheres[redis_get_c$c]="${wheres[redis_get_c$c]:-} $(where "$clog")"
+		[ "$mode" = sdp ] && wheres[redis_get_c$c]="${wheres[redis_get_c$c]:-} $(where "$before" "$after")"
 	done
 	[ "$mode" = sdp ] && bytes_proof "redis-server (c50 and c1000), rep $2" "$rpid"
 	kill "$rpid" 2>/dev/null
@@ -193,7 +218,10 @@ m_conn() { # MODE REP
 	pids+=("$spid")
 	for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.1; done
 	[ -s "$pf" ] || { echo "preload_cost serve did not start" >&2; return 1; }
+	local before after
+	[ "$mode" = sdp ] && before=$(accepted "$spid")
 	out=$(run_as "$mode" "$clog" "$pc" connect "127.0.0.1:$(cat "$pf")" "$conns" --send 1 2>&1)
+	[ "$mode" = sdp ] && after=$(accepted "$spid")
 	kill "$spid" 2>/dev/null
 	wait "$spid" 2>/dev/null
 	local rate first
@@ -203,8 +231,47 @@ m_conn() { # MODE REP
 	note_val "conn_rate.$mode" "$rate"
 	note_val "first_connect_ms.$mode" "$(awk -v u="$first" 'BEGIN { printf "%.2f", u / 1000 }')"
 	if [ "$mode" = sdp ]; then
-		wheres[conn_rate]="${wheres[conn_rate]:-} $(where "$slog" "$clog")"
+		wheres[conn_rate]="${wheres[conn_rate]:-} $(where "$before" "$after")"
 		wheres[first_connect_ms]=${wheres[conn_rate]}
+	fi
+	return 0
+}
+
+m_iperf3() { # MODE REP
+	local mode=$1 p slog out
+	p=$(free_port)
+	slog=$tmp/ip-srv.$mode.$2.log
+	run_as "$mode" "$slog" iperf3 -s -B "$host" -p "$p" >"$tmp/ip-srv.out" 2>&1 &
+	local spid=$! before after
+	pids+=("$spid")
+	wait_port "$p" || { echo "iperf3 server did not start" >&2; kill "$spid"; return 1; }
+	[ "$mode" = sdp ] && before=$(accepted "$spid")
+	out=$(run_as "$mode" "$tmp/ip-cli.$mode.$2.log" iperf3 -c "$host" -p "$p" -t "$secs" -J \
+		2>"$tmp/ip-cli.err")
+	if [ "$mode" = sdp ]; then
+		after=$(accepted "$spid")
+		bytes_proof "iperf3 server, rep $2" "$spid"
+	fi
+	kill "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	local r
+	r=$(printf '%s\n' "$out" | python3 -c '
+import json, sys
+try:
+    e = json.load(sys.stdin)["end"]
+    gbit = e["sum_received"]["bits_per_second"] / 1e9
+    secs = e["sum_received"]["seconds"]
+    gib = e["sum_received"]["bytes"] / 2**30
+    cpu = e["cpu_utilization_percent"]
+    print("%.3f %.3f" % (gbit, (cpu["host_total"] + cpu["remote_total"]) / 100 * secs / gib))
+except (ValueError, KeyError, ZeroDivisionError):
+    pass')
+	[ -n "$r" ] || { echo "iperf3: no result: $(cat "$tmp/ip-cli.err") $out" | head -20 >&2; return 1; }
+	note_val "iperf3_gbps.$mode" "${r% *}"
+	note_val "iperf3_cpu_s_per_gib.$mode" "${r#* }"
+	if [ "$mode" = sdp ]; then
+		wheres[iperf3_gbps]="${wheres[iperf3_gbps]:-} $(where "$before" "$after")"
+		wheres[iperf3_cpu_s_per_gib]=${wheres[iperf3_gbps]}
 	fi
 	return 0
 }
@@ -215,8 +282,9 @@ have sockperf && measures+=(m_sockperf) || echo "sockperf is not installed: no s
 have redis-server && have redis-benchmark && measures+=(m_redis) ||
 	echo "redis-server or redis-benchmark is not installed: no redis rows"
 measures+=(m_conn)
+have iperf3 && measures+=(m_iperf3) || echo "iperf3 is not installed: no iperf3 rows"
 
-echo "apps_compare: $reps rep(s), host $host, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "apps_compare: $reps rep(s), transport $transport, host $host, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$reps"); do
 	for m in "${measures[@]}"; do
 		for mode in tcp sdp; do
@@ -237,7 +305,8 @@ median() {
 		if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 printf '\n%-22s %-24s %-24s %-8s %s\n' measure TCP SDP SDP/TCP "SDP runs: connections"
-for key in sockperf64_avg sockperf64_p50 redis_get_c50 redis_get_c1000 conn_rate first_connect_ms; do
+for key in sockperf64_avg sockperf64_p50 redis_get_c50 redis_get_c1000 conn_rate first_connect_ms \
+	iperf3_gbps iperf3_cpu_s_per_gib; do
 	t=${vals[$key.tcp]:-} s=${vals[$key.sdp]:-}
 	[ -n "$t$s" ] || continue
 	ratio=$(awk -v a="$(median "$s")" -v b="$(median "$t")" 'BEGIN { if (a != "" && b > 0) printf "%.2fx", a / b; else printf "-" }')
@@ -248,7 +317,14 @@ done
 echo
 echo "where the bytes went, the SDP runs' servers (sdpstat):"
 printf '  %s\n' "${proofs[@]:-none}"
+logged=$(cat "$tmp"/*.log 2>/dev/null)
+if [ -n "$logged" ]; then
+	echo
+	echo "warnings and errors the preloaded programs logged ($(printf '%s\n' "$logged" | wc -l) lines, first 5):"
+	printf '%s\n' "$logged" | head -5 | sed 's/^/  /'
+fi
 echo
 echo "units: sockperf one-way latency in us (lower is better), redis requests/s and conn_rate"
-echo "connections/s (higher is better), first_connect_ms in ms (lower is better)"
+echo "connections/s (higher is better), first_connect_ms in ms (lower is better), iperf3 Gbit/s"
+echo "(higher is better) and CPU seconds per GiB of both ends (lower is better)"
 exit 0

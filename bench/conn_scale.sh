@@ -72,6 +72,6 @@ for side in server client; do
 	grep -v '_fds=\|^ok=\|^setup_ms=' "$f" | tail -5 | sed 's/^/  | /'
 done
 ms=$(kv "$TMP/client.out" setup_ms) ok=$(kv "$TMP/client.out" ok)
-[ -n "$ms" ] && [ "${ok:-0}" -gt 0 ] && echo "setup per connection (client, one after the other): $((ms / ok)) ms"
+[ -n "$ms" ] && [ "${ok:-0}" -gt 0 ] && awk -v ms="$ms" -v n="$ok" 'BEGIN { printf "setup per connection (client, one after the other): %.2f ms\n", ms / n }'
 [ -n "$stat" ] && printf 'sdpstat:\n%s\n' "$stat"
 exit 0

@@ -8,14 +8,17 @@
 
 static __thread unsigned misses;
 
-void spin_begin(struct spin *sp)
+void spin_begin_us(struct spin *sp, long us)
 {
-	long us = tun_int(TUN_spin_us);
-
 	sp->limit_ns = us > 0 ? (uint64_t)us * 1000ull : 0;
 	sp->budget_ns = misses < SPIN_MISSES ? sp->limit_ns : 0;
 	sp->start_ns = 0;
 	sp->sleep_ns = 0;
+}
+
+void spin_begin(struct spin *sp)
+{
+	spin_begin_us(sp, tun_int(TUN_spin_us));
 }
 
 bool spin_left(struct spin *sp)

@@ -40,6 +40,9 @@ struct spin {
 };
 
 void spin_begin(struct spin *sp);
+/* The same with a budget of us microseconds (the caller's choice of
+ * spin_us and another tunable), at most the thread's misses allow. */
+void spin_begin_us(struct spin *sp, long us);
 /* Poll once more?  Yields the CPU first; false once the budget is spent
  * (or there is none).  The caller holds no lock. */
 bool spin_again(struct spin *sp);

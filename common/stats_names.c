@@ -94,9 +94,18 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_PROGRESS_LOCK_WAITS: return "progress_lock_waits";
 	case OPS_C_PROGRESS_BUSY_SKIPS: return "progress_busy_skips";
 	case OPS_C_PROGRESS_WAKEUPS: return "progress_wakeups";
+	case OPS_C_PROGRESS_SET_CHANGES: return "progress_set_changes";
+	case OPS_C_RING_ALLOCS: return "ring_allocs";
 	case OPS_C_EPOLL_LOOKS: return "epoll_looks";
+	case OPS_C_WATCH_WRITES: return "watch_writes";
+	case OPS_C_EPOLL_RINGS: return "epoll_rings";
+	case OPS_C_TRANSPORT_EMPTY_READS: return "transport_empty_reads";
+	case OPS_C_MOVES_OUT: return "moves_out";
+	case OPS_C_MOVES_IN: return "moves_in";
+	case OPS_C_MOVES_REFUSED: return "moves_refused";
 	case OPS_C_BUF_BYTES: return "buf_bytes";
 	case OPS_C_FDS: return "fds";
+	case OPS_C_SPIN_POLL_ANSWERS: return "spin_poll_answers";
 	case OPS_C_MAX: break;
 	}
 	return NULL;

@@ -101,6 +101,17 @@ enum ops_counter {
 	 * or close (ops_stats_engine_sync()). */
 	OPS_C_BUF_BYTES,	/* the engine's buf_bytes */
 	OPS_C_FDS,		/* descriptors libsdp holds (the engine's fds) */
+	/* Counts added later, after those: the indexes are the statistics
+	 * file's format (stats_shm.h), appended to, never renumbered. */
+	OPS_C_SPIN_POLL_ANSWERS,	/* the engine's spin_poll_answers */
+	OPS_C_PROGRESS_SET_CHANGES,	/* the engine's progress_set_changes */
+	OPS_C_RING_ALLOCS,	/* the engine's ring_allocs */
+	OPS_C_WATCH_WRITES,	/* the engine's watch_writes */
+	OPS_C_EPOLL_RINGS,	/* doorbell writes by the epoll emulation itself (ops/epset.c) */
+	OPS_C_TRANSPORT_EMPTY_READS,	/* the engine's transport_empty_reads */
+	OPS_C_MOVES_OUT,	/* SDP connections handed to another process (ops/relay.c) */
+	OPS_C_MOVES_IN,		/* SDP connections taken from another process */
+	OPS_C_MOVES_REFUSED,	/* claims answered with a relay instead (the log says why) */
 	OPS_C_MAX
 };
 

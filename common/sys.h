@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -105,7 +106,16 @@
 	X(openat, int, (int, const char *, int, ...))                                    \
 	X(openat64, int, (int, const char *, int, ...))                                  \
 	X(close_range, int, (unsigned int, unsigned int, int))                           \
-	X(closefrom, void, (int))
+	X(closefrom, void, (int))                                                        \
+	X(execve, int, (const char *, char *const[], char *const[]))                     \
+	X(execvpe, int, (const char *, char *const[], char *const[]))                    \
+	X(fexecve, int, (int, char *const[], char *const[]))                             \
+	X(execveat, int, (int, const char *, char *const[], char *const[], int))          \
+	X(system, int, (const char *))                                                   \
+	X(posix_spawn, int, (pid_t *, const char *, const posix_spawn_file_actions_t *,   \
+			     const posix_spawnattr_t *, char *const[], char *const[]))   \
+	X(posix_spawnp, int, (pid_t *, const char *, const posix_spawn_file_actions_t *,  \
+			      const posix_spawnattr_t *, char *const[], char *const[]))
 
 struct sys_calls {
 #define SYS_FIELD(name, ret, args) ret(*name) args;

@@ -111,8 +111,8 @@ enum conf_log_dest conf_log_destination(const struct conf_policy *p,
 
 /*
  * The enabled transports, comma-separated in priority order, in the
- * syntax of the "transports" tunable: "ib,iwarp" unless the file's
- * "transport" statements changed it ("ib,iwarp,tcp-fallback" after
+ * syntax of the "transports" tunable: "shm,ib,iwarp" unless the file's
+ * "transport" statements changed it ("shm,ib,iwarp,tcp-fallback" after
  * "transport enable tcp-fallback"; "" if all are disabled).  Valid as
  * long as the policy.
  */

@@ -31,7 +31,7 @@ struct conf_setting {
 };
 
 #define CONF_ROLES 2
-/* "ib,iwarp,tcp-fallback" and its terminator, with room to spare. */
+/* "shm,ib,iwarp,tcp-fallback" and its terminator, with room to spare. */
 #define CONF_TRANSPORTS_MAX 64
 
 struct conf_policy {

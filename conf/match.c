@@ -368,5 +368,5 @@ enum conf_log_dest conf_log_destination(const struct conf_policy *p,
 
 const char *conf_transports(const struct conf_policy *p)
 {
-	return p ? p->transports : "ib,iwarp";
+	return p ? p->transports : "shm,ib,iwarp";
 }

@@ -26,15 +26,18 @@
  * even when memory does not; never written. */
 static struct conf_policy conf_safe = {
 	.safe = true,
-	.transports = "ib,iwarp",
+	.transports = "shm,ib,iwarp",
 };
 
 /* --- transports ----------------------------------------------------------- */
 
-/* What a file enables unless it says otherwise (sdp.conf(5)): the RDMA
- * transports.  conf_safe's list above says the same.  The names a file
+/* What a file enables unless it says otherwise (sdp.conf(5)): shared
+ * memory, which only ever carries a connection between two libsdp
+ * processes of this host and namespace and is faster than the kernel's
+ * TCP there (doc/shm.md), and the RDMA transports.  conf_safe's list
+ * above says the same.  The names a file
  * may use are the transport registry's (oti_name()). */
-static const char *const conf_default_transports[] = { "ib", "iwarp" };
+static const char *const conf_default_transports[] = { "shm", "ib", "iwarp" };
 #define CONF_NDEFAULT_TRANSPORTS \
 	(sizeof(conf_default_transports) / sizeof(conf_default_transports[0]))
 

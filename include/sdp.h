@@ -23,7 +23,8 @@
  *   - fork(): a socket inherited from the parent is the parent's.  In the
  *     child every call on it fails with -EBADF, except sdp_close(), which
  *     releases the child's copy of the sd without touching the
- *     connection.
+ *     connection.  A listener shared by sdp_listener_share() before the
+ *     fork is the exception: the child accepts on it too.
  *
  * All calls are thread-safe.
  */
@@ -105,6 +106,33 @@ int sdp_bind_source(int sd, const struct sockaddr *addr, socklen_t len);
 int sdp_listen(int sd, int backlog);
 /* flags: SOCK_NONBLOCK | SOCK_CLOEXEC for the new socket (accept4). */
 int sdp_accept(int sd, struct sockaddr *addr, socklen_t *len, int flags);
+/*
+ * Before fork(): listener sd is to be shared with the children, as a TCP
+ * listener is: each process holding it accepts connections from the one
+ * queue, and from then on a process takes a connection only while it is
+ * accepting (in sdp_accept(), polling sd for POLLIN, or with a watch on
+ * it).  0; -EOPNOTSUPP when a transport's listener cannot be shared
+ * (rdma_cm) or sds are readiness eventfds (without sdp_virtual_sds());
+ * -EINVAL if sd is not listening.
+ */
+int sdp_listener_share(int sd);
+/*
+ * Moving an established connection to another process (doc/fork.md):
+ * sdp_conn_export() describes sd's connection in *blob (malloc()ed, *len
+ * bytes; the caller frees it) and gives the descriptor *fd that carries
+ * it, which the importing process must hold (a fork child has it at the
+ * same number); sd is then closed, the connection not: the peer sees
+ * nothing.  -EBUSY while the connection is not quiet (a send or a
+ * zero-copy exchange under way: try again once it has moved on),
+ * -ENOTCONN if it is not established or is closing, -EOPNOTSUPP if its
+ * transport cannot move (verbs); sd is then unchanged.
+ * sdp_conn_import() makes a socket of them, in the process holding fd,
+ * which it takes whatever the result; flags: SOCK_NONBLOCK |
+ * SOCK_CLOEXEC.  The new sd, or -EINVAL for a description that is not
+ * one sdp_conn_export() made, -ENOMEM...
+ */
+int sdp_conn_export(int sd, void **blob, size_t *len, int *fd);
+int sdp_conn_import(const void *blob, size_t len, int fd, int flags);
 /* Blocking, or -EINPROGRESS on a non-blocking socket: wait for writable,
  * then read SO_ERROR, as with TCP. */
 int sdp_connect(int sd, const struct sockaddr *addr, socklen_t len);
@@ -187,6 +215,14 @@ int sdp_set_notify(int sd, void (*fn)(long arg, int band), long arg);
  * and ask sdp_events().
  */
 int sdp_events(int sd);
+/*
+ * The same, without reading the transport for news: for a caller that
+ * knows that nothing arrived since the last drive, because an arrival
+ * wakes whoever waits on the socket's wait sources (sdp_watch_fds, the
+ * progress thread), and that one drives it.  It still takes what the
+ * transport has queued and moves the socket's output.
+ */
+int sdp_events_quiet(int sd);
 int sdp_set_interest(int sd, int events);
 
 /* poll(2) over sds (not ordinary fds): same semantics and return values
@@ -238,6 +274,28 @@ int sdp_watch_fds(struct sdp_watch *w, int epfd, uint64_t key);
  * not write the watches' eventfd efd (they still count): for the thread
  * reporting the set efd wakes, which sees them in its report. */
 void sdp_watch_mute(int efd);
+/*
+ * A gate shared by the watches of one set: while sleepers is 0, a change
+ * does not write the watch's eventfd but bumps changes, so that a set
+ * whose only waiter is the thread making the changes (its own recv and
+ * send outside a report) costs no eventfd write and no extra wakeup per
+ * change.  The waiter before it sleeps on efd adds 1 to sleepers, then
+ * reads changes: if they moved since it last looked, it looks again
+ * instead of sleeping (a change either sees the sleeper or is seen by
+ * it); it takes the 1 back when it wakes.  A set something else may wait
+ * on (a poll() of it, another epoll set holding it, a forked child)
+ * keeps sleepers above 0 for good.  rung: the eventfd was written and
+ * not drained since; further changes do not write it again (a batch of
+ * changes, one wakeup).  Whoever drains efd sets rung to 0 after the
+ * read, then looks at the sockets.  The fields are read and written
+ * with the __atomic builtins, sequentially consistent, only.
+ */
+struct sdp_watch_gate {
+	unsigned sleepers;
+	unsigned changes;
+	unsigned rung;
+};
+void sdp_watch_gate(struct sdp_watch *w, struct sdp_watch_gate *g);
 void sdp_watch_del(struct sdp_watch *w);
 
 /*
@@ -331,10 +389,21 @@ struct sdp_stats {
 						 * the thread holding their lock */
 	uint64_t progress_wakeups;		/* the progress thread's returns from its
 						 * sleep: fds, pokes, ticks */
+	uint64_t progress_set_changes;		/* epoll_ctl calls on the progress
+						 * thread's set */
+	uint64_t ring_allocs;			/* connection rings allocated, not
+						 * reused */
+	uint64_t watch_writes;			/* writes of a watch's eventfd (an epoll
+						 * set's doorbell) for a change */
+	uint64_t transport_empty_reads;		/* reads of a software transport, in a
+						 * drive, that found it empty */
 	/* Not counts but what is held now (issue 16). */
 	uint64_t buf_bytes;	/* the connections' send and receive rings, reserved
 				 * (registered with the transport: pinned on RDMA) */
 	uint64_t fds;		/* descriptors the library holds for itself */
+	/* Added later, so after those. */
+	uint64_t spin_poll_answers;		/* waits a look at the transport answered
+						 * (no system call, no sleep: shm) */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

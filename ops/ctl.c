@@ -41,6 +41,8 @@ int ops_close(int fd)
 	 * calls in flight hold their own references. */
 	if (s) {
 		pthread_mutex_unlock(&s->lock);
+		if (s->hold_ino)
+			ops_hold_closed(s);
 		ops_sock_put(s);
 	}
 	return r;
@@ -250,6 +252,8 @@ int ops_ioctl(int fd, unsigned long req, void *arg)
 
 	if (!s)
 		return OPS_PASS;
+	if (atomic_load(&s->held))
+		ops_hold_claim(fd, s);	/* its first use (relay.c) */
 	bool sdp = s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && !s->relayed;
 
 	if (s->relayed && req == SIOCATMARK) {
@@ -337,6 +341,18 @@ int ops_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		ops_sock_put(s);
 		return r;
 	}
+	if (s->hold_ino) {
+		/* Since a fork, fd names a Unix socket (relay.c): what the
+		 * engine does not answer is answered as for a relayed one,
+		 * also while held (asking costs no move). */
+		r = -ENOPROTOOPT;
+		if (!atomic_load(&s->held) && s->sd >= 0)
+			r = sdp_getsockopt(s->sd, level, name, val, len);
+		if (r == -ENOPROTOOPT)
+			r = ops_relayed_getsockopt(fd, s, level, name, val, len);
+		ops_sock_put(s);
+		return r;
+	}
 	if (level == SOL_SOCKET && name == SO_ERROR) {
 		ops_connect_advance(fd, s);
 		pthread_mutex_lock(&s->lock);
@@ -394,8 +410,15 @@ int ops_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 
 	if (!s)
 		return OPS_PASS;
-	if (s->relayed) {
+	if (s->relayed || s->hold_ino) {
+		/* A held one's value is remembered as a relayed one's; one
+		 * that is ours gets it too. */
 		r = ops_relayed_setsockopt(fd, s, level, name, val, len);
+		pthread_mutex_lock(&s->lock);
+		if (!s->relayed && !atomic_load(&s->held) && s->sd >= 0 &&
+		    sdp_setsockopt(s->sd, level, name, val, len) == 0)
+			r = 0;
+		pthread_mutex_unlock(&s->lock);
 		ops_sock_put(s);
 		return r;
 	}
@@ -441,7 +464,7 @@ int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 	}
 	/* A listener's name is the kernel socket's (both stacks share the
 	 * port); a connection's is its own stack's. */
-	if (s->relayed)
+	if (s->relayed || atomic_load(&s->held))
 		r = ops_relayed_name(s, false, addr, len);
 	else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_LISTEN &&
 	    s->state != OPS_ST_NEW)
@@ -459,7 +482,7 @@ int ops_getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 		return OPS_PASS;
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
 		ops_connect_advance(fd, s);
-	if (s->relayed)
+	if (s->relayed || atomic_load(&s->held))
 		r = ops_relayed_name(s, true, addr, len);
 	else if (s->stack == OPS_STACK_SDP && s->sd >= 0 && !s->inherited && s->state != OPS_ST_NEW)
 		r = sdp_getpeername(s->sd, addr, len);
@@ -474,6 +497,8 @@ int ops_shutdown(int fd, int how)
 
 	if (!s)
 		return OPS_PASS;
+	if (atomic_load(&s->held))
+		ops_hold_claim(fd, s);	/* its first use (relay.c) */
 	if (s->conn == OPS_CONN_SDP || s->conn == OPS_CONN_SDP_ONLY)
 		ops_connect_advance(fd, s);
 	if (s->inherited && s->stack == OPS_STACK_SDP) {

@@ -24,6 +24,8 @@ int ops_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	if (!s)
 		return OPS_PASS;
+	if (atomic_load(&s->held))
+		ops_hold_claim(fd, s);	/* interest claims it (relay.c) */
 	/* A socket settled on TCP moves only by a conversion, which puts its
 	 * memberships back itself (ops/convert.c): the kernel has it alone.
 	 * So has a relayed socket, for good (relay.c). */
@@ -80,13 +82,14 @@ int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int tim
 	}
 	uint64_t deadline = timeout > 0 ? ops_now_ns() + (uint64_t)timeout * 1000000ull : 0;
 	struct spin sp;
+	unsigned seen;
 	int ret;
 
 	spin_begin(&sp);
 	for (;;) {
 		uint64_t cdl = settle_connects(ep);
 
-		ret = ops_epset_report(ep, events, maxevents);
+		ret = ops_epset_report(ep, events, maxevents, &seen);
 		if (ret != 0 || timeout == 0)
 			break;
 		/* Poll-then-block (common/spin.h): each report drives the SDP
@@ -115,8 +118,13 @@ int ops_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int tim
 
 			ms = d > INT32_MAX ? INT32_MAX : (int)d;
 		}
+		/* Members changed since the report (the progress thread drove
+		 * one, another thread sent): they rang no doorbell. */
+		if (!ops_epset_sleep(ep, seen))
+			continue;
 		int m = sys.epoll_pwait(epfd, events, maxevents, ms, sigmask);
 
+		ops_epset_woken(ep);
 		if (m < 0) {
 			ret = -errno;
 			break;

@@ -26,7 +26,10 @@
  * (doc/fastpath.md, step 4).  The doorbell is then for the changes other
  * threads make (a send() in one thread freeing space a waiter in another
  * waits for, or the progress thread's); the reporting thread's own
- * changes do not ring it (sdp_watch_mute).  A socket registered before
+ * changes do not ring it (sdp_watch_mute), and nothing rings it while
+ * no thread sleeps in the set (sdp_watch_gate: the thread making the
+ * change is the one that reports next, and its report finds the change
+ * through the member's counter).  A socket registered before
  * its stack is chosen (socket, epoll_ctl, then connect) is a native
  * member until then, and moves when the stack is known (restack).
  *
@@ -88,6 +91,7 @@ struct ops_epi {
 	unsigned seen_changes;
 	struct sdp_watch *watch;
 	struct ops_epi *next_in_ep, *next_in_sock;
+	struct ops_epi **pprev_in_ep;	/* what points at this one: unlinked in O(1) */
 	struct ops_epi *next_in_hash;	/* ops_ep.watched */
 };
 
@@ -102,6 +106,13 @@ struct ops_ep {
 	struct ops_epi **watched;
 	unsigned nwatched, watched_cap;	/* cap: 0 or a power of two */
 	bool indirect;		/* too many for sdp_watch_fds (EPSET_DIRECT_MAX) */
+	/* The threads asleep in epoll_wait on the set, which the members'
+	 * changes must wake, and the changes made meanwhile (the engine
+	 * writes the doorbell only while sleepers is not 0).  open: the
+	 * set counts one sleeper for good, because something we do not
+	 * see may wait on epfd (epset_open()). */
+	struct sdp_watch_gate gate;
+	bool open;
 };
 
 /*
@@ -119,7 +130,15 @@ struct ops_ep {
  * socket's epis list.  Order: an ops_sock lock, then reg_lock. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* An epoll fd went into another epoll set before we knew it as one of
+ * ours: every set is open from then on (epset_open()).  reg_lock. */
+static bool epsets_all_open;
+
 static struct fdmap eps;
+
+/* The epoll fds the application made (ops_epoll_created()), by number:
+ * one of them added to an epoll set is a nested set (ops_epoll_added()). */
+static struct fdmap made;
 
 static fdmap_slot_t *ep_slot(int fd, bool create)
 {
@@ -155,6 +174,7 @@ static void ring(struct ops_ep *ep)
 {
 	uint64_t one = 1;
 
+	ops_stats_count(OPS_C_EPOLL_RINGS, 1);
 	if (sys.write(ep->doorbell, &one, sizeof(one)) < 0) {
 		/* saturated: it is ringing anyway */
 	}
@@ -167,6 +187,36 @@ static void drain(struct ops_ep *ep)
 	if (sys.read(ep->doorbell, &v, sizeof(v)) < 0) {
 		/* was not ringing */
 	}
+	/* After the read: a change between the two, which did not ring,
+	 * is one the caller's look at the members, next, sees. */
+	__atomic_store_n(&ep->gate.rung, 0, __ATOMIC_SEQ_CST);
+}
+
+static void settle_locked(struct ops_ep *ep);
+
+/* Something other than our epoll_wait may wait on ep's epfd (a poll()
+ * or select() of it, another epoll set it is a member of, a forked
+ * process sharing it): it must see every change, so the doorbell rings
+ * for each, as if a thread slept in the set all the time.  reg_lock. */
+static void epset_open(struct ops_ep *ep, bool settle)
+{
+	if (ep->open)
+		return;
+	ep->open = true;
+	__atomic_fetch_add(&ep->gate.sleepers, 1, __ATOMIC_SEQ_CST);
+	/* What changed while it was closed made no noise: epfd readable
+	 * now if a member would be reported.  Not at a fork (the members'
+	 * locks are not to be taken there): the process's own threads
+	 * report the set as before, and the other process's waiters hear
+	 * of what changes from now on. */
+	if (settle)
+		settle_locked(ep);
+}
+
+static void epset_open_each(int fd, void *value, void *settle)
+{
+	(void)fd;
+	epset_open(value, settle != NULL);
 }
 
 static void ep_put_locked(struct ops_ep *ep)
@@ -322,6 +372,7 @@ static int epi_attach(struct ops_epi *epi)
 				(void)native_part(epi, EPOLL_CTL_DEL);
 			return r;
 		}
+		sdp_watch_gate(epi->watch, &epi->ep->gate);
 		if (watched_add(epi->ep, epi))
 			direct_update(epi->ep, epi);
 		/* Linux reports an edge-triggered member that is ready when
@@ -350,11 +401,9 @@ static void epi_unlink(struct ops_epi *epi)
 {
 	struct ops_epi **pp;
 
-	for (pp = &epi->ep->members; *pp; pp = &(*pp)->next_in_ep)
-		if (*pp == epi) {
-			*pp = epi->next_in_ep;
-			break;
-		}
+	*epi->pprev_in_ep = epi->next_in_ep;
+	if (epi->next_in_ep)
+		epi->next_in_ep->pprev_in_ep = epi->pprev_in_ep;
 	for (pp = &epi->sock->epis; *pp; pp = &(*pp)->next_in_sock)
 		if (*pp == epi) {
 			*pp = epi->next_in_sock;
@@ -458,6 +507,48 @@ void ops_epoll_closing(int epfd)
 	pthread_mutex_unlock(&reg_lock);
 }
 
+void ops_epoll_atfork_prepare(void)
+{
+	/* Parent and child share the sets' kernel instances from now on,
+	 * and neither sees the other's sleepers. */
+	pthread_mutex_lock(&reg_lock);
+	fdmap_for_each(&eps, epset_open_each, NULL);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+void ops_epoll_created(int fd)
+{
+	fdmap_slot_t *slot = fdmap_slot(&made, fd, true);
+
+	if (slot)
+		atomic_store(slot, (void *)1);
+}
+
+void ops_epoll_added(int fd)
+{
+	fdmap_slot_t *slot;
+	struct ops_ep *ep;
+
+	/* The number may have been an epoll fd once and be something else
+	 * now (we do not follow closes): a set opened for nothing costs
+	 * only the doorbell writes the gate would have saved. */
+	if (!fdmap_peek(&made, fd) && !ops_fd_is_emulated_epoll(fd))
+		return;
+	pthread_mutex_lock(&reg_lock);
+	slot = ep_slot(fd, false);
+	ep = slot ? atomic_load(slot) : NULL;
+	if (ep) {
+		epset_open(ep, true);
+	} else if (!epsets_all_open) {
+		/* It may get SDP members later, which the outer set's
+		 * sleeper must hear of: we will not know then that it is
+		 * nested, so every set is open from now on. */
+		epsets_all_open = true;
+		fdmap_for_each(&eps, epset_open_each, &epsets_all_open);
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
 void ops_epoll_atfork_child(void)
 {
 	/* The parent's threads may have held the lock; the records stay as
@@ -498,14 +589,19 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 		free(ep);
 		return NULL;
 	}
+	if (epsets_all_open)
+		epset_open(ep, false);
 	atomic_store(slot, ep);
 	return ep;
 }
 
+/* Looked up from the socket's side: a socket is in a set or two, a set
+ * may hold thousands (redis-benchmark -c 1000 spent a third of its CPU
+ * walking its set on every epoll_ctl). */
 static struct ops_epi *find_epi(struct ops_ep *ep, struct ops_sock *s, int fd)
 {
-	for (struct ops_epi *epi = ep ? ep->members : NULL; epi; epi = epi->next_in_ep)
-		if (epi->sock == s && epi->fd == fd)
+	for (struct ops_epi *epi = ep ? s->epis : NULL; epi; epi = epi->next_in_sock)
+		if (epi->ep == ep && epi->fd == fd)
 			return epi;
 	return NULL;
 }
@@ -540,6 +636,9 @@ int ops_epset_ctl(int epfd, int op, int fd, struct ops_sock *s, struct epoll_eve
 			break;
 		}
 		epi->next_in_ep = ep->members;
+		if (ep->members)
+			ep->members->pprev_in_ep = &epi->next_in_ep;
+		epi->pprev_in_ep = &ep->members;
 		ep->members = epi;
 		epi->next_in_sock = s->epis;
 		s->epis = epi;
@@ -610,9 +709,15 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 	if (!epi->look && !epi->was_ready && changes == epi->seen_changes)
 		return 0;
 	/* sdp_events() drives the connection: arrivals it processes are
-	 * part of what it reports, so the edge count is read after it. */
+	 * part of what it reports, so the edge count is read after it.
+	 * Only a member whose transport woke the set (or new, re-armed)
+	 * has news to read there: for the others, changed by another
+	 * thread or by this one's recv() and send(), or ready at the last
+	 * report, an arrival since would have woken the set or the
+	 * progress thread, who drive it; reading would find the transport
+	 * empty. */
 	epset_looks++;
-	int ev = sdp_events(s->sd);
+	int ev = epi->look ? sdp_events(s->sd) : sdp_events_quiet(s->sd);
 	unsigned edges = sdp_watch_edges(epi->watch);
 
 	if (ev < 0)
@@ -648,10 +753,29 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 	return got;
 }
 
+/* Ring ep's doorbell if and only if a member would be reported now.
+ * reg_lock held. */
+static void settle_locked(struct ops_ep *ep)
+{
+	bool any = false;
+
+	drain(ep);
+	sdp_watch_mute(ep->doorbell);
+	for (struct ops_epi *epi = ep->members; epi && !any; epi = epi->next_in_ep) {
+		/* Its transport fd may be what makes epfd readable
+		 * (sdp_watch_fds), for news that reports nothing (a credit
+		 * update): driven now, it no longer does. */
+		epi->look = true;
+		any = member_report(epi, false) != 0;
+	}
+	sdp_watch_mute(-1);
+	if (any)
+		ring(ep);
+}
+
 void ops_epoll_settle(int epfd)
 {
 	fdmap_slot_t *slot = ep_slot(epfd, false);
-	bool any = false;
 
 	if (!slot)
 		return;
@@ -659,18 +783,11 @@ void ops_epoll_settle(int epfd)
 	struct ops_ep *ep = atomic_load(slot);
 
 	if (ep) {
-		drain(ep);
-		sdp_watch_mute(ep->doorbell);
-		for (struct ops_epi *epi = ep->members; epi && !any; epi = epi->next_in_ep) {
-			/* Its transport fd may be what makes epfd readable
-			 * (sdp_watch_fds), for news that reports nothing (a
-			 * credit update): driven now, it no longer does. */
-			epi->look = true;
-			any = member_report(epi, false) != 0;
-		}
-		sdp_watch_mute(-1);
-		if (any)
-			ring(ep);
+		/* A poll() of epfd: it cannot count as a sleeper. */
+		if (ep->open)
+			settle_locked(ep);
+		else
+			epset_open(ep, true);
 	}
 	pthread_mutex_unlock(&reg_lock);
 	looks_flush();
@@ -678,11 +795,15 @@ void ops_epoll_settle(int epfd)
 
 /* Take our markers out of a kernel result (in place); returns the count
  * left.  A "both" listener's kernel half becomes the member's event, or
- * is merged into the member's SDP event, one of sdp_evs.  reg_lock held. */
+ * is merged into the member's SDP event, one of sdp_evs.  *looks counts
+ * the members whose transport woke the set: their news is in no event
+ * yet, and the kernel's edge that told of it is spent.  reg_lock held. */
 static int filter_native(struct ops_ep *ep, struct epoll_event *evs, int n,
-			 struct epoll_event *sdp_evs, int nsdp)
+			 struct epoll_event *sdp_evs, int nsdp, int *looks)
 {
 	int k = 0;
+
+	*looks = 0;
 
 	for (int i = 0; i < n; i++) {
 		uint64_t d = evs[i].data.u64;
@@ -696,6 +817,7 @@ static int filter_native(struct ops_ep *ep, struct epoll_event *evs, int n,
 				/* Its transport has news: looked at (driven)
 				 * by the next report. */
 				epi->look = true;
+				(*looks)++;
 				continue;
 			}
 		}
@@ -731,50 +853,112 @@ static int filter_native(struct ops_ep *ep, struct epoll_event *evs, int n,
 }
 
 
+/* Members whose transport woke the set (look) while this thread returns
+ * with other events: another thread asleep in the set takes them, as
+ * Linux would wake it for them; with none, this thread's next call
+ * looks at them first. */
+static void looks_left(struct ops_ep *ep, int looks)
+{
+	if (looks && __atomic_load_n(&ep->gate.sleepers, __ATOMIC_SEQ_CST))
+		ring(ep);
+}
+
 int ops_epset_filter(struct ops_ep *ep, struct epoll_event *evs, int n)
 {
+	int looks;
+
 	pthread_mutex_lock(&reg_lock);
-	n = filter_native(ep, evs, n, NULL, 0);
+	n = filter_native(ep, evs, n, NULL, 0, &looks);
 	pthread_mutex_unlock(&reg_lock);
+	if (n > 0)
+		looks_left(ep, looks);
 	return n;
 }
 
-int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevents)
+/* Report members into events[n..maxevents) (only those whose transport
+ * woke the set, with looked_only); returns the new count.  *lt_ready is
+ * set when a level-triggered one is ready.  reg_lock held. */
+static int report_members(struct ops_ep *ep, struct epoll_event *events, int n, int maxevents,
+			  bool looked_only, bool *lt_ready)
 {
-	bool lt_ready = false;	/* a level-triggered SDP member is ready */
-	int n = 0, m = 0;
-
-	drain(ep);
-	pthread_mutex_lock(&reg_lock);
 	sdp_watch_mute(ep->doorbell);
 	for (struct ops_epi *epi = ep->members; epi && n < maxevents; epi = epi->next_in_ep) {
+		if (looked_only && !epi->look)
+			continue;
 		uint32_t got = member_report(epi, true);
 
 		if (!got)
 			continue;
 		if (!(epi->events & (EPOLLET | EPOLLONESHOT)))
-			lt_ready = true;
+			*lt_ready = true;
 		events[n].events = got;
 		events[n].data = epi->data;
 		n++;
 	}
 	sdp_watch_mute(-1);
+	return n;
+}
+
+int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevents,
+		     unsigned *seen)
+{
+	bool lt_ready = false;	/* a level-triggered SDP member is ready */
+	int n = 0, m = 0;
+
+	/* Before any member is looked at: a change after this makes
+	 * ops_epset_sleep() look again (sdp_watch_gate()). */
+	*seen = __atomic_load_n(&ep->gate.changes, __ATOMIC_SEQ_CST);
+	drain(ep);
+	pthread_mutex_lock(&reg_lock);
+	n = report_members(ep, events, 0, maxevents, false, &lt_ready);
 	pthread_mutex_unlock(&reg_lock);
 	looks_flush();
 	if (n < maxevents) {
+		int looks;
+
 		m = sys.epoll_wait(ep->epfd, events + n, maxevents - n, 0);
 		if (m < 0)
 			return -errno;
 		pthread_mutex_lock(&reg_lock);
-		m = filter_native(ep, events + n, m, events, n);
+		m = filter_native(ep, events + n, m, events, n, &looks);
+		/* A transport's news that came after its member was looked
+		 * at above: its edge is spent, so a caller that slept now
+		 * would not wake for it (a shared listener, which no progress
+		 * thread drives, then left a connection unanswered until its
+		 * client gave up).  Looked at now, or left to a sleeper. */
+		if (looks && n + m == 0) {
+			n = report_members(ep, events, 0, maxevents, true, &lt_ready);
+			looks = 0;	/* looked at: nothing left for a sleeper */
+		}
 		pthread_mutex_unlock(&reg_lock);
+		looks_flush();
+		if (n + m > 0)
+			looks_left(ep, looks);
 	}
 	/* Still ready: the doorbell rings again, so that epfd stays
-	 * readable for a poll() on it.  Only now: rung earlier, it would
-	 * take a place in the kernel's result above. */
-	if (lt_ready)
+	 * readable for a poll() on it, or another thread asleep in the set
+	 * wakes for it (Linux wakes one when a level-triggered event stays
+	 * ready).  Only now: rung earlier, it would take a place in the
+	 * kernel's result above.  With nobody asleep and nothing else
+	 * watching epfd, this thread's next report looks at the member
+	 * anyway (was_ready). */
+	if (lt_ready && __atomic_load_n(&ep->gate.sleepers, __ATOMIC_SEQ_CST))
 		ring(ep);
 	return n + m;
+}
+
+bool ops_epset_sleep(struct ops_ep *ep, unsigned seen)
+{
+	__atomic_fetch_add(&ep->gate.sleepers, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&ep->gate.changes, __ATOMIC_SEQ_CST) == seen)
+		return true;
+	__atomic_fetch_sub(&ep->gate.sleepers, 1, __ATOMIC_SEQ_CST);
+	return false;
+}
+
+void ops_epset_woken(struct ops_ep *ep)
+{
+	__atomic_fetch_sub(&ep->gate.sleepers, 1, __ATOMIC_SEQ_CST);
 }
 
 /* --- an epoll_wait's hold on a set ------------------------------------------------- */

@@ -56,6 +56,10 @@ static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait, int dir)
 			return -EINTR;
 		}
 	}
+again:
+	/* Held (a fork's copy, relay.c): its first use claims it. */
+	if (atomic_load(&s->held))
+		ops_hold_claim(fd, s);
 	if (s->stack != OPS_STACK_SDP || s->sd < 0) {
 		ops_sock_put(s);
 		return OPS_PASS;
@@ -70,6 +74,9 @@ static int sdp_for_io(int fd, struct ops_sock **sp, bool dontwait, int dir)
 		return -ENOTCONN;
 	}
 	if (!ops_io_enter(s, dir)) {
+		/* Moved away meanwhile: claimed back. */
+		if (atomic_load(&s->held) && !s->relayed)
+			goto again;
 		ops_sock_put(s);
 		return OPS_PASS;
 	}

@@ -39,6 +39,11 @@ void ops_init(void);
 bool ops_fd_is_ours(int fd);
 /* Is fd an epoll fd with SDP members (ops_epoll_* must see the call)? */
 bool ops_fd_is_emulated_epoll(int fd);
+/* The application made the epoll fd fd. */
+void ops_epoll_created(int fd);
+/* fd is being added to an epoll set: if it is an epoll fd, whoever waits
+ * on that set waits on fd's set too (ops/epset.c, epset_open()). */
+void ops_epoll_added(int fd);
 
 /* A candidate for the switch: AF_INET/AF_INET6 stream sockets and the SDP
  * families; ops_socket() creates whatever it is asked to otherwise. */
@@ -61,6 +66,14 @@ int ops_shutdown(int fd, int how);
  * inherited across exec?  If so it becomes ours (true), and every call
  * on it is answered as on the TCP connection it stands for. */
 bool ops_relay_adopt(int fd);
+/* The process is about to exec (spawn: to start a program in a child
+ * that runs no fork handlers: system(), posix_spawn(), an exec in a vfork
+ * child): each SDP connection that one of its fds without close-on-exec
+ * names and that has a pair since a fork is relayed by its owner
+ * (ops/relay.c), so that the new image, with or without libsdp, reads
+ * and writes it as a socket.  A connection this process drives cannot
+ * outlive its exec (warned). */
+void ops_exec_prepare(bool spawn);
 
 /* close/dup: also for fds that are not ours (they keep the table right
  * when a dup2 lands on one of ours). */

@@ -30,6 +30,9 @@ static bool needs_engine(int fd)
 	bool yes = false;
 
 	if (s) {
+		/* Interest in a held connection claims it (relay.c). */
+		if (atomic_load(&s->held))
+			ops_hold_claim(fd, s);
 		yes = !s->inherited && !s->relayed && s->sd >= 0 &&
 		      (s->stack == OPS_STACK_SDP || s->stack == OPS_STACK_BOTH);
 		ops_sock_put(s);
@@ -99,9 +102,10 @@ int ops_ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 {
 	bool need = false;
 
-	for (nfds_t i = 0; i < nfds && !need; i++)
-		need = fds[i].fd >= 0 &&
-		       (needs_engine(fds[i].fd) || ops_fd_is_emulated_epoll(fds[i].fd));
+	/* Every fd is looked at: a held one is claimed. */
+	for (nfds_t i = 0; i < nfds; i++)
+		need |= fds[i].fd >= 0 &&
+			(needs_engine(fds[i].fd) || ops_fd_is_emulated_epoll(fds[i].fd));
 	if (!need)
 		return OPS_PASS;
 	if (timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 ||
@@ -198,8 +202,8 @@ int ops_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timespec *t
 	for (int fd = 0; fd < nfds; fd++) {
 		if ((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))) {
 			n++;
-			if (!need)
-				need = needs_engine(fd) || ops_fd_is_emulated_epoll(fd);
+			if (needs_engine(fd) || ops_fd_is_emulated_epoll(fd))
+				need = true;	/* every fd: a held one is claimed */
 		}
 	}
 	if (!need)

@@ -21,6 +21,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/types.h>
 
 #include "conf.h"
 #include "sys.h"
@@ -60,6 +61,9 @@ struct ops_sock {
 	int sd;			/* the engine socket (connection or listener), or -1 */
 	int notify_fd;		/* sigio.c: the fd whose owner gets SIGURG, SIGIO */
 	bool inherited;		/* from before a fork(): the parent's connection */
+	/* A listener whose engine side is shared with forked children
+	 * (sdp_listener_share()): it stays SDP in parent and children. */
+	bool lsn_shared;
 
 	/* Relayed (relay.c): since a fork, the application's fds name a Unix
 	 * socket that a relay thread joins to the SDP connection; every call
@@ -70,6 +74,23 @@ struct ops_sock {
 	/* Engine data calls in flight, receiving and sending (OPS_IO_*):
 	 * a relay takes over each direction once its count is zero. */
 	atomic_int io_calls[2];
+	/* Holds (relay.c, doc/fork.md): since the first fork that copied
+	 * this connection, its fds name end A of a socket pair whose end B
+	 * its owner keeps; hold_ino is A's inode, which names the
+	 * connection to its owner.  own_pid and own_token name the owner's
+	 * control socket.  held: this process is not the owner, and its
+	 * first use claims the connection (set and cleared seq_cst, see
+	 * ops_io_enter). */
+	uint64_t hold_ino;
+	pid_t own_pid;
+	uint64_t own_token;
+	unsigned hold_moves;	/* between processes so far (relay.c) */
+	int hold_b;		/* B, while this process owns it (s->lock) */
+	/* Whom this process took it from: its last close hands it back
+	 * there to finish (a child may _exit() at once). */
+	pid_t prev_pid;
+	uint64_t prev_token;
+	atomic_bool held;
 
 	/* A "both" listener keeps its native socket non-blocking and
 	 * emulates the application's O_NONBLOCK. */
@@ -193,6 +214,7 @@ void ops_epoll_forget(struct ops_sock *s);
 void ops_epoll_settle(int epfd);
 /* An epoll fd is being closed. */
 void ops_epoll_closing(int epfd);
+void ops_epoll_atfork_prepare(void);
 void ops_epoll_atfork_child(void);
 /* No fd at or above this is an emulated epoll fd. */
 int ops_epoll_end(void);
@@ -215,8 +237,16 @@ void ops_epset_put(struct ops_ep *ep);
  * caller puts them) and the fd it was added by; returns how many. */
 int ops_epset_connecting(struct ops_ep *ep, struct ops_sock **socks, int *fds, int max);
 /* What epoll_wait(epfd, events, maxevents, 0) reports now: the SDP
- * members first, then the kernel's; or a negative errno. */
-int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevents);
+ * members first, then the kernel's; or a negative errno.  *seen: the
+ * set's changes as of before the report, for ops_epset_sleep(). */
+int ops_epset_report(struct ops_ep *ep, struct epoll_event *events, int maxevents,
+		     unsigned *seen);
+/* The caller is about to sleep in epoll_wait on ep's epfd, its last
+ * report having seen the changes seen: true if it may (the members'
+ * changes now ring the doorbell), false if something changed since
+ * (report again).  After the sleep, ops_epset_woken(). */
+bool ops_epset_sleep(struct ops_ep *ep, unsigned seen);
+void ops_epset_woken(struct ops_ep *ep);
 /* n events the kernel reported for ep's epfd, our markers taken out (in
  * place); returns the count left. */
 int ops_epset_filter(struct ops_ep *ep, struct epoll_event *evs, int n);
@@ -234,6 +264,19 @@ void ops_relay_init(void);
  * kernel's. */
 bool ops_io_enter(struct ops_sock *s, int dir);
 void ops_io_leave(struct ops_sock *s, int dir);
+/* s (fd names it, no lock held) is held by this process: ask its owner
+ * for it.  On return s is this process's (an SDP connection again), or
+ * relayed (the move could not be made: the owner relays it, logged and
+ * counted), or still held only if this thread lost a race with another
+ * that claims it. */
+void ops_hold_claim(int fd, struct ops_sock *s);
+/* An fd naming s (with a pair, s->hold_ino) was closed: if that was the
+ * last copy of A anywhere, the connection ends now, in this thread (as a
+ * close ends a TCP connection before the process exits), not later in
+ * the relay thread. */
+void ops_hold_closed(struct ops_sock *s);
+/* ops_exec_prepare() (fork.c): spawn when this process lives on. */
+void ops_hold_exec(bool spawn);
 
 /* --- relayed.c ------------------------------------------------------------------ */
 

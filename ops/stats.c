@@ -298,6 +298,11 @@ static const struct {
 	STATS_ENGINE(OPS_C_PROGRESS_LOCK_WAITS, progress_lock_waits),
 	STATS_ENGINE(OPS_C_PROGRESS_BUSY_SKIPS, progress_busy_skips),
 	STATS_ENGINE(OPS_C_PROGRESS_WAKEUPS, progress_wakeups),
+	STATS_ENGINE(OPS_C_SPIN_POLL_ANSWERS, spin_poll_answers),
+	STATS_ENGINE(OPS_C_PROGRESS_SET_CHANGES, progress_set_changes),
+	STATS_ENGINE(OPS_C_RING_ALLOCS, ring_allocs),
+	STATS_ENGINE(OPS_C_WATCH_WRITES, watch_writes),
+	STATS_ENGINE(OPS_C_TRANSPORT_EMPTY_READS, transport_empty_reads),
 #undef STATS_ENGINE
 };
 #define STATS_N_ENGINE (sizeof(stats_engine_map) / sizeof(stats_engine_map[0]))

@@ -400,14 +400,22 @@ EXPORT int epoll_create(int size)
 {
 	if (bypass())
 		return own(sys.epoll_create(size));
-	return sys.epoll_create(size);
+	int fd = sys.epoll_create(size);
+
+	if (fd >= 0)
+		ops_epoll_created(fd);
+	return fd;
 }
 
 EXPORT int epoll_create1(int flags)
 {
 	if (bypass())
 		return own(sys.epoll_create1(flags | EPOLL_CLOEXEC));
-	return sys.epoll_create1(flags);
+	int fd = sys.epoll_create1(flags);
+
+	if (fd >= 0)
+		ops_epoll_created(fd);
+	return fd;
 }
 
 EXPORT int eventfd(unsigned int count, int flags)
@@ -738,7 +746,11 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	if (bypass() || (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(epfd)))
+	if (bypass())
+		return sys.epoll_ctl(epfd, op, fd, ev);
+	if (op == EPOLL_CTL_ADD)
+		ops_epoll_added(fd);
+	if (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(epfd))
 		return sys.epoll_ctl(epfd, op, fd, ev);
 	PASS_OR(ops_epoll_ctl(epfd, op, fd, ev), sys.epoll_ctl(epfd, op, fd, ev));
 }
@@ -758,4 +770,144 @@ EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int 
 		return sys.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, sigmask),
 		sys.epoll_pwait(epfd, events, maxevents, timeout, sigmask));
+}
+
+/* --- exec ------------------------------------------------------------------------------ */
+
+/* Every form: glibc's own calls between them are not interposed. */
+extern char **environ;
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	if (!bypass())
+		ops_exec_prepare(false);
+	return sys.execve(path, argv, envp);
+}
+
+EXPORT int execv(const char *path, char *const argv[])
+{
+	return execve(path, argv, environ);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	if (!bypass())
+		ops_exec_prepare(false);
+	return sys.execvpe(file, argv, envp);
+}
+
+EXPORT int execvp(const char *file, char *const argv[])
+{
+	return execvpe(file, argv, environ);
+}
+
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	if (!bypass())
+		ops_exec_prepare(false);
+	return sys.fexecve(fd, argv, envp);
+}
+
+EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+		    int flags)
+{
+	if (!bypass())
+		ops_exec_prepare(false);
+	return sys.execveat(dirfd, path, argv, envp, flags);
+}
+
+/* execl's arguments: how many up to the NULL (arg included). */
+static size_t execl_count(const char *arg, va_list *ap)
+{
+	size_t n = 1;
+
+	if (!arg)
+		return 0;
+	while (va_arg(*ap, char *))
+		n++;
+	return n;
+}
+
+/* argv[0..n-1] from arg and ap, argv[n] = NULL; ap is then past the NULL. */
+static void execl_fill(char **argv, size_t n, const char *arg, va_list *ap)
+{
+	argv[0] = (char *)arg;
+	for (size_t i = 1; i <= n; i++)
+		argv[i] = i < n ? va_arg(*ap, char *) : NULL;
+	if (n)
+		(void)va_arg(*ap, char *);	/* the NULL */
+}
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+
+	va_start(ap, arg);
+	size_t n = execl_count(arg, &ap);
+
+	va_end(ap);
+	char *argv[n + 1];
+
+	va_start(ap, arg);
+	execl_fill(argv, n, arg, &ap);
+	va_end(ap);
+	return execve(path, argv, environ);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap;
+
+	va_start(ap, arg);
+	size_t n = execl_count(arg, &ap);
+
+	va_end(ap);
+	char *argv[n + 1];
+
+	va_start(ap, arg);
+	execl_fill(argv, n, arg, &ap);
+	va_end(ap);
+	return execvpe(file, argv, environ);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+
+	va_start(ap, arg);
+	size_t n = execl_count(arg, &ap);
+
+	va_end(ap);
+	char *argv[n + 1];
+
+	va_start(ap, arg);
+	execl_fill(argv, n, arg, &ap);
+	/* After the NULL that ends the arguments, the environment. */
+	char *const *envp = va_arg(ap, char *const *);
+
+	va_end(ap);
+	return execve(path, argv, envp);
+}
+
+EXPORT int system(const char *command)
+{
+	if (command && !bypass())
+		ops_exec_prepare(true);
+	return sys.system(command);
+}
+
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+		       const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	if (!bypass())
+		ops_exec_prepare(true);
+	return sys.posix_spawn(pid, path, fa, attr, argv, envp);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	if (!bypass())
+		ops_exec_prepare(true);
+	return sys.posix_spawnp(pid, file, fa, attr, argv, envp);
 }

@@ -171,9 +171,20 @@ __attribute__((constructor)) static void sock_register_atfork(void)
 	pthread_atfork(NULL, NULL, sock_atfork_child);
 }
 
+unsigned sock_generation(void)
+{
+	return __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
+}
+
 bool sock_inherited(const struct sdp_sock *s)
 {
-	return s->fork_gen != __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
+	return __atomic_load_n(&s->fork_gen, __ATOMIC_RELAXED) != sock_generation();
+}
+
+/* Written under s's lock, read by sock_get() under the table's only. */
+void sock_own(struct sdp_sock *s)
+{
+	__atomic_store_n(&s->fork_gen, sock_generation(), __ATOMIC_RELAXED);
 }
 
 static int table_set(int sd, struct sdp_sock *s)
@@ -192,17 +203,47 @@ static struct sdp_sock *table_get_locked(int sd)
 	return fdmap_peek(&table, sd_index(sd));
 }
 
+/*
+ * A shared listener inherited from the parent is about to be adopted
+ * (conn.c): a parent thread may have held its lock at the fork, so the
+ * first thread of this process to reach it, under table_lock, makes the
+ * lock new.  Caller holds table_lock.
+ */
+static void relock_inherited(struct sdp_sock *s)
+{
+	unsigned gen = sock_generation();
+
+	if (s->lock_gen != gen) {
+		pthread_mutex_init(&s->lock, NULL);
+		s->lock_gen = gen;
+	}
+}
+
 struct sdp_sock *sock_get(int sd)
 {
 	struct sdp_sock *s;
+	bool adopt = false;
 
 	pthread_mutex_lock(&table_lock);
 	s = table_get_locked(sd);
-	if (s && sock_inherited(s))
-		s = NULL;
+	/* A listener shared with this fork child becomes the child's at
+	 * its first use; any other socket from before the fork stays the
+	 * parent's. */
+	if (s && sock_inherited(s)) {
+		adopt = __atomic_load_n(&s->lsn_shared, __ATOMIC_RELAXED);
+		if (adopt)
+			relock_inherited(s);
+		else
+			s = NULL;
+	}
 	if (s)
 		atomic_fetch_add(&s->ref, 1);
 	pthread_mutex_unlock(&table_lock);
+	if (adopt && sdp_upcalls.adopt(s) < 0) {
+		/* The table's reference remains: this cannot free s. */
+		atomic_fetch_sub(&s->ref, 1);
+		s = NULL;
+	}
 	return s;
 }
 
@@ -292,6 +333,7 @@ struct sdp_sock *sock_alloc(int domain, bool nonblock, bool cloexec, bool in_tab
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->ref, 1);
 	s->fork_gen = __atomic_load_n(&sock_fork_gen, __ATOMIC_RELAXED);
+	s->lock_gen = s->fork_gen;
 	s->domain = domain;
 	s->nonblock = nonblock;
 	s->state = SDP_S_NEW;
@@ -331,6 +373,8 @@ struct sdp_sock *sock_unpublish(int sd)
 	s = table_get_locked(sd);
 	if (s)
 		table_set(sd, NULL);
+	if (s && sock_inherited(s) && __atomic_load_n(&s->lsn_shared, __ATOMIC_RELAXED))
+		relock_inherited(s);
 	pthread_mutex_unlock(&table_lock);
 	return s;
 }

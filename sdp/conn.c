@@ -45,12 +45,11 @@ void conn_free(struct sdp_sock *s)
 		c->t->mr_dereg(c->tx_mr);
 	if (c->ctrl_mr)
 		c->t->mr_dereg(c->ctrl_mr);
-	free(c->rx_mem);
+	conn_free_rings(c);
 	SDP_STAT_INC(buf_bytes, -c->buf_bytes);
 	free(c->rxq);
 	free(c->rx_idle);
 	free(c->rx_posted);
-	free(c->tx_mem);
 	free(c->tx_len);
 	free(c->tx_urg);
 	free(c);
@@ -274,8 +273,10 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		wz_write_done(s, wc);
 		return;
 	}
-	if (kind == SDP_CTX_RX)
+	if (kind == SDP_CTX_RX) {
 		c->rx_posted[SDP_CTX_SLOT(wc->ctx)] = false;
+		c->ring_bytes += wc->len;
+	}
 	if ((kind == SDP_CTX_RX || kind == SDP_CTX_TX) && !wc->status)
 		conn_moved(s);
 	if (wc->status) {
@@ -302,6 +303,7 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		uint32_t slot = c->tx_done % c->ntx;
 
 		c->tx_queued_bytes -= c->tx_len[slot];
+		c->ring_bytes += c->tx_len[slot];
 		c->tx_done++;
 		sock_changed(s, false);
 		if (s->tx_nospace && conn_writable(s)) {
@@ -422,6 +424,34 @@ static void conn_connect_failed(struct sdp_sock *s, int err, enum sdp_fallback_r
 	sock_changed(s, true);
 }
 
+/* The passive side said no.  With libsdp's reject data it said why: a
+ * listener that is there but full, or out of resources, is no reason to
+ * take the destination for one without SDP. */
+static void conn_rejected(struct sdp_sock *s, const struct oti_event *ev)
+{
+	int why = sdp_reject_decode(ev->private_data, ev->private_data_len);
+	enum sdp_fallback_reason fb = SDP_FB_REFUSED;
+
+	switch (why) {
+	case SDP_REJECT_BUSY:
+		sdp_conn_log(LOGSYS, "sd %d: the SDP listener's accept queue is full", s->sd);
+		fb = SDP_FB_RESOURCE;
+		break;
+	case SDP_REJECT_RESOURCE:
+		sdp_conn_log(LOGSYS, "sd %d: the SDP peer has no resources for the connection",
+			     s->sd);
+		fb = SDP_FB_RESOURCE;
+		break;
+	case SDP_REJECT_HELLO:
+		sdp_conn_log(LOGSYS, "sd %d: the SDP peer refused our Hello", s->sd);
+		fb = SDP_FB_REJECTED;
+		break;
+	default:
+		break;
+	}
+	conn_connect_failed(s, ECONNREFUSED, fb);
+}
+
 static void conn_send_hello(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
@@ -488,6 +518,7 @@ static void conn_hello_ack_received(struct sdp_sock *s, const struct oti_event *
 	sdp_credits_init(&c->cr, ack.bsdh.bufs, c->nrx);
 	SDP_STAT_INC(connections_active, 1);
 	conn_established(s);
+	conn_undefer(s);
 	if (conn_iwarp_rules(c) && sdp_can_send_ctrl(&c->cr) &&
 	    conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
 		/* the first FPDU the passive side waits for (await_first_rx) */
@@ -579,12 +610,22 @@ int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t
 	c->ep_fd = t->ep_fd(c->ep);
 	s->state = SDP_S_RESOLVING;
 	c->deadline_ns = sdp_now_ns() + (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
-	ret = progress_add_ep(s, c);
-	if (ret)
-		goto err_free;
-	c->in_progress_set = true;
-	progress_watch_sync(s);
-	progress_watch(s);
+	/*
+	 * The handshake is driven by whoever waits for it: a blocking
+	 * connect, or poll, select or an epoll set (its watch registers the
+	 * ep fd, watch_sources()) for a non-blocking one, sleeping on the
+	 * ep fd itself; the progress thread's registration would only be
+	 * taken out for each such sleep (parked) and put back, epoll_ctl
+	 * for nothing.  It is made once the connection is up or the
+	 * caller is done with it (conn_undefer(); for a non-blocking
+	 * connect, at once unless only the answer is left,
+	 * conn_connect_started()).  A blocking connect keeps its deadline
+	 * itself, a non-blocking one the progress thread's ticks, which
+	 * also take the answer if nobody else does.
+	 */
+	c->prog_deferred = true;
+	if (s->nonblock)
+		progress_watch(s);
 	return 0;
 
 err_free:
@@ -593,6 +634,49 @@ err_free:
 	memset(&s->peer, 0, sizeof(s->peer));
 	s->state = SDP_S_NEW;
 	return ret;
+}
+
+/*
+ * A non-blocking connect's first drive is done (sdp_connect()): its
+ * registration waits only if all that is left is the peer's answer on a
+ * transport whose passive side needs nothing more of us
+ * (OTI_CAP_PASSIVE_DONE; tcp-fallback) and no output waits for room.
+ * Otherwise (verbs: the address and route resolution, the RTU the
+ * passive side waits for) the progress thread takes it on now, as the
+ * handshake must go on whether anybody waits or not.
+ */
+void conn_connect_started(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (c && c->prog_deferred &&
+	    !(s->state == SDP_S_CONNECTING && (c->caps.flags & OTI_CAP_PASSIVE_DONE) && c->ep &&
+	      !(c->t->ep_wait_events(c->ep) & POLLOUT)))
+		conn_undefer(s);
+}
+
+/*
+ * The caller that drove s's set-up is done with it (struct sdp_conn,
+ * prog_deferred): from now on the progress thread watches it too, and
+ * the watches of epoll sets that hold s register its fd.
+ */
+void conn_undefer(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || !c->prog_deferred)
+		return;
+	c->prog_deferred = false;
+	if (!c->ep || c->disconnected || c->in_progress_set)
+		return;
+	if (progress_add_ep(s, c) == 0) {
+		c->in_progress_set = true;
+		progress_watch_sync(s);
+	}
+	/* A connect left under way (SO_SNDTIMEO, a signal): its deadline
+	 * is the progress thread's now. */
+	if (s->state == SDP_S_RESOLVING || s->state == SDP_S_CONNECTING)
+		progress_watch(s);
 }
 
 static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
@@ -617,7 +701,7 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 		break;
 	case OTI_EV_REJECTED:
 		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING)
-			conn_connect_failed(s, ECONNREFUSED, SDP_FB_REFUSED);
+			conn_rejected(s, ev);
 		break;
 	case OTI_EV_UNREACHABLE:
 		if (s->state == SDP_S_CONNECTING || s->state == SDP_S_RESOLVING) {
@@ -653,12 +737,11 @@ static void conn_handle_event(struct sdp_sock *s, const struct oti_event *ev)
 	}
 }
 
-void conn_progress(struct sdp_sock *s)
+/* One drive of s (conn_progress()), inside the transport's bracket. */
+static void conn_drive_rounds(struct sdp_sock *s)
 {
 	struct oti_event ev;
 
-	if (!s->conn || !s->conn->ep)
-		return;
 	for (int rounds = 0; rounds < 64 && s->conn; rounds++) {
 		bool busy = false;
 
@@ -709,11 +792,38 @@ void conn_progress(struct sdp_sock *s)
 	}
 }
 
+void conn_progress(struct sdp_sock *s)
+{
+	if (!s->conn || !s->conn->ep)
+		return;
+	struct sdp_conn *c = s->conn;
+	struct oti_ep *ep = c->ep;
+
+	/* One read that finds the transport empty per drive, none for a
+	 * quiet one (oti drive_begin). */
+	if (c->t->drive_begin)
+		c->t->drive_begin(ep, !s->drive_quiet);
+	conn_drive_rounds(s);
+	if (s->conn == c && c->ep == ep && c->t->drive_end)
+		SDP_STAT_INC(transport_empty_reads, c->t->drive_end(ep));
+	/* The transport found its fd dead in this drive (or in an arm or
+	 * a post since the last one, whose sleeper it woke for this). */
+	if (s->conn == c && c->ep == ep)
+		conn_quiet_dead_fd(s);
+}
+
 /* --- passive side ------------------------------------------------------------ */
 
-static void listener_reject(const struct sdp_lsn *l, struct oti_connreq *req)
+/* Refused, with why in libsdp's reject data (sdp/wire.h), so that the
+ * active side falls back with the reason and does not take a busy
+ * server for one without SDP. */
+static void listener_reject(const struct sdp_lsn *l, struct oti_connreq *req,
+			    enum sdp_reject_reason why)
 {
-	l->t->reject(l->l, req, NULL, 0);
+	uint8_t rej[SDP_REJECT_LEN];
+	int n = sdp_reject_encode(rej, sizeof(rej), why);
+
+	l->t->reject(l->l, req, rej, n > 0 ? (size_t)n : 0);
 }
 
 /* A connection request that came in on the transport listener l of s. */
@@ -733,12 +843,13 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	uint8_t out[OTI_MAX_PRIVATE_DATA];
 	struct sdp_sock *child;
 	struct sdp_conn *c;
+	bool answered = false;
 	int ret, len;
 
 	if (s->acceptq_len + s->pending_children >= s->backlog) {
 		sdp_conn_log(LOGSYS, "sd %d: accept queue full (backlog %d), refusing",
 			     s->sd, s->backlog);
-		listener_reject(l, req);
+		listener_reject(l, req, SDP_REJECT_BUSY);
 		return;
 	}
 	ret = sdp_hello_decode(pdata, pdata_len, &hello);
@@ -746,17 +857,17 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 		SDP_STAT_INC(protocol_errors, 1);
 		sdp_warn(LOGSYS, "sd %d: refusing a connection with an invalid Hello (%s)",
 			 s->sd, ret == -EPROTONOSUPPORT ? "unsupported SDP version" : "malformed");
-		listener_reject(l, req);
+		listener_reject(l, req, SDP_REJECT_HELLO);
 		return;
 	}
 	child = sock_alloc(s->domain, false, true, false);
 	if (!child) {
-		listener_reject(l, req);
+		listener_reject(l, req, SDP_REJECT_RESOURCE);
 		return;
 	}
 	c = conn_new();
 	if (!c) {
-		listener_reject(l, req);
+		listener_reject(l, req, SDP_REJECT_RESOURCE);
 		sock_put(child);
 		return;
 	}
@@ -810,12 +921,36 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	ret = c->t->accept(c->ep, out, (size_t)len);
 	if (ret)
 		goto err_child;
+	answered = true;
 	c->deadline_ns = sdp_now_ns() + (uint64_t)tun_int(TUN_connect_timeout_ms) * 1000000ull;
-	/* Until accepted, the child is driven through its listener. */
-	ret = progress_add_ep(s, c);
-	if (ret)
-		goto err_child;
-	c->in_progress_set = true;
+	/* A transport that completes the passive side at once (tcp-fallback)
+	 * makes the child established here: it waits in the accept queue,
+	 * driven with its listener, and goes into the progress thread's set
+	 * only when accepted, which saves that set two epoll_ctl and the
+	 * thread a wakeup for each connection (doc/fastpath.md,
+	 * "Connection set-up").  Others are driven through the listener's
+	 * registration of their fd until accepted. */
+	pthread_mutex_lock(&child->lock);
+	conn_progress(child);
+	/* Also one the peer reset within this drive (its data and the
+	 * reset were already in): Linux accepts it in its place in the
+	 * queue, and recv() then says ECONNRESET.  Left pending, it went
+	 * behind a connection made after it (listener_progress_children()
+	 * moves it only at the next drive). */
+	bool established = child->state == SDP_S_ESTABLISHED || child->was_established;
+
+	pthread_mutex_unlock(&child->lock);
+	/* Output that waits for the socket's room is the progress thread's
+	 * to wait for, through the listener's registration of the fd; the
+	 * child keeps its place in the queue all the same. */
+	if (established && !(c->t->ep_wait_events(c->ep) & POLLOUT)) {
+		c->prog_deferred = true;
+	} else {
+		ret = progress_add_ep(s, c);
+		if (ret)
+			goto err_child;
+		c->in_progress_set = true;
+	}
 
 	if (s->acceptq_len + s->pending_children + 1 > s->acceptq_cap) {
 		int cap = s->acceptq_cap ? s->acceptq_cap * 2 : 16;
@@ -829,6 +964,13 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 		s->acceptq_cap = cap;
 	}
 	/* Pending children live after the established ones. */
+	if (established) {
+		memmove(&s->acceptq[s->acceptq_len + 1], &s->acceptq[s->acceptq_len],
+			(size_t)s->pending_children * sizeof(*s->acceptq));
+		s->acceptq[s->acceptq_len++] = child;
+		sock_changed(s, true);
+		return;
+	}
 	s->acceptq[s->acceptq_len + s->pending_children] = child;
 	s->pending_children++;
 	progress_watch(s);
@@ -837,6 +979,17 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 err_child:
 	sdp_warn(LOGSYS, "sd %d: could not set up an accepted connection: %s",
 		 s->sd, strerror(-ret));
+	/* Out of memory, descriptors or registrations (RLIMIT_MEMLOCK on
+	 * verbs): said so, before the HelloAck, so that the active side's
+	 * fallback is "resource" and not a refusal it would remember. */
+	if (!answered && c->ep && c->t->ep_reject &&
+	    conn_reason_of(-ret) == SDP_FB_RESOURCE) {
+		uint8_t rej[SDP_REJECT_LEN];
+		int n = sdp_reject_encode(rej, sizeof(rej), SDP_REJECT_RESOURCE);
+
+		if (n > 0)
+			(void)c->t->ep_reject(c->ep, rej, (size_t)n);
+	}
 	conn_free(child);
 	child->parent = NULL;
 	sock_put(child);
@@ -902,14 +1055,158 @@ static void listener_progress_children(struct sdp_sock *s)
 		sock_changed(s, true);
 }
 
+/* --- listeners shared with forked children (doc/fork.md) -------------------- */
+
+/*
+ * A shared listener's fds are not in the progress thread's set: a process
+ * takes connections from the queue it shares only in a thread of the
+ * program's (accept, poll, an epoll set's look), never in the progress
+ * thread, so that one which merely holds the listener in an epoll set
+ * strands nothing when it exits or stops looking (a daemon that forks
+ * its event loop and leaves: the parent took the first connection and
+ * its exit reset it).  Watches still register the fds (in_progress_set
+ * stays, the reference too, until listener_free()).
+ */
+static void listener_mute_shared(struct sdp_sock *s)
+{
+	if (!s->lsn_shared || !s->in_progress_set)
+		return;
+	for (int i = 0; i < s->nlsn; i++)
+		progress_mute(s->lsn[i].t->listener_fd(s->lsn[i].l));
+}
+
+int listener_progress_add(struct sdp_sock *s)
+{
+	for (int i = 0; i < s->nlsn; i++) {
+		int ret = progress_add(s, s->lsn[i].t->listener_fd(s->lsn[i].l));
+
+		if (ret) {
+			while (i-- > 0)
+				progress_del(s, s->lsn[i].t->listener_fd(s->lsn[i].l));
+			return ret;
+		}
+	}
+	s->in_progress_set = true;
+	listener_mute_shared(s);
+	return 0;
+}
+
+/*
+ * Until the first fork a listener takes every connection the system
+ * queues for it, at once.  Shared, each process holding it takes them
+ * only while it is accepting, so that a process that never accepts (a
+ * master that forked its workers) strands none in a queue of its own.
+ */
+void listener_accepting(struct sdp_sock *s, int delta)
+{
+	s->accepting += delta;
+	bool want = !s->lsn_shared || s->accepting > 0;
+
+	if (want == s->lsn_taking)
+		return;
+	for (int i = 0; i < s->nlsn; i++)
+		if (s->lsn[i].t->listener_take)
+			s->lsn[i].t->listener_take(s->lsn[i].l, want);
+	s->lsn_taking = want;
+}
+
+int listener_share(struct sdp_sock *s)
+{
+	if (s->state != SDP_S_LISTEN)
+		return -EINVAL;
+	/* A readiness eventfd (the engine used without the preload) would
+	 * be one for both processes. */
+	if (sock_sd_is_fd())
+		return -EOPNOTSUPP;
+	for (int i = 0; i < s->nlsn; i++)
+		if (!s->lsn[i].t->listener_take || !s->lsn[i].t->listener_forked)
+			return -EOPNOTSUPP;
+	if (!s->lsn_shared) {
+		s->lsn_taking = true;	/* what listen() left them doing */
+		__atomic_store_n(&s->lsn_shared, true, __ATOMIC_RELAXED);
+		listener_accepting(s, 0);
+		listener_mute_shared(s);
+	}
+	return 0;
+}
+
+/*
+ * The waiters of the child's copy of a listener: the threads asleep in
+ * the parent are not here, its watches are (the epoll records the
+ * child inherited, which a child that goes on with its parent's event
+ * loop uses): they are counted accepting here, and registered again
+ * (progress_watch_sync()) with the listener's new wait sources, which
+ * may have the numbers of the old ones.
+ */
+static void listener_adopt_watches(struct sdp_sock *s)
+{
+	struct sdp_waiter **pp = &s->waiters;
+
+	s->accepting = 0;
+	while (*pp) {
+		struct sdp_waiter *w = *pp;
+
+		if (!w->changes) {
+			*pp = w->next;
+			continue;
+		}
+		w->nreg = 0;
+		if (w->accepting_gen) {
+			w->accepting_gen = sock_generation() + 1;
+			s->accepting++;
+		}
+		pp = &w->next;
+	}
+}
+
+/*
+ * The child's copy of a shared listener (sdp_upcalls.adopt).  Its
+ * accept queue and the children's records are the parent's: forgotten,
+ * not torn down (the children's transport descriptors stay open here,
+ * as those of any inherited connection).
+ */
+static int listener_adopt(struct sdp_sock *s)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (!sock_inherited(s))
+		goto out;	/* another thread was first */
+	for (int i = 0; i < s->nlsn && !ret; i++)
+		ret = s->lsn[i].t->listener_forked(s->lsn[i].l);
+	if (ret) {
+		sdp_warn(LOGSYS, "sd %d: a listener inherited from the parent cannot accept here: %s",
+			 s->sd, strerror(-ret));
+		goto out;
+	}
+	free(s->acceptq);	/* this process's copy of the array */
+	s->acceptq = NULL;
+	s->acceptq_len = s->pending_children = s->acceptq_cap = 0;
+	s->in_progress_set = false;
+	ret = listener_progress_add(s);
+	if (ret)
+		goto out;
+	sock_own(s);
+	listener_adopt_watches(s);
+	progress_watch_sync(s);
+	listener_accepting(s, 0);
+	sdp_conn_log(LOGSYS, "sd %d: listening, shared with the parent process", s->sd);
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
 void listener_progress(struct sdp_sock *s)
 {
 	uint8_t pdata[OTI_MAX_PRIVATE_DATA];
 	struct sockaddr_storage peer;
 	struct oti_connreq *req;
 	size_t len;
+	/* (A shared listener's are for the program's threads to take:
+	 * listener_mute_shared(); its children are driven here too.) */
+	bool take = !s->lsn_shared || !progress_on_thread();
 
-	for (int i = 0; i < s->nlsn; i++) {
+	for (int i = 0; take && i < s->nlsn; i++) {
 		const struct sdp_lsn *l = &s->lsn[i];
 
 		for (int n = 0; n < 64; n++) {
@@ -969,7 +1266,7 @@ static bool conn_service(struct sdp_sock *s, bool tick)
 		/* Re-arm: sleeping is safe only when nothing is pending. */
 		int again = 0;
 
-		for (int k = 0; k < s->nlsn; k++)
+		for (int k = 0; !s->lsn_shared && k < s->nlsn; k++)
 			if (s->lsn[k].t->listener_arm(s->lsn[k].l) == -EAGAIN)
 				again = 1;
 		if (!s->nlsn && s->conn && s->conn->ep && !s->conn->disconnected &&
@@ -991,6 +1288,11 @@ static bool conn_service(struct sdp_sock *s, bool tick)
 	}
 	if (!s->nlsn && s->conn)
 		progress_sync_events(s, s->conn);
+	/* An orphan whose close is done goes now, not at the next tick: its
+	 * rings then serve the next connection (conn_free_rings()), and its
+	 * descriptor is not held for up to a tick. */
+	if (!tick && s->app_closed && s->conn && conn_finished(s))
+		conn_free(s);
 	if (tick) {
 		if (s->app_closed && s->conn) {
 			bool expired = s->conn->deadline_ns && sdp_now_ns() > s->conn->deadline_ns;
@@ -1035,5 +1337,6 @@ __attribute__((constructor)) static void conn_install_upcalls(void)
 		.drive = conn_drive,
 		.service = conn_service,
 		.idle = conn_idle_sweep,
+		.adopt = listener_adopt,
 	};
 }

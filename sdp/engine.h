@@ -107,6 +107,11 @@ struct sdp_conn {
 	struct oti_ep *ep;
 	int ep_fd;
 	bool in_progress_set;	/* ep_fd is in the progress thread's epoll */
+	/* Not in it yet, to be put there by whoever takes the connection
+	 * over from its waiting caller: a child established as its
+	 * listener took it (sdp_accept()), a blocking connect
+	 * (sdp_connect()).  Until then the caller drives it. */
+	bool prog_deferred;
 	uint32_t prog_events;	/* with these epoll events (progress_add_ep) */
 	bool prog_excl;		/* registered EPOLLEXCLUSIVE (progress_add_ep) */
 
@@ -146,6 +151,8 @@ struct sdp_conn {
 	bool idle_watched;	/* progress_idle_watch() holds s */
 	uint64_t quiet_since_ns;	/* a sweep found nothing moved since */
 	uint64_t buf_bytes;	/* rx_mem and tx_mem, in sdp_stats.buf_bytes */
+	uint64_t ring_bytes;	/* moved through them (conn_free_rings()) */
+	size_t rx_mem_len, tx_mem_len;	/* as allocated */
 
 	uint8_t ctrl_mem[SDP_CTRL_SLOTS * SDP_CTRL_SLOT_SIZE];
 	struct oti_mr *ctrl_mr;
@@ -263,6 +270,7 @@ struct sdp_waiter {
 	atomic_uint *changes;	/* watches: bumped per change; NULL otherwise */
 	atomic_uint *edges;	/* watches: bumped per arrival (data, EOF, a
 				 * connection): sock_changed(s, true) */
+	struct sdp_watch_gate *gate;	/* watches: sdp_watch_gate(), or NULL */
 	/* Watches given an epoll set (sdp_watch_fds): the set, the key
 	 * its registrations carry, and the socket's wait sources now
 	 * registered there (progress_watch_sync); epfd -1 otherwise. */
@@ -270,6 +278,11 @@ struct sdp_waiter {
 	uint64_t key;
 	int nreg;
 	int reg_fd[SDP_MAX_LISTENERS];
+	/* A watch counted accepting on a listener (listener_accepting()):
+	 * 1 + the fork generation it was counted in, else 0.  A child's
+	 * inherited watch was counted by its parent until the child
+	 * adopts the listener (conn.c, listener_adopt). */
+	unsigned accepting_gen;
 	struct sdp_waiter *next;
 };
 
@@ -330,6 +343,8 @@ struct sdp_sock {
 	int parked_fd;
 	bool reap_on_exit;	/* a post in the current call left work for
 				 * its exit (progress_call_exit) */
+	bool drive_quiet;	/* the next conn_progress() reaps without
+				 * reading the transport (oti drive_begin) */
 
 	/* Listener: one transport listener per backend serving the bound
 	 * address (RDMA first, the software transport last), all on one
@@ -341,6 +356,15 @@ struct sdp_sock {
 	int nlsn;
 	int backlog;
 	bool in_progress_set;
+	/* Shared with forked children (sdp_listener_share()): connections
+	 * are taken from the system's queue only while this process is
+	 * accepting, i.e. accepting > 0 (threads in sdp_accept() or polling
+	 * the listener, epoll watches on it).  lsn_taking: what the
+	 * transport listeners were last told (listener_take). */
+	bool lsn_shared, lsn_taking;
+	int accepting;
+	unsigned lock_gen;	/* lock made new in this fork generation
+				 * (base.c, relock_inherited) */
 	struct sdp_sock *parent;	/* child: its listener, until accepted */
 	struct sdp_sock **acceptq;	/* established children, FIFO */
 	int acceptq_len, acceptq_cap;
@@ -413,6 +437,9 @@ void sock_for_each(void (*fn)(int sd, void *s, void *arg), void *arg);
 /* Made in the parent before a fork(): this process's copy is not to be
  * driven, only forgotten. */
 bool sock_inherited(const struct sdp_sock *s);
+/* The fork generation of this process; sock_own() makes s of it. */
+unsigned sock_generation(void);
+void sock_own(struct sdp_sock *s);
 /* SDP_ZCOPY_THRESH (tunable or option): 0 is off, at least a page. */
 int zcopy_thresh_clamp(long v);
 uint64_t sdp_now_ns(void);
@@ -442,6 +469,9 @@ struct sdp_upcalls {
 	/* An idle sweep's turn on s (progress_idle_watch()), s's lock held;
 	 * true to be looked at again. */
 	bool (*idle)(struct sdp_sock *s);
+	/* In a fork child, makes the inherited shared listener s this
+	 * process's (sock_get(), sdp_close()); 0 or a negative errno. */
+	int (*adopt)(struct sdp_sock *s);
 };
 extern struct sdp_upcalls sdp_upcalls;
 
@@ -487,6 +517,12 @@ int progress_add(struct sdp_sock *s, int fd);
  * waits for (ep_wait_events), kept up to date as the socket is driven. */
 int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c);
 void progress_del(struct sdp_sock *s, int fd);
+/* Take fd out of the progress thread's set, keeping the reference taken
+ * when it was added until progress_del (a shared listener's fds,
+ * listener_share(); a parked fd, progress_park()). */
+void progress_mute(int fd);
+/* Whether the calling thread is the progress thread. */
+bool progress_on_thread(void);
 /* Keep an app-closed socket alive until its teardown finishes. */
 void progress_adopt_orphan(struct sdp_sock *s);
 /*
@@ -591,6 +627,11 @@ struct sdp_conn *conn_new(void);
 int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s);
 /* Send ring, sized for the peer's receive buffers and s's SO_SNDBUF. */
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s);
+/* The rings of c's nrx x rx_size and ntx x tx_size, made and registered
+ * on c->ep; post: which receive buffers to post (NULL: all).  For a
+ * connection moved in (move.c), whose sizes are its old owner's. */
+int conn_make_rx(struct sdp_conn *c, const bool *post);
+int conn_make_tx(struct sdp_conn *c);
 /* Data moved on s: its buffers are in use (post.c, "Idle buffers"). */
 void conn_moved(struct sdp_sock *s);
 /* struct sdp_upcalls.idle: free buffers' pages go back once s is idle. */
@@ -601,6 +642,9 @@ uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot);
 int conn_repost(struct sdp_sock *s, uint32_t slot);
 /* The transport reports nothing more on c's ep: out of the progress set. */
 void conn_leave_progress(struct sdp_sock *s);
+/* The transport's fd is dead (oti.h ep_fd_dead): out of every epoll set,
+ * then quiet (ep_quiet).  s's lock held. */
+void conn_quiet_dead_fd(struct sdp_sock *s);
 /* Disconnect the transport (once). */
 void conn_transport_down(struct sdp_sock *s);
 /* The connection ended abnormally: err (positive) is what the
@@ -785,11 +829,35 @@ void conn_progress(struct sdp_sock *s);
 void listener_progress(struct sdp_sock *s);
 /* Active open after the caller validated everything. */
 int conn_start_connect(struct sdp_sock *s, const struct sockaddr *dst, socklen_t len);
+void conn_undefer(struct sdp_sock *s);
+void conn_connect_started(struct sdp_sock *s);
+void conn_free_rings(struct sdp_conn *c);
 /* iWARP: repeat our first message until the passive side shows it saw it. */
 void conn_nudge(struct sdp_sock *s);
 /* Free the connection (its endpoint, buffers, zero-copy state). */
 void conn_free(struct sdp_sock *s);
 /* Reject pending requests and close the transport listener. */
 void listener_free(struct sdp_sock *s);
+
+/* --- move.c: a connection moved to another process (doc/fork.md) --------- */
+
+/* s (locked, driven just now): its connection into *blob (malloc()ed,
+ * *len bytes) and the transport's descriptor *fd, and s left closed
+ * without a word to the peer; -EBUSY while it is not quiet, -ENOTCONN,
+ * -EOPNOTSUPP (the transport's endpoints cannot move), s unchanged. */
+int conn_export(struct sdp_sock *s, void **blob, size_t *len, int *fd);
+/* A new socket (not in the table) for an exported connection; fd is
+ * taken whatever the result.  flags: SOCK_NONBLOCK, SOCK_CLOEXEC. */
+int conn_import(const void *blob, size_t len, int fd, int flags, struct sdp_sock **out);
+/* The transport listeners' fds of s into the progress thread's set
+ * (in_progress_set), all or none.  Caller holds s->lock. */
+int listener_progress_add(struct sdp_sock *s);
+/* Shared listeners (doc/fork.md): delta more (or fewer) accepting in
+ * this process, and the transport told whether to take connections.
+ * Caller holds s->lock. */
+void listener_accepting(struct sdp_sock *s, int delta);
+/* Before fork(): s is to be shared with the child, or -EOPNOTSUPP when
+ * one of its transports cannot share a listener.  Caller holds s->lock. */
+int listener_share(struct sdp_sock *s);
 
 #endif /* SDP_ENGINE_H */

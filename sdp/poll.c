@@ -16,21 +16,34 @@
 #include "spin.h"
 #include "sys.h"
 
-int sdp_events(int sd)
+static int events(int sd, bool quiet)
 {
 	struct sdp_sock *s = sock_lock_sd(sd);
 	int ev;
 
 	if (!s)
 		return -EBADF;
-	if (s->state == SDP_S_LISTEN)
+	if (s->state == SDP_S_LISTEN) {
 		listener_progress(s);
-	else if (s->conn)
+	} else if (s->conn) {
+		s->drive_quiet = quiet;
 		conn_progress(s);
+		s->drive_quiet = false;
+	}
 	conn_end_hold(s);	/* a poller is not waiting in recv() */
 	ev = sock_events_locked(s);
 	sock_unlock_put(s);
 	return ev;
+}
+
+int sdp_events(int sd)
+{
+	return events(sd, false);
+}
+
+int sdp_events_quiet(int sd)
+{
+	return events(sd, true);
 }
 
 int sdp_set_interest(int sd, int events)
@@ -120,6 +133,7 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		w[i].ep_events = 0;
 		w[i].changes = NULL;
 		w[i].edges = NULL;
+		w[i].gate = NULL;
 		w[i].epfd = -1;
 		w[i].next = socks[i]->waiters;
 		socks[i]->waiters = &w[i];
@@ -187,6 +201,7 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 	struct sdp_sock **socks;
 	struct sdp_waiter *w;
 	bool *parked = NULL;	/* socks[i]'s fd parked (waiters_add) */
+	bool *accepting = NULL;	/* socks[i] a listener counted accepting */
 	struct pollfd *kfds = NULL;
 	nfds_t *kidx = NULL, nk = 0, nsdp = 0;
 	struct spin sp;
@@ -198,14 +213,23 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 	socks = calloc(nfds ? nfds : 1, sizeof(*socks));
 	w = calloc(nfds ? nfds : 1, sizeof(*w));
 	parked = calloc(nfds ? nfds : 1, sizeof(*parked));
-	if (!socks || !w || !parked) {
+	accepting = calloc(nfds ? nfds : 1, sizeof(*accepting));
+	if (!socks || !w || !parked || !accepting) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	for (nfds_t i = 0; i < nfds; i++) {
 		socks[i] = fds[i].fd >= 0 ? sock_get(fds[i].fd) : NULL;
-		if (socks[i])
-			nsdp++;
+		if (!socks[i])
+			continue;
+		nsdp++;
+		/* Polling a listener for readable is accepting on it. */
+		pthread_mutex_lock(&socks[i]->lock);
+		if (socks[i]->state == SDP_S_LISTEN && (fds[i].events & POLLIN)) {
+			listener_accepting(socks[i], 1);
+			accepting[i] = true;
+		}
+		pthread_mutex_unlock(&socks[i]->lock);
 	}
 	kfds = calloc(nfds + 1 + nsdp * SDP_MAX_LISTENERS, sizeof(*kfds));
 	kidx = calloc(nfds + 1, sizeof(*kidx));
@@ -307,13 +331,21 @@ static int poll_loop(struct pollfd *fds, nfds_t nfds, uint64_t deadline, bool ze
 	unpark_all(socks, parked, nfds);
 out_free:
 	if (socks) {
-		for (nfds_t i = 0; i < nfds; i++)
-			if (socks[i])
-				sock_put(socks[i]);
+		for (nfds_t i = 0; i < nfds; i++) {
+			if (!socks[i])
+				continue;
+			if (accepting && accepting[i]) {
+				pthread_mutex_lock(&socks[i]->lock);
+				listener_accepting(socks[i], -1);
+				pthread_mutex_unlock(&socks[i]->lock);
+			}
+			sock_put(socks[i]);
+		}
 	}
 	free(socks);
 	free(w);
 	free(parked);
+	free(accepting);
 	free(kfds);
 	free(kidx);
 	return ret;
@@ -375,6 +407,11 @@ struct sdp_watch *sdp_watch_add(int sd, int efd, int *err)
 	pthread_mutex_lock(&s->lock);
 	wa->w.next = s->waiters;
 	s->waiters = &wa->w;
+	/* A listener in an epoll set: this process is accepting on it. */
+	if (s->state == SDP_S_LISTEN) {
+		wa->w.accepting_gen = sock_generation() + 1;
+		listener_accepting(s, 1);
+	}
 	pthread_mutex_unlock(&s->lock);
 	*err = 0;
 	return wa;
@@ -408,6 +445,13 @@ void sdp_watch_mute(int efd)
 	sock_muted_efd = efd;
 }
 
+void sdp_watch_gate(struct sdp_watch *wa, struct sdp_watch_gate *g)
+{
+	pthread_mutex_lock(&wa->s->lock);
+	wa->w.gate = g;
+	pthread_mutex_unlock(&wa->s->lock);
+}
+
 void sdp_watch_del(struct sdp_watch *wa)
 {
 	if (!wa)
@@ -416,6 +460,8 @@ void sdp_watch_del(struct sdp_watch *wa)
 	for (int i = 0; i < wa->w.nreg; i++)
 		(void)sys.epoll_ctl(wa->w.epfd, EPOLL_CTL_DEL, wa->w.reg_fd[i], NULL);
 	waiter_unlink(wa->s, &wa->w);
+	if (wa->w.accepting_gen == sock_generation() + 1)
+		listener_accepting(wa->s, -1);
 	pthread_mutex_unlock(&wa->s->lock);
 	sock_put(wa->s);
 	free(wa);

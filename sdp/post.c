@@ -175,10 +175,86 @@ void conn_rcvbuf_changed(struct sdp_sock *s)
 	conn_flush(s);
 }
 
+/* --- rings kept for the next connection ----------------------------------
+ * A connection's rings are megabytes of address space (recv_bufs and
+ * send_bufs buffers of buf_size): malloc maps each one anew and unmaps it
+ * at the close, and the pages a connection touched are cleared again for
+ * the next one; for a program that makes a connection per request that
+ * was a good part of its set-up (doc/fastpath.md, "Connection set-up").
+ * So the rings of a connection that moved little data (at most
+ * RING_KEEP_BYTES through them, so that they hold a few resident pages,
+ * not megabytes) are kept, RING_KEEP of them, and the next connection
+ * takes one of the same size.  RING_KEEP covers the connections a
+ * program has closed but whose close is still under way (the DisConn
+ * exchange) while it opens the next ones: 4 were too few for a client
+ * and server on one host, whose closes finish in batches.  A kept
+ * ring's old bytes are never sent: only what a connection writes or
+ * receives is.  Trylocks: a miss costs
+ * only the allocation, and a child forked while another thread held the
+ * lock never waits for it.
+ */
+#define RING_KEEP 32
+#define RING_KEEP_BYTES (64u * 1024)
+
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	void *mem;
+	size_t len;
+} ring_kept[RING_KEEP];	/* [0, ring_nkept): kept rings */
+static int ring_nkept;
+
+static size_t ring_len(uint32_t n, uint32_t size)
+{
+	return ((size_t)n * size + 4095) & ~(size_t)4095;
+}
+
+static void *ring_get(size_t len)
+{
+	void *mem = NULL;
+
+	if (pthread_mutex_trylock(&ring_lock) == 0) {
+		for (int i = 0; i < ring_nkept; i++) {
+			if (ring_kept[i].len == len) {
+				mem = ring_kept[i].mem;
+				ring_kept[i] = ring_kept[--ring_nkept];
+				break;
+			}
+		}
+		pthread_mutex_unlock(&ring_lock);
+	}
+	if (!mem) {
+		SDP_STAT_INC(ring_allocs, 1);
+		mem = aligned_alloc(4096, len);
+	}
+	return mem;
+}
+
+static void ring_put(void *mem, size_t len, bool keep)
+{
+	if (!mem)
+		return;
+	if (keep && pthread_mutex_trylock(&ring_lock) == 0) {
+		if (ring_nkept < RING_KEEP) {
+			ring_kept[ring_nkept].mem = mem;
+			ring_kept[ring_nkept++].len = len;
+			mem = NULL;
+		}
+		pthread_mutex_unlock(&ring_lock);
+	}
+	free(mem);
+}
+
+void conn_free_rings(struct sdp_conn *c)
+{
+	bool keep = c->ring_bytes <= RING_KEEP_BYTES;
+
+	ring_put(c->rx_mem, c->rx_mem_len, keep);
+	ring_put(c->tx_mem, c->tx_mem_len, keep);
+	c->rx_mem = c->tx_mem = NULL;
+}
+
 int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 {
-	int ret;
-
 	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
 	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
 	if (s->rcvbuf_set) {
@@ -188,7 +264,15 @@ int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 	if (c->caps.max_recv_wr && c->nrx > c->caps.max_recv_wr)
 		c->nrx = c->caps.max_recv_wr;
 	c->rx_max = c->nrx;
-	c->rx_mem = aligned_alloc(4096, ((size_t)c->nrx * c->rx_size + 4095) & ~(size_t)4095);
+	return conn_make_rx(c, NULL);
+}
+
+int conn_make_rx(struct sdp_conn *c, const bool *post)
+{
+	int ret;
+
+	c->rx_mem_len = ring_len(c->nrx, c->rx_size);
+	c->rx_mem = ring_get(c->rx_mem_len);
 	c->rxq_cap = c->nrx + 2;
 	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
 	c->rx_idle = calloc(c->nrx, sizeof(*c->rx_idle));
@@ -205,7 +289,7 @@ int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < c->nrx; i++) {
-		ret = conn_post_rx(c, i);
+		ret = post && !post[i] ? 0 : conn_post_rx(c, i);
 		if (ret)
 			return ret;
 	}
@@ -217,21 +301,25 @@ int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock *s)
 {
 	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
-	int ret;
 
 	c->tx_size = peer_rcvsz < cap ? peer_rcvsz : cap;
 	c->ntx = (uint32_t)tun_int(TUN_send_bufs);
 	if (s->sndbuf_set)
 		c->ntx = bufs_for((uint64_t)s->sndbuf, c->tx_size, 1);
-	c->tx_mem = aligned_alloc(4096, ((size_t)c->ntx * c->tx_size + 4095) & ~(size_t)4095);
+	return conn_make_tx(c);
+}
+
+int conn_make_tx(struct sdp_conn *c)
+{
+	c->tx_mem_len = ring_len(c->ntx, c->tx_size);
+	c->tx_mem = ring_get(c->tx_mem_len);
 	c->tx_len = calloc(c->ntx, sizeof(*c->tx_len));
 	c->tx_urg = calloc(c->ntx, sizeof(*c->tx_urg));
 	if (!c->tx_mem || !c->tx_len || !c->tx_urg)
 		return -ENOMEM;
 	c->buf_bytes += (uint64_t)c->ntx * c->tx_size;
 	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * c->tx_size);
-	ret = c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
-	return ret;
+	return c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
 }
 
 /* --- idle buffers -------------------------------------------------------------
@@ -324,13 +412,36 @@ void conn_leave_progress(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
 
-	if (c->in_progress_set) {
-		progress_del(s->parent ? s->parent : s, c->ep_fd);
+	if (c->in_progress_set || c->prog_deferred) {
+		if (c->in_progress_set)
+			progress_del(s->parent ? s->parent : s, c->ep_fd);
 		c->in_progress_set = false;
+		c->prog_deferred = false;
 		/* Out of the watches' sets too, while the fd is still
 		 * this ep's (it is closed next). */
 		progress_watch_sync(s);
 	}
+}
+
+/*
+ * The transport's fd is dead (oti.h ep_fd_dead): it leaves every epoll set
+ * the engine put it in, by its number while the number still names it,
+ * and only then does a quiet file take the number (ep_quiet).  A
+ * registration of the socket that a forked child's copy keeps alive
+ * would otherwise stay, firing for ever with a pointer to a socket that
+ * is freed, and could no longer be removed by its number.  s's lock held.
+ */
+void conn_quiet_dead_fd(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c || !c->ep || !c->t->ep_fd_dead || !c->t->ep_fd_dead(c->ep))
+		return;
+	conn_leave_progress(s);
+	/* And out of a watch's set whatever the flags say (a failed
+	 * conn_undefer() left them both down). */
+	progress_watch_sync(s);
+	c->t->ep_quiet(c->ep);
 }
 
 /* --- teardown ------------------------------------------------------------- */
@@ -1142,6 +1253,15 @@ void sock_changed(struct sdp_sock *s, bool edge)
 		 * through the counters, in the report it is making. */
 		if (w->changes && w->fd == sock_muted_efd)
 			continue;
+		/* Nobody asleep on the set but maybe the thread making
+		 * the change: the counters carry it (sdp_watch_gate()). */
+		if (w->gate) {
+			__atomic_fetch_add(&w->gate->changes, 1, __ATOMIC_SEQ_CST);
+			if (!__atomic_load_n(&w->gate->sleepers, __ATOMIC_SEQ_CST) ||
+			    __atomic_exchange_n(&w->gate->rung, 1, __ATOMIC_SEQ_CST))
+				continue;
+		}
+		SDP_STAT_INC(watch_writes, 1);
 		if (sys.write(w->fd, &one, sizeof(one)) < 0) {
 			/* Counter saturated: the waiter wakes anyway. */
 		}

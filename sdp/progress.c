@@ -56,6 +56,9 @@ static pthread_t prog_thread;
 static struct sock_ref *prog_releases;	/* refs to drop after the batch */
 static struct sock_ref *prog_watch;	/* sockets with deadlines */
 static bool prog_watch_out;		/* prog_tick() has the watch list */
+/* The timeout of the thread's last epoll_wait (or of the one it is about
+ * to make): -1 none.  prog_kick_needed_locked() reads it. */
+static int prog_sleep_ms = -1;
 static bool prog_fast;			/* a watched socket holds a request */
 static bool prog_hold_seen;		/* prog_tick(): one still does */
 static bool prog_hold_new;		/* progress_hold() since the last tick */
@@ -80,6 +83,21 @@ static void prog_push(struct sock_ref **list, struct sdp_sock *s)
 	*list = r;
 }
 
+/*
+ * Whether a socket put on the watch or release list needs the thread
+ * woken for it: not while it ticks anyway (it looks at both lists at
+ * every tick, and a deadline is never finer than a tick), nor from the
+ * thread itself, which looks at them before it sleeps again.  A kick per
+ * connection (its connect's deadline, its close as an orphan) was a
+ * wakeup and two thread switches per connection set up and torn down.
+ * prog_lock held.
+ */
+static bool prog_kick_needed_locked(void)
+{
+	return !on_progress_thread &&
+	       (prog_sleep_ms < 0 || prog_sleep_ms > SDP_TICK_MS);
+}
+
 static void prog_kick(void)
 {
 	uint64_t one = 1;
@@ -87,6 +105,13 @@ static void prog_kick(void)
 	if (prog_wakefd >= 0 && sys.write(prog_wakefd, &one, sizeof(one)) < 0) {
 		/* The counter is already non-zero: the thread will wake. */
 	}
+}
+
+/* epoll_ctl on the thread's set, counted.  prog_lock held. */
+static int prog_ctl(int op, int fd, struct epoll_event *ev)
+{
+	SDP_STAT_INC(progress_set_changes, 1);
+	return sys.epoll_ctl(prog_epfd, op, fd, ev);
 }
 
 /*
@@ -102,13 +127,13 @@ static int prog_add_fd(int fd, uint32_t events, struct sdp_sock *s, bool *excl)
 	struct epoll_event ev = { .events = events | EPOLLEXCLUSIVE, .data.ptr = s };
 
 	*excl = true;
-	if (sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+	if (prog_ctl(EPOLL_CTL_ADD, fd, &ev) == 0)
 		return 0;
 	if (errno != EINVAL)
 		return -errno;
 	*excl = false;
 	ev.events = events;
-	return sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+	return prog_ctl(EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
 /* A registration's new events; an exclusive one cannot be modified
@@ -119,9 +144,9 @@ static int prog_mod_fd(int fd, uint32_t events, struct sdp_sock *s, bool *excl)
 	if (!*excl) {
 		struct epoll_event ev = { .events = events, .data.ptr = s };
 
-		return sys.epoll_ctl(prog_epfd, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
+		return prog_ctl(EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
 	}
-	(void)sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+	(void)prog_ctl(EPOLL_CTL_DEL, fd, NULL);
 	return prog_add_fd(fd, events, s, excl);
 }
 
@@ -395,6 +420,8 @@ static void *prog_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&prog_lock);
 		int timeout = prog_timeout_locked();
+
+		prog_sleep_ms = timeout;
 		pthread_mutex_unlock(&prog_lock);
 
 		int n = sys.epoll_wait(epfd, ev, 64, timeout);
@@ -459,6 +486,7 @@ static int prog_start_locked(void)
 	}
 	prog_epfd = epfd;
 	prog_wakefd = wakefd;
+	prog_sleep_ms = -1;	/* a forked child's thread has not slept yet */
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
 	sys.epoll_ctl(prog_epfd, EPOLL_CTL_ADD, prog_wakefd, &ev);
@@ -513,16 +541,33 @@ int progress_add_ep(struct sdp_sock *s, struct sdp_conn *c)
 	return ret;
 }
 
-void progress_del(struct sdp_sock *s, int fd)
+void progress_mute(int fd)
 {
 	pthread_mutex_lock(&prog_lock);
 	if (prog_epfd >= 0)
-		sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		(void)prog_ctl(EPOLL_CTL_DEL, fd, NULL);
+	pthread_mutex_unlock(&prog_lock);
+}
+
+bool progress_on_thread(void)
+{
+	return on_progress_thread;
+}
+
+void progress_del(struct sdp_sock *s, int fd)
+{
+	bool kick;
+
+	pthread_mutex_lock(&prog_lock);
+	if (prog_epfd >= 0)
+		prog_ctl(EPOLL_CTL_DEL, fd, NULL);
 	/* The thread may hold s from its current batch: drop the reference
 	 * only after that batch. */
 	prog_push(&prog_releases, s);
+	kick = prog_kick_needed_locked();
 	pthread_mutex_unlock(&prog_lock);
-	prog_kick();
+	if (kick)
+		prog_kick();
 }
 
 static void progress_watch_locked(struct sdp_sock *s)
@@ -541,8 +586,11 @@ void progress_adopt_orphan(struct sdp_sock *s)
 				       (uint64_t)tun_int(TUN_disconnect_timeout_ms) * 1000000ull;
 	pthread_mutex_lock(&prog_lock);
 	progress_watch_locked(s);
+	bool kick = prog_kick_needed_locked();
+
 	pthread_mutex_unlock(&prog_lock);
-	prog_kick();
+	if (kick)
+		prog_kick();
 }
 
 /* The socket whose sdp_sendv()/sdp_recvv() this thread is in. */
@@ -574,7 +622,12 @@ void progress_call_exit(struct sdp_sock *s, struct sdp_sock *outer)
 	if (s->reap_on_exit && c && c->ep && !c->transport_down &&
 	    c->t->ep_arm(c->ep) == -EAGAIN) {
 		s->reap_on_exit = false;
+		/* For the completions of this call's own posts: arrivals
+		 * wake whoever waits for them, and reading here found the
+		 * transport empty nearly every time. */
+		s->drive_quiet = true;
 		sdp_upcalls.drive(s);
+		s->drive_quiet = false;
 	}
 	call_sock = outer;
 	if (call_parked == s) {
@@ -627,8 +680,11 @@ void progress_watch(struct sdp_sock *s)
 {
 	pthread_mutex_lock(&prog_lock);
 	progress_watch_locked(s);
+	bool kick = prog_kick_needed_locked();
+
 	pthread_mutex_unlock(&prog_lock);
-	prog_kick();
+	if (kick)
+		prog_kick();
 }
 
 /* --- waiting ------------------------------------------------------------------ */
@@ -701,24 +757,41 @@ int progress_wait_fds(struct sdp_sock *s, struct pollfd *fds)
 	return 0;
 }
 
+/* Whether s is a listener whose fds are in the progress thread's set:
+ * not a shared one's (listener_share()). */
+static bool prog_has_listener(const struct sdp_sock *s)
+{
+	return s->nlsn && s->in_progress_set && !__atomic_load_n(&s->lsn_shared, __ATOMIC_RELAXED);
+}
+
+/* Whether fd is s's one wait source in the progress thread's set: a
+ * connection's ep fd, or the fd of a listener on one transport. */
+static bool prog_has_source(const struct sdp_sock *s, int fd)
+{
+	if (s->nlsn)
+		return s->nlsn == 1 && prog_has_listener(s) &&
+		       s->lsn[0].t->listener_fd(s->lsn[0].l) == fd;
+	return s->conn && s->conn->in_progress_set && s->conn->ep_fd == fd;
+}
+
 /*
  * A thread about to sleep on s's connection fd itself takes that fd out of
  * the progress thread's epoll until it wakes: one completion then wakes
  * one thread instead of two, which in a request/response exchange saves a
  * wakeup and a fight for the socket lock per message.  The first such waiter
  * parks the fd, the last one puts it back; if the connection went away or
- * left the progress set meanwhile, it is not put back.
+ * left the progress set meanwhile, it is not put back.  A listener's fd
+ * is parked the same way by a sleeping accept() (or poll): it cannot be
+ * registered EPOLLEXCLUSIVE (an epoll instance on tcp-fallback), so
+ * every new connection woke the progress thread as well.
  */
 bool progress_park(struct sdp_sock *s, int fd)
 {
-	if (s->nlsn || !s->conn || !s->conn->in_progress_set || s->conn->ep_fd != fd)
+	if (!prog_has_source(s, fd))
 		return false;
 	if (s->ep_parked++ == 0) {
 		s->parked_fd = fd;
-		pthread_mutex_lock(&prog_lock);
-		if (prog_epfd >= 0)
-			sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
-		pthread_mutex_unlock(&prog_lock);
+		progress_mute(fd);
 	}
 	return true;
 }
@@ -727,8 +800,17 @@ void progress_unpark(struct sdp_sock *s)
 {
 	if (--s->ep_parked > 0)
 		return;
-	if (!s->conn || !s->conn->in_progress_set || s->conn->ep_fd != s->parked_fd)
+	if (!prog_has_source(s, s->parked_fd))
 		return;
+	if (s->nlsn) {
+		bool excl;
+
+		pthread_mutex_lock(&prog_lock);
+		if (prog_epfd >= 0)
+			(void)prog_add_fd(s->parked_fd, EPOLLIN, s, &excl);
+		pthread_mutex_unlock(&prog_lock);
+		return;
+	}
 	uint32_t events = ep_epoll_events(s->conn);
 
 	pthread_mutex_lock(&prog_lock);
@@ -752,7 +834,8 @@ static int watch_sources(struct sdp_sock *s, int *fds)
 			fds[i] = s->lsn[i].t->listener_fd(s->lsn[i].l);
 		return s->nlsn;
 	}
-	if (!c || !c->ep || !c->in_progress_set || s->parent || !(ep_epoll_events(c) & EPOLLIN))
+	if (!c || !c->ep || !(c->in_progress_set || c->prog_deferred) || s->parent ||
+	    !(ep_epoll_events(c) & EPOLLIN))
 		return 0;
 	fds[0] = c->ep_fd;
 	return 1;
@@ -765,15 +848,15 @@ static void prog_behind(struct sdp_sock *s, int fd)
 	struct sdp_conn *c = s->conn;
 
 	pthread_mutex_lock(&prog_lock);
-	if (prog_epfd >= 0 && s->nlsn && s->in_progress_set) {
+	if (prog_epfd >= 0 && prog_has_listener(s) && !(s->ep_parked && s->parked_fd == fd)) {
 		bool excl;
 
-		(void)sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		(void)prog_ctl(EPOLL_CTL_DEL, fd, NULL);
 		(void)prog_add_fd(fd, EPOLLIN, s, &excl);
 	} else if (prog_epfd >= 0 && c && c->in_progress_set && c->ep_fd == fd &&
 		   !(s->ep_parked && s->parked_fd == fd)) {
 		/* A parked fd goes back at the end when unparked. */
-		(void)sys.epoll_ctl(prog_epfd, EPOLL_CTL_DEL, fd, NULL);
+		(void)prog_ctl(EPOLL_CTL_DEL, fd, NULL);
 		if (prog_add_fd(fd, c->prog_events, s, &c->prog_excl) < 0)
 			sdp_err(LOGSYS, "sd %d: transport fd lost from the progress set", s->sd);
 	}
@@ -849,6 +932,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	w.ep_events = 0;
 	w.changes = NULL;
 	w.edges = NULL;
+	w.gate = NULL;
 	w.epfd = -1;
 	w.next = s->waiters;
 	s->waiters = &w;

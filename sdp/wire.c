@@ -376,6 +376,39 @@ int sdp_hello_ack_decode(const void *buf, size_t len, struct sdp_hello_ack *h)
 	return 0;
 }
 
+static const uint8_t reject_magic[4] = { 'l', 's', 'd', 'p' };
+#define REJECT_VERSION 1
+
+int sdp_reject_encode(void *out, size_t cap, enum sdp_reject_reason why)
+{
+	uint8_t *p = out;
+
+	if (cap < SDP_REJECT_LEN)
+		return -EMSGSIZE;
+	memcpy(p, reject_magic, sizeof(reject_magic));
+	p[4] = REJECT_VERSION;
+	p[5] = (uint8_t)why;
+	p[6] = p[7] = 0;
+	return SDP_REJECT_LEN;
+}
+
+int sdp_reject_decode(const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	if (len < SDP_REJECT_LEN || memcmp(p, reject_magic, sizeof(reject_magic)) ||
+	    p[4] != REJECT_VERSION || p[6] || p[7])
+		return -EPROTO;
+	switch (p[5]) {
+	case SDP_REJECT_BUSY:
+	case SDP_REJECT_RESOURCE:
+	case SDP_REJECT_HELLO:
+		return p[5];
+	default:
+		return -EPROTO;
+	}
+}
+
 /* --- extended headers ---------------------------------------------------- */
 
 void sdp_srcah_encode(void *out, const struct sdp_srcah *a)

@@ -132,6 +132,26 @@ int sdp_hello_ack_encode(void *out, size_t cap, const struct sdp_hello_ack *h);
 int sdp_hello_decode(const void *buf, size_t len, struct sdp_hello *h);
 int sdp_hello_ack_decode(const void *buf, size_t len, struct sdp_hello_ack *h);
 
+/*
+ * Why a passive side refused a Hello: libsdp's own reject private data.
+ * The SDP specification gives a refusal no content, so this is an
+ * extension, told apart by its magic: "lsdp", a version (1), the reason,
+ * two zero bytes.  A peer that sends none (or anything else) refused
+ * without saying why.  A transport may pad private data with zeros (an
+ * IB CM REJ carries 148 bytes): what follows the 8 bytes is ignored.
+ */
+enum sdp_reject_reason {
+	SDP_REJECT_BUSY = 1,		/* the listener's accept queue is full */
+	SDP_REJECT_RESOURCE,		/* no memory, descriptors or registrations */
+	SDP_REJECT_HELLO,		/* the Hello was invalid or of another version */
+};
+#define SDP_REJECT_LEN 8
+/* Encode into out (capacity cap): SDP_REJECT_LEN, or -EMSGSIZE. */
+int sdp_reject_encode(void *out, size_t cap, enum sdp_reject_reason why);
+/* The reason in buf, or -EPROTO when buf is not a libsdp reject (no
+ * magic, another version, an unknown reason, too short). */
+int sdp_reject_decode(const void *buf, size_t len);
+
 /* --- extended headers (all follow the BSDH directly) --------------------- */
 
 struct sdp_srcah {		/* SrcAvail */

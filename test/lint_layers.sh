@@ -24,7 +24,7 @@ set -u
 DIRS="common transports/epq transports/verbs transports/ib transports/iwarp transports/tcp-fallback transports/shm
 transports conf sdp dat ops preload"
 SDP_FILES="wire convert_wire base regcache progress mode post zcopy write_zcopy conn
-sock poll convert"
+move sock poll convert"
 OPS_FILES="clock stats peercache epset fdtable sigio relayed relay switch epoll fork convert io ctl poll"
 
 command -v nm >/dev/null 2>&1 || { echo "lint_layers: SKIP: no nm"; exit 77; }

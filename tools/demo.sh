@@ -7,6 +7,9 @@
 #    sdp_run on the software transport (no RNIC needed), with what sdpstat
 #    shows of the server while it runs; socat moving a 64 MiB file over
 #    SDP, checked with sha256; the same iperf3 over the kernel's TCP.
+# 3. One host, the shared-memory transport: the same iperf3, and 64-byte
+#    round trips of a plain sockets program (bench/preload_cost), over SDP
+#    on shm and over the kernel's TCP.
 # 2. The engine on its own: 256 MiB of seeded pseudo-random data from an
 #    sdpcat client to an sdpcat server over SDP, then over the kernel's
 #    TCP, each checked end to end (byte count and XXH64).
@@ -87,11 +90,12 @@ CONFEOF
 # A free port P whose SDP port on this transport (P + 20000) is free too.
 free_port() { python3 "$(dirname "$0")/free_port.py" 127.0.0.1; }
 
-# iperf3_rate yes|no: a 3-second iperf3 run on 127.0.0.1, both ends under
-# sdp_run or not; leaves Gbit/s in $rate.
+# iperf3_rate yes|no [CONF]: a 3-second iperf3 run on 127.0.0.1, both ends
+# under sdp_run (with CONF, default demo.conf) or not; leaves Gbit/s in
+# $rate.
 iperf3_rate() {
 	local pre=() port client
-	[ "$1" = yes ] && pre=("$sdp_run" --conf "$conf" --)
+	[ "$1" = yes ] && pre=("$sdp_run" --conf "${2:-$conf}" --)
 	port=$(free_port)
 	"${pre[@]}" iperf3 -s -1 --forceflush -p "$port" >"$tmp/iperf-s.out" 2>&1 </dev/null &
 	server_pid=$!
@@ -174,13 +178,61 @@ echo "-- over the kernel's TCP, for comparison"
 run_one --tcp || exit 1
 tcp_rate=$rate
 echo
+echo
+echo "== 3. one host: the shared-memory transport (shm), the same programs"
+echo
+shmconf=$tmp/demo-shm.conf
+sed 's/^transport enable tcp-fallback$/transport enable shm/' "$conf" >"$shmconf"
+: >"$tmp/libsdp.log"
+echo "-- iperf3 -s and iperf3 -c under sdp_run, transport enable shm"
+SDP_TRANSPORTS=shm iperf3_rate yes "$shmconf" || exit 1
+iperf_shm=$rate
+if ! grep -q "established over shm" "$tmp/libsdp.log"; then
+	echo "demo: iperf3 did not use SDP over shm:" >&2
+	cat "$tmp/libsdp.log" >&2
+	exit 1
+fi
+echo "   iperf3 over SDP on shm: $iperf_shm Gbit/s"
+echo
+# pingpong_p50 yes|no [CONF]: 20,000 round trips of 64 bytes between
+# preload_cost's echo server and client (a plain sockets program, TCP_NODELAY),
+# both under sdp_run or not; leaves the median round trip (us) in $rtt.
+pingpong_p50() {
+	local pre=() pf=$tmp/pp.port out
+	[ "$1" = yes ] && pre=("$sdp_run" --conf "${2:-$conf}" --)
+	rm -f "$pf"
+	"${pre[@]}" "$builddir/bench/preload_cost" serve --echo --port-file "$pf" >/dev/null 2>&1 </dev/null &
+	server_pid=$!
+	for _ in $(seq 200); do [ -s "$pf" ] && break; sleep 0.05; done
+	out=$("${pre[@]}" "$builddir/bench/preload_cost" pingpong "127.0.0.1:$(cat "$pf")" 20000 64 2>&1)
+	kill "$server_pid" 2>/dev/null
+	wait "$server_pid" 2>/dev/null
+	server_pid=
+	rtt=$(printf '%s\n' "$out" | sed -n 's/^rtt_p50_us=\([0-9.]*\).*/\1/p')
+	[ -n "$rtt" ] || { echo "demo: pingpong failed: $out" >&2; return 1; }
+}
+echo "-- 64-byte round trips (bench/preload_cost pingpong: plain sockets, TCP_NODELAY)"
+: >"$tmp/libsdp.log"
+SDP_TRANSPORTS=shm pingpong_p50 yes "$shmconf" || exit 1
+rtt_shm=$rtt
+grep -q "established over shm" "$tmp/libsdp.log" || { echo "demo: pingpong did not use shm" >&2; exit 1; }
+pingpong_p50 no || exit 1
+rtt_tcp=$rtt
+echo "   median round trip: SDP on shm $rtt_shm us, kernel TCP $rtt_tcp us"
+echo
 echo "== summary, Gbit/s              SDP      TCP   SDP/TCP"
 awk -v s="$iperf_sdp" -v t="$iperf_tcp" 'BEGIN {
-	printf "   iperf3 under sdp_run     %7.2f  %7.2f  %7.2f\n", s, t, (t > 0 ? s / t : 0) }'
+	printf "   iperf3, tcp-fallback     %7.2f  %7.2f  %7.2f\n", s, t, (t > 0 ? s / t : 0) }'
 awk -v s="$sdp_rate" -v t="$tcp_rate" 'BEGIN {
 	printf "   sdpcat, checksummed      %7.2f  %7.2f  %7.2f\n", s, t, (t > 0 ? s / t : 0) }'
+awk -v s="$iperf_shm" -v t="$iperf_tcp" 'BEGIN {
+	printf "   iperf3, shm              %7.2f  %7.2f  %7.2f\n", s, t, (t > 0 ? s / t : 0) }'
+echo "   round trip 64 B, us (lower is better)"
+awk -v s="$rtt_shm" -v t="$rtt_tcp" 'BEGIN {
+	printf "   pingpong p50, shm        %7.2f  %7.2f  %7.2f\n", s, t, (t > 0 ? s / t : 0) }'
 echo
 echo "(The software transport carries SDP over a TCP connection of its own: it"
 echo " copies each byte twice more than kernel TCP, and wins only where SDP's"
-echo " batching of writes pays; on RDMA hardware SDP bypasses the TCP/IP stack.)"
+echo " batching of writes pays; on RDMA hardware SDP bypasses the TCP/IP stack."
+echo " shm moves the bytes through memory shared by the two processes.)"
 exit 0

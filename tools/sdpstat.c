@@ -133,6 +133,13 @@ static void print_summary(const struct sdp_stats_snap *s)
 		{ OPS_C_PROGRESS_BUSY_SKIPS, "progress busy skips" },
 		{ OPS_C_PROGRESS_WAKEUPS, "progress wakeups" },
 		{ OPS_C_EPOLL_LOOKS, "epoll looks" },
+		{ OPS_C_SPIN_POLL_ANSWERS, "spin poll answers" },
+		{ OPS_C_WATCH_WRITES, "watch writes" },
+		{ OPS_C_EPOLL_RINGS, "epoll rings" },
+		{ OPS_C_TRANSPORT_EMPTY_READS, "transport empty reads" },
+		{ OPS_C_MOVES_OUT, "moves out" },
+		{ OPS_C_MOVES_IN, "moves in" },
+		{ OPS_C_MOVES_REFUSED, "moves refused" },
 	};
 	for (size_t i = 0; i < sizeof(singles) / sizeof(singles[0]); i++)
 		if (ctr(s, singles[i].c))

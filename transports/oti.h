@@ -33,6 +33,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -59,6 +60,11 @@ enum {
 	 * listener's port when another transport listens beside it, and its
 	 * ep_open() may answer -ENODEV (nobody of ours there) at once. */
 	OTI_CAP_HOST_LOCAL = 1u << 4,
+	/* The passive side is up once it accept()ed: once the active side's
+	 * connect() has sent its request, the active side's ESTABLISHED
+	 * needs no answer from it, so it may be taken late (the engine
+	 * then leaves a non-blocking connect to whoever waits for it). */
+	OTI_CAP_PASSIVE_DONE = 1u << 5,
 };
 
 struct oti_caps {
@@ -203,6 +209,24 @@ struct oti_ops {
 		      const void *pdata, size_t len);
 	/* Pending requests are rejected. */
 	void (*listener_close)(struct oti_listener *l);
+	/*
+	 * Sharing a listener with forked children (doc/fork.md, issue 17);
+	 * both NULL for a transport whose listener cannot be shared (an
+	 * rdma_cm id lives in the process that made it).  The system's
+	 * queue of the listener is then one for every process holding it.
+	 *
+	 * listener_take(): whether get_connreq() takes new connections from
+	 * that queue, and listener_fd() reports them (on when listening).
+	 * Off, the connections already taken are still completed.
+	 *
+	 * listener_forked(): in a fork child, makes the inherited copy of l
+	 * the child's own: its wait set, and no request of the parent's (the
+	 * child's copies of their descriptors are closed; the parent's
+	 * connections are left as they are).  Keeps listener_take's setting.
+	 * 0 or a negative errno (l then unusable but for listener_close).
+	 */
+	void (*listener_take)(struct oti_listener *l, bool on);
+	int (*listener_forked)(struct oti_listener *l);
 
 	/* --- endpoints --------------------------------------------------- */
 
@@ -214,6 +238,15 @@ struct oti_ops {
 	int (*ep_accept_open)(struct oti_listener *l, struct oti_connreq *req,
 			      struct oti_ep **out);
 	int (*accept)(struct oti_ep *ep, const void *pdata, size_t len);
+	/*
+	 * Passive, instead of accept(): refuse the request ep was opened
+	 * for, with optional private data, which the active side gets with
+	 * OTI_EV_REJECTED (the engine says why: it could not register the
+	 * connection's buffers).  ep is then only closed.  NULL in a backend
+	 * that cannot: ep_close() alone ends the request, and the active
+	 * side sees its connection go down.
+	 */
+	int (*ep_reject)(struct oti_ep *ep, const void *pdata, size_t len);
 
 	/*
 	 * Active: an ep for reaching dst (from src if given).  Resolution is
@@ -306,6 +339,92 @@ struct oti_ops {
 	 * message it is receiving is being written.
 	 */
 	void (*mem_idle)(struct oti_ep *ep, void *addr, size_t len);
+
+	/* --- busy polling -------------------------------------------------- */
+
+	/*
+	 * Appended; both NULL in a backend whose news only a system call
+	 * sees.  ep_poll(): is there work for get_event() or poll_cq(), seen
+	 * without a system call (shm: the rings' indexes in shared memory)?
+	 * From the first ep_poll() on, the caller is polling, not sleeping,
+	 * and promises to call ep_arm() before it sleeps on ep_fd() or
+	 * ep_poll_end() when it stops polling otherwise; meanwhile the
+	 * backend may stop asking the peer to wake this side (so that a
+	 * spinning waiter costs neither side a system call), and ep_fd()
+	 * may stay quiet for what arrives.  ep_poll_end(): the caller stops
+	 * polling without a sleep; ep_fd() wakes sleepers again from now
+	 * on.  True: work came that ep_fd() will not announce, the caller
+	 * drives the ep (get_event(), poll_cq()) before it lets it go.
+	 */
+	bool (*ep_poll)(struct oti_ep *ep);
+	bool (*ep_poll_end)(struct oti_ep *ep);
+
+	/* --- drives -------------------------------------------------------- */
+
+	/*
+	 * Appended; NULL where looking costs no system call (verbs polls a
+	 * CQ in memory).  The engine brackets each drive of ep (a run of
+	 * get_event() and poll_cq(), under the connection's lock) with
+	 * these.  Within a drive the backend reads its transport until a
+	 * read finds it empty, and not again: whatever arrives later makes
+	 * ep_fd() readable, and whoever waits on it drives again.  With
+	 * read false it does not read at all: the drive reaps what is
+	 * queued (the completions of the caller's own posts) and moves its
+	 * output.  drive_end() returns the reads of the drive that found
+	 * nothing (for the statistics).
+	 */
+	void (*drive_begin)(struct oti_ep *ep, bool read);
+	unsigned (*drive_end)(struct oti_ep *ep);
+
+	/* --- moving an endpoint to another process (doc/fork.md) ------------ */
+
+	/*
+	 * Appended; both NULL in a backend whose endpoints cannot leave the
+	 * process that made them (verbs: a QP is its process's).
+	 *
+	 * ep_export(): ep, connected and quiet, becomes a description of its
+	 * state (*blob, malloc()ed, *len bytes: the caller frees it) and the
+	 * descriptor *fd that carries the connection, which the process
+	 * that imports must hold (a fork child has it at the same number
+	 * already; otherwise it is passed with SCM_RIGHTS).  Quiet: no event
+	 * or completion waiting to be taken, nothing posted but receives (no
+	 * send, write or RDMA read of ours unfinished), and no part of an
+	 * RDMA write or read answer of the peer's half placed; -EBUSY
+	 * otherwise, -ENOTCONN once the connection is not up, and ep is then
+	 * as it was.  On success ep is consumed: freed without a word to the
+	 * peer, its posted receives forgotten (the bytes of a message it had
+	 * begun to place in one travel in the description), *fd left open,
+	 * still libsdp's (common/fdspace.h), and the caller's.  Registrations
+	 * made on ep stay until mr_dereg() but the peer reaches them no more:
+	 * the engine moves only when the peer holds no key of its.
+	 *
+	 * ep_import(): a connected ep from such a description and its
+	 * descriptor, which the ep takes whatever the result (closed on
+	 * failure: -EINVAL for a description this backend did not make).  It
+	 * has no registration, nothing posted and no event to report: the
+	 * caller registers and posts its receives, oldest first (a message
+	 * the old ep had begun lands in the first), then drives it as any.
+	 */
+	int (*ep_export)(struct oti_ep *ep, void **blob, size_t *len, int *fd);
+	int (*ep_import)(const void *blob, size_t len, int fd, struct oti_ep **out);
+
+	/* --- a dead descriptor --------------------------------------------- */
+
+	/*
+	 * Appended; both NULL in a backend whose ep_fd() never stays ready
+	 * for good (verbs).  ep_fd_dead(): the file at ep_fd() will stay
+	 * ready for ever (the peer's EOF or reset on a socket) and should
+	 * make way for a quiet one.  The engine then takes ep_fd() out of
+	 * every epoll set it put it in and calls ep_quiet(), which puts a
+	 * file that is never ready (an eventfd) at ep_fd()'s number; the
+	 * backend never does so on its own.  An epoll registration is of a
+	 * file, removed by the number that names it: if another file took
+	 * the number first, a copy of the old one (a forked child holds
+	 * one) would keep the registration alive, firing for ever and no
+	 * longer removable.
+	 */
+	bool (*ep_fd_dead)(struct oti_ep *ep);
+	void (*ep_quiet)(struct oti_ep *ep);
 };
 
 /* --- registry (transports/oti.c) ------------------------------------- */

@@ -320,8 +320,9 @@ echo_pair() {
 		python3 "$work/echo_client.py" "$port" >"$cl" 2>&1 || rc=1
 	wait "$sp" || rc=1
 	grep -q '^echo ok' "$cl" || rc=1
-	grep -q 'accepted an SDP connection (tcp-fallback)' "$sl" || rc=1
-	grep -q "connected to 127.0.0.1:$port over SDP (tcp-fallback)" "$cl" || rc=1
+	# On one host shm is tried first (doc/shm.md), else tcp-fallback.
+	grep -Eq 'accepted an SDP connection \((shm|tcp-fallback)\)' "$sl" || rc=1
+	grep -Eq "connected to 127.0.0.1:$port over SDP \((shm|tcp-fallback)\)" "$cl" || rc=1
 	if [ "$rc" -ne 0 ]; then
 		echo "  server:"
 		show "$sl"

@@ -5,8 +5,10 @@
  * (each rejects the other's MID).  An accepted header must hold what the
  * decoders promise the engine (version, IP version, max_adverts, receive
  * sizes in bounds) and must survive a round trip: encoded again into the
- * same room and decoded, it gives the same fields.
+ * same room and decoded, it gives the same fields.  It goes to the
+ * decoder of libsdp's reject private data too.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -71,9 +73,26 @@ static void check_hello_ack(const uint8_t *data, size_t size)
 		   h.max_adverts == again.max_adverts && h.actrcvsz == again.actrcvsz);
 }
 
+/* A refusal's private data: a reason it names is one of ours, and it
+ * re-encodes to the bytes it came from. */
+static void check_reject(const uint8_t *data, size_t size)
+{
+	uint8_t out[SDP_REJECT_LEN];
+	int why = sdp_reject_decode(data, size);
+
+	if (why < 0) {
+		FUZZ_CHECK(why == -EPROTO);
+		return;
+	}
+	FUZZ_CHECK(why >= SDP_REJECT_BUSY && why <= SDP_REJECT_HELLO);
+	FUZZ_CHECK(sdp_reject_encode(out, sizeof(out), why) == SDP_REJECT_LEN);
+	FUZZ_CHECK(memcmp(out, data, SDP_REJECT_LEN) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	check_hello(data, size);
 	check_hello_ack(data, size);
+	check_reject(data, size);
 	return 0;
 }

@@ -3307,16 +3307,36 @@ out:
 
 /* ======================================================================= */
 
-/* The cases run and failed, for the last line. */
-static int ran, failures;
+/* The cases run, failed and skipped, for the last line. */
+static int ran, skipped, failures;
 
-/* One case of a table, unless --only leaves it out: run it, check that the
- * victim survived it, say the verdict. */
-static void run_case(const char *name, int (*run)(int, char *, size_t), size_t i, const char *only)
+/*
+ * A case that needs zero copy of the victim cannot run on a transport
+ * without RDMA read (the victim never offers a SrcAvail) or RDMA write (it
+ * never advertises a SinkAvail, nor writes into one): shm has neither, by
+ * design (doc/shm.md).  Says so and counts the case skipped; need: the
+ * OTI_CAP_RDMA_* flags it needs.
+ */
+static bool runs_here(const char *name, uint32_t need)
+{
+	if ((caps.flags & need) == need)
+		return true;
+	say("skip %-40s %s has no RDMA %s: the victim never uses that zero copy on it", name,
+	    T->name, (need & ~caps.flags & OTI_CAP_RDMA_READ) ? "read" : "write");
+	skipped++;
+	return false;
+}
+
+/* One case of a table, unless --only leaves it out or the transport cannot
+ * run it: run it, check that the victim survived it, say the verdict. */
+static void run_case(const char *name, int (*run)(int, char *, size_t), size_t i, const char *only,
+		     uint32_t need)
 {
 	char why[512] = "";
 
 	if (only && !strstr(name, only))
+		return;
+	if (!runs_here(name, need))
 		return;
 	ran++;
 	int r = run((int)i, why, sizeof(why));
@@ -3330,10 +3350,13 @@ static void run_case(const char *name, int (*run)(int, char *, size_t), size_t i
 
 /* A well-behaved connection after the attacks, in a thread of its own
  * (body: good_main() or the like); its verdict, named `name`. */
-static void run_good_after(void *(*body)(void *), uint32_t seed, uint64_t bytes, const char *name)
+static void run_good_after(void *(*body)(void *), uint32_t seed, uint64_t bytes, const char *name,
+			   uint32_t need)
 {
 	struct good_xfer gx = { .seed = seed, .bytes = bytes };
 
+	if (!runs_here(name, need))
+		return;
 	pthread_create(&gx.thread, NULL, body, &gx);
 	pthread_join(gx.thread, NULL);
 	say("%s %-40s %s", gx.ok ? "ok  " : "FAIL", name, gx.result);
@@ -3468,20 +3491,24 @@ int main(int argc, char **argv)
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 	/* Each table runs while the victim lives. */
+	const uint32_t rdma_both = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE;
+
 	for (size_t i = 0; victim_pid && i < N_OF(hello_attacks); i++)
-		run_case(hello_attacks[i].name, run_hello_attack, i, only);
+		run_case(hello_attacks[i].name, run_hello_attack, i, only, 0);
 	for (size_t i = 0; victim_pid && i < N_OF(attacks); i++)
-		run_case(attacks[i].name, run_attack, i, only);
+		run_case(attacks[i].name, run_attack, i, only, 0);
 	for (size_t i = 0; victim_pid && i < N_OF(zc_attacks); i++)
-		run_case(zc_attacks[i].name, run_zc_attack, i, only);
+		run_case(zc_attacks[i].name, run_zc_attack, i, only,
+			 /* a victim that only receives needs no zero copy */
+			 zc_attacks[i].a == ZC_COMPL_NEVER_OFFERED ? 0 : OTI_CAP_RDMA_READ);
 	for (size_t i = 0; victim_pid && i < N_OF(wz_attacks); i++)
-		run_case(wz_attacks[i].name, run_wz_attack, i, only);
+		run_case(wz_attacks[i].name, run_wz_attack, i, only, OTI_CAP_RDMA_WRITE);
 	for (size_t i = 0; victim_pid && i < N_OF(pipe_attacks); i++)
-		run_case(pipe_attacks[i].name, run_pipe_attack, i, only);
+		run_case(pipe_attacks[i].name, run_pipe_attack, i, only, rdma_both);
 	for (size_t i = 0; victim_pid && i < N_OF(stall_cases); i++)
-		run_case(stall_cases[i].name, run_stall_case, i, only);
+		run_case(stall_cases[i].name, run_stall_case, i, only, rdma_both);
 	for (size_t i = 0; victim_pid && i < N_OF(small_cases); i++)
-		run_case(small_cases[i].name, run_small_case, i, only);
+		run_case(small_cases[i].name, run_small_case, i, only, 0);
 #undef N_OF
 	uint64_t good_after = atomic_load(&gx.sent);
 
@@ -3502,12 +3529,13 @@ int main(int argc, char **argv)
 	}
 	/* And new connections after everything. */
 	if (victim_pid)
-		run_good_after(good_main, 777, 1u << 20, "new connection after the attacks");
+		run_good_after(good_main, 777, 1u << 20, "new connection after the attacks", 0);
 	if (victim_pid)
 		run_good_after(good_zc_main, 779, (4u << 20) + 5,
-			       "zero-copy send from the victim after");
+			       "zero-copy send from the victim after", OTI_CAP_RDMA_READ);
 	if (victim_pid)
-		run_good_after(good_wz_main, 781, (4u << 20) + 7, "Write Zcopy into the victim after");
+		run_good_after(good_wz_main, 781, (4u << 20) + 7, "Write Zcopy into the victim after",
+			       OTI_CAP_RDMA_WRITE);
 
 	/* The victim reports and exits once the control pipe closes. */
 	close(ctl[1]);
@@ -3538,7 +3566,7 @@ int main(int argc, char **argv)
 		failures++;
 		pthread_cancel(gx.thread);
 	}
-	say("hostile_peer: %d case(s), %d failure(s): %s", ran, failures,
+	say("hostile_peer: %d case(s), %d failure(s), %d skipped: %s", ran, failures, skipped,
 	    failures ? "FAIL" : "PASS");
 	return failures ? 1 : 0;
 }

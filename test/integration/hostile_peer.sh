@@ -34,6 +34,9 @@
 # RdmaRdCompl would not fit, and no SinkAvail is advertised that would
 # not.  A zero-copy send from the victim to a well-behaved reader, and a Write
 # Zcopy into it from a well-behaved sender, must work afterwards.
+# The cases that need the victim's zero copy are skipped, each saying so,
+# on a transport without RDMA read or write (shm: the bytes are already in
+# shared memory, doc/shm.md): hostile_peer asks the transport's caps.
 . "$(dirname "$0")/lib.sh"
 
 HOSTILE=$(prog hostile_peer)

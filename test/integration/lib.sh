@@ -129,6 +129,31 @@ is_sanitized() {
 	grep -q '^SAN_CFLAGS = .*-fsanitize' "$top_builddir/Makefile" 2>/dev/null
 }
 
+# Under TSan, a forked child of a threaded process that starts a thread
+# dies ("starting new threads after multi-threaded fork is not
+# supported") unless told otherwise.  libsdp's threads are already
+# running when a preloaded server forks, and a child that accepts on the
+# listener it shares with its parent (doc/fork.md) or serves a relayed
+# connection starts its own: the pre-forked and forking servers of the
+# suite need that child to live.
+if grep -q '^SAN_CFLAGS = .*-fsanitize=thread' "$top_builddir/Makefile" 2>/dev/null; then
+	export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}die_after_fork=0"
+fi
+
+# no_sanitizer_report NAME FILES...: FILES (programs' outputs) hold no
+# sanitizer report, else bad() with the report: servers killed at the end
+# of a test leave their reports in no exit code.
+no_sanitizer_report() {
+	local name=$1 f
+	shift
+	for f in "$@"; do
+		if grep -Eq "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:" "$f" 2>/dev/null; then
+			bad "$name: a sanitizer report in $(basename "$f"):"
+			grep -Ev '^libsdp' "$f" | grep -E -A 12 "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|runtime error:" | head -n 40 | sed 's/^/  /'
+		fi
+	done
+}
+
 # prog NAME: path of a built program (tools/, bench/, test/integration/).
 prog() {
 	local d
@@ -140,6 +165,20 @@ prog() {
 	done
 	log "ERROR: program $1 not found under $top_builddir"
 	exit 99
+}
+
+# transport_can CAP: does TEST_TRANSPORT have capability CAP, a word of
+# transport_caps (rdma_read, rdma_write, software, host_local, ...)?  Zero
+# copy needs rdma_read (Read Zcopy) and rdma_write (Write Zcopy, and the
+# Transaction mode that rides on it); shm has neither (doc/shm.md).
+transport_can() {
+	local caps
+	caps=$("$(prog transport_caps)") ||
+		fail "cannot ask transport $TEST_TRANSPORT what it can do"
+	case " $caps " in
+	*" $1 "*) return 0 ;;
+	esac
+	return 1
 }
 
 # run_with_timeout SECS CMD...: run CMD, killing it after SECS (status 124).

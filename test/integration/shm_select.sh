@@ -4,9 +4,12 @@
 # processes of one host (doc/shm.md), and only then:
 #   - shm and tcp-fallback enabled on both ends: the connection runs on
 #     shm, and sdpstat counts the bytes on that connection's row;
+#   - no transport line and no SDP_TRANSPORTS: shm, on by default;
 #   - shm turned off by sdp.conf ("transport disable shm"): tcp-fallback;
+#   - memfd_create() refused: tcp-fallback, with the reason in the log;
 #   - a listener without shm: the client's shm finds nobody and the
-#     connection goes on over tcp-fallback, not to TCP;
+#     connection goes on over tcp-fallback, not to TCP (logged: another
+#     network namespace, whose abstract names it cannot see, is the same);
 #   - a listener with both, port 0: the port is one tcp-fallback serves
 #     (shm never chooses it), so a client without shm gets in.
 . "$(dirname "$0")/lib.sh"
@@ -104,6 +107,49 @@ else
 	bad "transport disable shm: $out"
 fi
 
+# --- the default: no transport line, nothing in the environment -----------------
+NAME=default
+conf
+out=$(unset SDP_TRANSPORTS; run_with_timeout 60 env $(preload_env "$TMP/default.conf") \
+	python3 "$TMP/peer.py" pair "$TEST_HOST" "$SDPSTAT" "$BYTES" 2>&1)
+if [ "$out" = "transport=shm tx=1 rx=$BYTES
+transport=shm tx=$BYTES rx=1" ]; then
+	log "ok   no transport line: shm, chosen by default"
+else
+	bad "no transport line: $out"
+fi
+
+# --- turned off by one line beside tcp-fallback ---------------------------------
+NAME=offonly
+conf "transport enable tcp-fallback" "transport disable shm"
+out=$(unset SDP_TRANSPORTS; run_with_timeout 60 env $(preload_env "$TMP/offonly.conf") \
+	python3 "$TMP/peer.py" pair "$TEST_HOST" "$SDPSTAT" "$BYTES" 2>&1)
+if [ "$out" = "transport=tcp-fallback tx=1 rx=$BYTES
+transport=tcp-fallback tx=$BYTES rx=1" ]; then
+	log "ok   transport disable shm (default list): tcp-fallback"
+else
+	bad "transport disable shm (default list): $out"
+fi
+
+# --- no memfd (a sandbox refuses memfd_create): the next transport, and why --------
+NAME=nomemfd
+conf
+: >"$TMP/sdp.log"
+out=$(run_with_timeout 60 env SDP_TRANSPORTS=shm,tcp-fallback $(preload_env "$TMP/nomemfd.conf") \
+	"$(prog no_memfd)" python3 "$TMP/peer.py" pair "$TEST_HOST" "$SDPSTAT" "$BYTES" 2>&1)
+case $out in
+*"seccomp"*) log "skip no memfd: $out" ;;
+*)
+	if [ "$out" = "transport=tcp-fallback tx=1 rx=$BYTES
+transport=tcp-fallback tx=$BYTES rx=1" ] &&
+		grep -q "cannot make the rings for .*: next transport" "$TMP/sdp.log"; then
+		log "ok   memfd_create refused: tcp-fallback, with the reason logged"
+	else
+		bad "memfd_create refused: $out; $(grep -c 'next transport' "$TMP/sdp.log") reasons logged"
+	fi
+	;;
+esac
+
 # two_procs NAME SERVER-TRANSPORTS CLIENT-TRANSPORTS: the client's report.
 two_procs() {
 	local server
@@ -126,8 +172,10 @@ two_procs() {
 # --- a listener without shm: the client goes on to tcp-fallback ------------------
 NAME=noshm
 conf
+: >"$TMP/sdp.log"
 out=$(two_procs noshm tcp-fallback shm,tcp-fallback)
-if [ "$out" = "transport=tcp-fallback tx=$BYTES rx=1" ]; then
+if [ "$out" = "transport=tcp-fallback tx=$BYTES rx=1" ] &&
+	grep -q "nobody listens on shm at .*: next transport" "$TMP/sdp.log"; then
 	log "ok   a listener without shm: the client's connection went on to tcp-fallback"
 else
 	bad "a listener without shm: $out"

@@ -35,6 +35,16 @@ export SDP_TRANS_HOLD_US=$((20000 * TEST_SLOW))
 # in the guest each accept registers its buffers first (see many_conns.sh).
 export SDP_CONNECT_TIMEOUT_MS=$(($(slow 10) * 1000))
 seed=$(( ($(date +%s) ^ $$) & 0x7fffffff ))
+# On a transport without RDMA read or write (shm, doc/shm.md) the zero-copy
+# modes go by Bcopy: soak_check then checks that no byte went that way.
+lacks=
+transport_can rdma_read || lacks='read'
+transport_can rdma_write || lacks=${lacks:+$lacks,}write
+no_rdma=()
+if [ -n "$lacks" ]; then
+	no_rdma=(--no-rdma "$lacks")
+	log "$TEST_TRANSPORT has no RDMA ${lacks/,/ and }: the modes that would use it go by Bcopy"
+fi
 
 # soak DESC ARGS...: one run of soak_check with ARGS; or soak DESC env ...:
 # that command as it is.
@@ -43,7 +53,7 @@ soak() {
 	shift
 	log "--- $desc"
 	if [ "$1" != env ]; then
-		set -- "$SOAK" --host "$TEST_HOST" --stall 60 "$@"
+		set -- "$SOAK" --host "$TEST_HOST" --stall 60 ${no_rdma[@]+"${no_rdma[@]}"} "$@"
 	fi
 	run_with_timeout 150 "$@" >"$TMP/out" 2>&1
 	rc=$?
@@ -68,6 +78,7 @@ if preload_lib >/dev/null; then
 	# shellcheck disable=SC2046
 	soak "under the preload: 10 connections, every mode, $bytes" \
 		env $(preload_env "$TMP/sdp.conf") "$SOAK" --libc --host "$TEST_HOST" --stall 60 \
+		${no_rdma[@]+"${no_rdma[@]}"} \
 		--conns 10 --bytes "$bytes" --seed $((seed + 2))
 else
 	bad "no libsdp.so in $top_builddir: the preload run cannot run"

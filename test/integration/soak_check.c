@@ -8,7 +8,7 @@
  *
  *   soak_check [--host ADDR] [--conns N] [--bytes TOTAL] [--seed S]
  *              [--modes M[,M...]] [--thresh BYTES] [--stall SECS]
- *              [--progress SECS]
+ *              [--progress SECS] [--no-rdma read|write|read,write]
  *
  * Connection i runs mode M[i % count] (default: all five):
  *
@@ -53,6 +53,11 @@
  * application moved on it, and the kernel TCP socket at each of the
  * application's fds, asked with a raw getsockopt(TCP_INFO) past the
  * preload, carried no byte.
+ *
+ * --no-rdma says the transport cannot RDMA-read or RDMA-write (soak.sh asks
+ * transport_caps; shm can do neither, doc/shm.md): the engine then never
+ * uses that zero copy, the modes that would use it go by Bcopy instead,
+ * and the mark checked is the opposite one: no byte went that way.
  *
  * A hang fails the run: when the engine has moved no byte for --stall
  * seconds (default 120, x TEST_SLOW) the threads still running are named
@@ -137,6 +142,8 @@ static atomic_uint_fast64_t rx_progress;	/* bytes received, for the watchdog */
  * preload (LD_PRELOAD=libsdp.so) is to put on SDP. */
 static const struct xsock_ops *O = &xsock_sdp;
 static bool libc_mode;
+/* --no-rdma: the transport cannot RDMA-read / RDMA-write. */
+static bool no_rdma_read, no_rdma_write;
 
 static const char *errname(int e)
 {
@@ -809,7 +816,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: soak_check [--host ADDR] [--conns N] [--bytes TOTAL] [--seed S]\n"
 		   "                  [--modes bcopy,read,write,trans,mixed] [--thresh BYTES]\n"
-		   "                  [--stall SECS] [--progress SECS] [--libc] [--help]\n");
+		   "                  [--stall SECS] [--progress SECS] [--libc]\n"
+		   "                  [--no-rdma read|write|read,write] [--help]\n");
 }
 
 static int parse_modes(const char *s)
@@ -846,6 +854,7 @@ static int parse_args(int argc, char **argv)
 		{ "stall", required_argument, NULL, 'S' },
 		{ "progress", required_argument, NULL, 'p' },
 		{ "libc", no_argument, NULL, 'l' },
+		{ "no-rdma", required_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -891,6 +900,12 @@ static int parse_args(int argc, char **argv)
 		case 'l':
 			libc_mode = true;
 			O = &xsock_tcp;
+			break;
+		case 'n':
+			no_rdma_read = !strcmp(optarg, "read") || !strcmp(optarg, "read,write");
+			no_rdma_write = !strcmp(optarg, "write") || !strcmp(optarg, "read,write");
+			if (!no_rdma_read && !no_rdma_write)
+				return -1;
 			break;
 		case 'p':
 			if (xfer_parse_size(optarg, &v) || v > 86400)
@@ -1066,17 +1081,30 @@ int main(int argc, char **argv)
 		say("FAIL bcopy connections, yet no byte went by Bcopy");
 		bad++;
 	}
-	if (nmode[M_READ] && !d.zc_sent) {
+	if (no_rdma_read && d.zc_sent) {
+		say("FAIL %" PRIu64 " bytes RDMA-read on a transport without RDMA read", d.zc_sent);
+		bad++;
+	} else if (!no_rdma_read && nmode[M_READ] && !d.zc_sent) {
 		say("FAIL read connections, yet no byte was RDMA-read");
 		bad++;
 	}
-	if (nmode[M_WRITE] && !d.wz_written) {
-		say("FAIL write connections, yet no byte was RDMA-written into an advert");
-		bad++;
-	}
-	if (nmode[M_TRANS] && !d.piggy) {
-		say("FAIL trans connections, yet no request rode on a SinkAvail");
-		bad++;
+	/* Transaction's requests ride on a SinkAvail: Write Zcopy's advert. */
+	if (no_rdma_write) {
+		if (d.wz_written || d.piggy) {
+			say("FAIL %" PRIu64 " bytes RDMA-written, %" PRIu64
+			    " requests on a SinkAvail, on a transport without RDMA write",
+			    d.wz_written, d.piggy);
+			bad++;
+		}
+	} else {
+		if (nmode[M_WRITE] && !d.wz_written) {
+			say("FAIL write connections, yet no byte was RDMA-written into an advert");
+			bad++;
+		}
+		if (nmode[M_TRANS] && !d.piggy) {
+			say("FAIL trans connections, yet no request rode on a SinkAvail");
+			bad++;
+		}
 	}
 	say("%s (seed %" PRIu32 ")", bad ? "FAIL" : "PASS", seed);
 	free(conns);

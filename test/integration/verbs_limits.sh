@@ -19,6 +19,12 @@
 #    registration (ENOMEM), the engine names the reason.  A process with
 #    CAP_IPC_LOCK has no such limit (rxe, and every device but siw, let
 #    root pin past it), so the client runs without it (setpriv).
+# 3. The same limit on the server: it cannot register a second
+#    connection's buffers once it has accepted the request, and refuses it
+#    saying why (libsdp's reject data, sdp/wire.h), so the client's second
+#    and third connections fall back with reason "resource" -- not
+#    "refused", which would have made it remember the server as one
+#    without SDP ("remembered").
 . "$(dirname "$0")/lib.sh"
 
 case $TEST_TRANSPORT in
@@ -33,23 +39,29 @@ conf=$TMP/sdp.conf
 write_conf "$conf" "use both server * $TEST_HOST:*" "use both client * $TEST_HOST:*"
 read -ra penv <<<"$(preload_env "$conf")"
 
-# hold NAME N [MEMLOCK_KB]: a server and a client holding N connections,
-# the client with that RLIMIT_MEMLOCK (and then without CAP_IPC_LOCK);
-# their outputs in $TMP/NAME.server and $TMP/NAME.client, sdpstat's line
-# of the client in $TMP/NAME.stat.
+# hold NAME N [MEMLOCK_KB [SIDE]]: a server and a client holding N
+# connections, SIDE (client, or server) with that RLIMIT_MEMLOCK (and then
+# without CAP_IPC_LOCK); their outputs in $TMP/NAME.server and
+# $TMP/NAME.client, sdpstat's line of the client in $TMP/NAME.stat.
 hold() {
-	local name=$1 n=$2 lim=${3:-unlimited} spid cpid drop=()
+	local name=$1 n=$2 lim=${3:-unlimited} side=${4:-client} spid cpid drop=()
+	local slim=unlimited clim=$lim
 	if [ "$lim" != unlimited ] && [ "$(id -u)" = 0 ]; then
 		drop=(setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock --)
 	fi
+	[ "$side" = server ] && slim=$lim clim=unlimited
+	local sdrop=() cdrop=("${drop[@]}")
+	[ "$side" = server ] && sdrop=("${drop[@]}") cdrop=()
 	rm -f "$TMP/$name.port"
-	start_bg "$TMP/$name.server" env "${penv[@]}" python3 "$HOLD" server "$TEST_HOST" \
+	# shellcheck disable=SC2016
+	start_bg "$TMP/$name.server" bash -c '{ [ "$1" = unlimited ] || ulimit -l "$1"; } && shift && exec "$@"' limit "$slim" \
+		"${sdrop[@]}" env "${penv[@]}" python3 "$HOLD" server "$TEST_HOST" \
 		"$TMP/$name.port" "$n" "$secs"
 	spid=$BG_PID
 	wait_for_file "$TMP/$name.port" 30 || fail "$name: the server did not listen: $(cat "$TMP/$name.server")"
 	# shellcheck disable=SC2016
-	start_bg "$TMP/$name.client" bash -c 'ulimit -l "$1" && shift && exec "$@"' limit "$lim" \
-		"${drop[@]}" env "${penv[@]}" python3 "$HOLD" client "$TEST_HOST" "$(cat "$TMP/$name.port")" "$n" "$secs"
+	start_bg "$TMP/$name.client" bash -c '{ [ "$1" = unlimited ] || ulimit -l "$1"; } && shift && exec "$@"' limit "$clim" \
+		"${cdrop[@]}" env "${penv[@]}" python3 "$HOLD" client "$TEST_HOST" "$(cat "$TMP/$name.port")" "$n" "$secs"
 	cpid=$BG_PID
 	if ! wait_for_text "$TMP/$name.client" '^ok=' 60 ||
 		! wait_for_text "$TMP/$name.server" '^ok=' 30; then
@@ -86,6 +98,13 @@ else
 		bad "memlock: not one on SDP and one on TCP: $(cat "$TMP/memlock.stat")"
 	grep -q 'resource 1' "$TMP/memlock.stat" ||
 		bad "memlock: no fallback with reason resource: $(cat "$TMP/memlock.stat")"
+	hold memlock_srv 3 10240 server
+	grep -q '^ok=3 err=0' "$TMP/memlock_srv.client" ||
+		bad "memlock on the server: a connection failed: $(cat "$TMP/memlock_srv.client")"
+	grep -q 'connect sdp/tcp 1/2' "$TMP/memlock_srv.stat" ||
+		bad "memlock on the server: not one on SDP and two on TCP: $(cat "$TMP/memlock_srv.stat")"
+	grep -q 'resource 2' "$TMP/memlock_srv.stat" ||
+		bad "memlock on the server: the client's fallbacks are not \"resource\" (refused and remembered before): $(cat "$TMP/memlock_srv.stat")"
 fi
 failures_end
 log "PASS"

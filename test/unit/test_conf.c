@@ -155,7 +155,7 @@ static void tc_assert_safe(const struct conf_policy *p)
 	cr_assert_eq(conf_log_min_level(p), 0);
 	cr_assert_eq(conf_log_destination(p, &path), CONF_LOG_DEST_UNSET);
 	cr_assert_null(path);
-	cr_assert_str_eq(conf_transports(p), "ib,iwarp");
+	cr_assert_str_eq(conf_transports(p), "shm,ib,iwarp");
 	cr_assert_eq(conf_apply_tunables(p), 0);
 }
 
@@ -305,7 +305,7 @@ Test(conf, empty_and_comment_only_files)
 		cr_assert(conf_may_use_sdp(p, S, "a"));
 		cr_assert_eq(conf_log_min_level(p), 0);
 		cr_assert_eq(conf_log_destination(p, NULL), CONF_LOG_DEST_UNSET);
-		cr_assert_str_eq(conf_transports(p), "ib,iwarp");
+		cr_assert_str_eq(conf_transports(p), "shm,ib,iwarp");
 		conf_free(p);
 	}
 }
@@ -878,7 +878,7 @@ Test(conf, set_good)
 	cr_assert_eq(tun_int(TUN_recv_bufs), 64);
 	cr_assert_eq(tun_int(TUN_connect_timeout_ms), 2000);
 	cr_assert_str_eq(tun_str(TUN_log_file), "");
-	cr_assert_str_eq(tun_str(TUN_transports), "ib,iwarp");
+	cr_assert_str_eq(tun_str(TUN_transports), "shm,ib,iwarp");
 	conf_free(p);
 }
 
@@ -990,19 +990,21 @@ Test(conf, transports)
 		const char *text;
 		const char *want;
 	} cases[] = {
-		{ "", "ib,iwarp" },
-		{ "transport enable tcp-fallback", "ib,iwarp,tcp-fallback" },
-		{ "transport enable ib", "ib,iwarp" },
-		{ "transport disable ib", "iwarp" },
-		{ "transport disable ib\ntransport enable ib", "iwarp,ib" },
+		{ "", "shm,ib,iwarp" },
+		{ "transport enable tcp-fallback", "shm,ib,iwarp,tcp-fallback" },
+		{ "transport enable ib", "shm,ib,iwarp" },
+		{ "transport disable ib", "shm,iwarp" },
+		{ "transport disable ib\ntransport enable ib", "shm,iwarp,ib" },
 		{ "transport enable tcp-fallback\ntransport disable ib\ntransport enable ib",
-		  "iwarp,tcp-fallback,ib" },
-		{ "transport disable ib\ntransport disable iwarp", "" },
+		  "shm,iwarp,tcp-fallback,ib" },
+		{ "transport disable ib\ntransport disable iwarp", "shm" },
+		{ "transport disable shm", "ib,iwarp" },
+		{ "transport disable shm\ntransport disable ib\ntransport disable iwarp", "" },
 		{ "transport disable ib\ntransport disable iwarp\ntransport enable tcp-fallback",
-		  "tcp-fallback" },
-		{ "transport disable tcp-fallback", "ib,iwarp" },
+		  "shm,tcp-fallback" },
+		{ "transport disable tcp-fallback", "shm,ib,iwarp" },
 		{ "transport enable tcp-fallback\ntransport enable tcp-fallback",
-		  "ib,iwarp,tcp-fallback" },
+		  "shm,ib,iwarp,tcp-fallback" },
 	};
 	static const struct tc_bad refused[] = {
 		{ "transport enable rxe",
@@ -1040,8 +1042,8 @@ Test(conf, transport_names_are_the_registrys)
 		struct conf_policy *p;
 
 		cr_assert_not_null(oti_find(name));
-		snprintf(text, sizeof(text), "transport disable ib\ntransport disable iwarp\n"
-			 "transport enable %s", name);
+		snprintf(text, sizeof(text), "transport disable shm\ntransport disable ib\n"
+			 "transport disable iwarp\ntransport enable %s", name);
 		p = tc_load(text);
 		cr_assert_str_eq(conf_transports(p), name);
 		conf_free(p);
@@ -1353,7 +1355,7 @@ Test(conf, shipped_file_and_examples)
 		cr_assert_eq(conf_load_file(path, &p, err, sizeof(err)), 0, "%s", err);
 		cr_assert_eq(conf_log_min_level(p), 9);
 		cr_assert_eq(conf_log_destination(p, &logpath), CONF_LOG_DEST_STDERR);
-		cr_assert_str_eq(conf_transports(p), "ib,iwarp");
+		cr_assert_str_eq(conf_transports(p), "shm,ib,iwarp");
 		TC_CHECK(p, shipped);
 		conf_free(p);
 	}
@@ -1371,7 +1373,7 @@ Test(conf, shipped_file_and_examples)
 		    "use sdp client * [fd00:10::]/64:11211\n"
 		    "use tcp client * *:*\n");
 	TC_CHECK(p, man_tcpf);
-	cr_assert_str_eq(conf_transports(p), "ib,iwarp,tcp-fallback");
+	cr_assert_str_eq(conf_transports(p), "shm,ib,iwarp,tcp-fallback");
 	conf_free(p);
 	/* OFED's documented examples, unchanged. */
 	TC_POLICY("use sdp connect * 192.168.1.0/24:*\n"

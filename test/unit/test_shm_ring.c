@@ -171,3 +171,93 @@ Test(shm_ring, hostile_head)
 	}
 	guards_intact();
 }
+
+static uint32_t xorshift(uint32_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+/* A peer that writes whatever it likes, where it likes: the ring's bytes,
+ * its tail (to a consumer) and its head (to a producer), at random, many
+ * times over (a fixed seed: the same cases every run).  Whatever it does,
+ * a record accepted lies within what the tail says was produced and
+ * within the largest the ring carries, take() copies exactly its length,
+ * a breach is final, and no byte outside the ring or past the copy is
+ * touched. */
+Test(shm_ring, random_hostile_peer)
+{
+	uint8_t out[SIZE + GUARD];
+	uint32_t seed = 0x9e3779b9u;
+
+	for (unsigned run = 0; run < 2000; run++) {
+		uint32_t kind, len, start = 8u * (xorshift(&seed) % 64);
+		bool consumer = run % 2;
+
+		setup();
+		/* Somewhere along the free-running counters. */
+		cons.pos = prod.pos = start;
+		atomic_store(&ctl.head, start);
+		atomic_store(&ctl.tail, start);
+		for (unsigned step = 0; step < 16; step++) {
+			uint32_t r = xorshift(&seed);
+
+			if (r % 4 == 0) {
+				mem[GUARD + xorshift(&seed) % SIZE] = (uint8_t)xorshift(&seed);
+			} else if (r % 4 == 1) {
+				uint32_t hdr[2] = { xorshift(&seed) % (SIZE + 16), xorshift(&seed) % 3 };
+				uint32_t at = (cons.pos + 8u * (xorshift(&seed) % 4)) & (SIZE - 1);
+
+				memcpy(mem + GUARD + (at & ~7u), hdr,
+				       (at & ~7u) + 8 <= SIZE ? 8 : 4);
+			} else {
+				/* Near the right value and aligned mostly,
+				 * anything now and then. */
+				uint32_t v = r % 8 == 7 ? xorshift(&seed)
+					     : (consumer ? cons.pos : prod.pos) +
+						       8u * (xorshift(&seed) % (4 * SIZE / 8 + 1)) -
+						       2 * SIZE;
+
+				atomic_store(consumer ? &ctl.tail : &ctl.head, v);
+			}
+			if (consumer) {
+				uint32_t tail = atomic_load(&ctl.tail), avail = tail - cons.pos;
+				int ret = shm_ring_peek(&cons, &kind, &len);
+
+				if (ret == 0) {
+					cr_assert(avail <= SIZE && !(tail & 7u), "accepted with tail %u", tail);
+					cr_assert_leq(len, shm_ring_max_payload(SIZE));
+					cr_assert_leq(shm_rec_bytes(len), avail);
+					memset(out, 0x5a, sizeof(out));
+					cr_assert_eq(shm_ring_take(&cons, out), 0);
+					for (unsigned i = len; i < sizeof(out); i++)
+						cr_assert_eq(out[i], 0x5a, "copied past %u bytes", len);
+				} else if (ret == -EPROTO) {
+					atomic_store(&ctl.tail, cons.pos);
+					cr_assert_eq(shm_ring_peek(&cons, &kind, &len), -EPROTO);
+					break;
+				} else {
+					cr_assert_eq(ret, -EAGAIN);
+				}
+			} else {
+				uint8_t in[SIZE] = { 0 };
+				uint32_t head = atomic_load(&ctl.head), used = prod.pos - head;
+				int ret = shm_ring_put(&prod, 1, in, xorshift(&seed) % SIZE);
+
+				cr_assert(ret == 0 || ret == -EAGAIN || ret == -EMSGSIZE || ret == -EPROTO,
+					  "put gave %d", ret);
+				if (ret == 0 || ret == -EAGAIN)
+					cr_assert(used <= SIZE && !(head & 7u),
+						  "head %u accepted at tail %u", head, prod.pos);
+				if (ret == -EPROTO) {
+					atomic_store(&ctl.head, prod.pos);
+					cr_assert_eq(shm_ring_room(&prod, 8), -EPROTO);
+					break;
+				}
+			}
+			guards_intact();
+		}
+	}
+}

@@ -226,5 +226,52 @@ Test(shm_wake, the_peers_end_is_seen_by_an_armed_end)
 	}
 	cr_assert_eq(r, 0, "no event after %d arms", arms);
 	cr_assert_eq(ev.type, OTI_EV_DISCONNECTED);
+	/* The engine, which has taken the fd out of its epoll sets, then
+	 * has the transport quiet it (conn_quiet_dead_fd()). */
+	cr_assert(T->ep_fd_dead(A), "the socket at the peer's end is not said dead");
+	T->ep_quiet(A);
+	cr_assert(!T->ep_fd_dead(A), "the fd is still dead once quiet");
 	cr_assert(!readable_ep(A), "the fd stays readable once the end is reported");
+}
+
+/* A waiter that polls the rings (ep_poll(), as recv's spin does) is sent
+ * no wake byte: it sees what comes by looking, drives it without raising
+ * its word, and only when it stops polling (ep_poll_end(), or an arm
+ * before a sleep) does its fd wake it again; what came while it polled
+ * is reported by ep_poll_end(), for the caller to drive. */
+Test(shm_wake, a_polling_end_is_sent_no_byte)
+{
+	for (int i = 0; i < 8; i++)
+		post_recv(P, mr_p, buf_p[i], (uint64_t)i);
+	cr_assert_eq(reap(P, OTI_WC_RECV), 0);	/* a drive: P's word is up */
+	cr_assert_not_null(T->ep_poll);
+	cr_assert(!T->ep_poll(P), "nothing came yet");
+
+	post_send(A, mr_a, buf_a[8], 64);
+	cr_assert_eq(reap(A, OTI_WC_SEND), 1);
+	cr_assert(!readable_ep(P), "a message to a polling end sent it a wake byte");
+	cr_assert(T->ep_poll(P), "the polling end does not see the message");
+	cr_assert_eq(reap(P, OTI_WC_RECV), 1);
+
+	/* Its drive left the word down: the next message costs no byte. */
+	post_send(A, mr_a, buf_a[8], 64);
+	cr_assert_eq(reap(A, OTI_WC_SEND), 1);
+	cr_assert(!readable_ep(P), "a drive of the polling end raised its word");
+	cr_assert(T->ep_poll_end(P), "the message that came while it polled is not reported");
+	cr_assert_eq(reap(P, OTI_WC_RECV), 1);
+	cr_assert(!T->ep_poll_end(P), "polling ended twice");
+
+	/* Polling over: its fd wakes it again. */
+	post_send(A, mr_a, buf_a[8], 64);
+	cr_assert_eq(reap(A, OTI_WC_SEND), 1);
+	cr_assert(readable_ep(P), "an end that stopped polling was not woken");
+	cr_assert_eq(reap(P, OTI_WC_RECV), 1);
+
+	/* An arm ends polling as well, before a sleep. */
+	cr_assert(!T->ep_poll(P));
+	cr_assert_eq(T->ep_arm(P), 0);
+	post_send(A, mr_a, buf_a[8], 64);
+	cr_assert_eq(reap(A, OTI_WC_SEND), 1);
+	cr_assert(readable_ep(P), "an end armed after polling was not woken");
+	cr_assert_eq(reap(P, OTI_WC_RECV), 1);
 }

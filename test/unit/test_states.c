@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -414,4 +416,63 @@ Test(states, ended_and_idle_connections_do_not_spin)
 	sdp_close(c3);
 	sdp_close(a3);
 	sdp_close(ls3);
+}
+
+/* The eventfd's count: the writes since the last read (0: none). */
+static uint64_t efd_take(int efd)
+{
+	uint64_t v = 0;
+
+	if (read(efd, &v, sizeof(v)) < 0)
+		cr_assert_eq(errno, EAGAIN, "read: %s", strerror(errno));
+	return v;
+}
+
+/* A watch with a gate (sdp_watch_gate): with nobody asleep on the set a
+ * change only counts; with a sleeper the first change writes the eventfd
+ * and the ones after it, until it is drained, do not. */
+Test(states, watch_gate_counts_and_rings_once)
+{
+	struct sdp_watch_gate g = { 0 };
+	int ls, c, a, err;
+	char b;
+
+	pair(&ls, &c, &a);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	cr_assert_geq(efd, 0);
+	struct sdp_watch *w = sdp_watch_add(a, efd, &err);
+
+	cr_assert_not_null(w, "sdp_watch_add: %s", strerror(-err));
+	sdp_watch_gate(w, &g);
+
+	/* Nobody asleep: an arrival is counted, not written. */
+	cr_assert_eq(sdp_send(c, "x", 1, 0), 1);
+	cr_assert_eq(sdp_recv(a, &b, 1, MSG_PEEK), 1);
+	unsigned seen = __atomic_load_n(&g.changes, __ATOMIC_SEQ_CST);
+
+	cr_expect_gt(seen, 0, "the arrival was not counted");
+	cr_expect_eq(efd_take(efd), 0, "written with nobody asleep");
+
+	/* A sleeper: one write for the arrival and the shutdown after it. */
+	__atomic_store_n(&g.sleepers, 1, __ATOMIC_SEQ_CST);
+	cr_assert_eq(sdp_send(c, "y", 1, 0), 1);
+	for (int i = 0; i < 5000 && __atomic_load_n(&g.changes, __ATOMIC_SEQ_CST) == seen; i++) {
+		(void)sdp_events(a);
+		usleep(1000);
+	}
+	cr_assert_neq(__atomic_load_n(&g.changes, __ATOMIC_SEQ_CST), seen, "no second arrival");
+	cr_assert_eq(sdp_shutdown(a, SHUT_RD), 0);
+	cr_expect_eq(efd_take(efd), 1, "a batch of changes wrote the eventfd more than once");
+
+	/* Drained and reset: the next change writes again. */
+	__atomic_store_n(&g.rung, 0, __ATOMIC_SEQ_CST);
+	cr_assert_eq(sdp_shutdown(a, SHUT_WR), 0);
+	cr_expect_eq(efd_take(efd), 1, "no write after the drain");
+
+	sdp_watch_del(w);
+	close(efd);
+	sdp_close(a);
+	sdp_close(c);
+	sdp_close(ls);
 }

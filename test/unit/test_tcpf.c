@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -199,6 +201,10 @@ static void pump_ep(struct tep *t)
 		}
 	}
 	cr_assert_geq(n, 0, "poll_cq failed: %d", n);
+	/* As the engine does after a drive (conn_quiet_dead_fd()): this
+	 * test has no epoll registration of the fd to take out first. */
+	if (T->ep_fd_dead(t->ep))
+		T->ep_quiet(t->ep);
 }
 
 static void pump_lis(struct tlis *t)
@@ -887,6 +893,34 @@ Test(tcpf, reject_with_data, .init = tcpf_setup, .fini = tcpf_teardown)
 	untrack_lis(l);
 }
 
+/* A request refused after its ep was opened (the engine could not set the
+ * connection up): the active side gets the reject and its data, and the
+ * passive ep can no longer accept. */
+Test(tcpf, ep_reject_after_open, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	static const char why[] = "lsdp\1\2";
+	struct sockaddr_storage name;
+	struct oti_event ev;
+	struct oti_ep *ep;
+	struct tlis *l = listen_on(AF_INET, "127.0.0.1", 0, &name);
+	struct tep *a = open_to(&name);
+
+	cr_assert_eq(T->connect(a->ep, "hi", 2), 0);
+	struct treq r = wait_connreq(l);
+	cr_assert_eq(T->ep_accept_open(l->l, r.req, &ep), 0);
+	struct tep *b = track_ep(ep);
+	cr_assert_eq(T->ep_reject(ep, why, sizeof(why)), 0);
+	cr_assert_eq(T->accept(ep, NULL, 0), -EINVAL);
+	cr_assert_eq(T->ep_reject(ep, why, sizeof(why)), -EINVAL);
+	wait_event_type(a, OTI_EV_REJECTED, &ev);
+	cr_assert_eq(ev.status, -ECONNREFUSED);
+	cr_assert_eq(ev.private_data_len, sizeof(why));
+	cr_assert_arr_eq(ev.private_data, why, sizeof(why));
+	untrack_ep(b);
+	untrack_ep(a);
+	untrack_lis(l);
+}
+
 Test(tcpf, listener_close_rejects_pending, .init = tcpf_setup, .fini = tcpf_teardown)
 {
 	struct sockaddr_storage name;
@@ -901,6 +935,33 @@ Test(tcpf, listener_close_rejects_pending, .init = tcpf_setup, .fini = tcpf_tear
 	wait_event_type(a, OTI_EV_REJECTED, &ev);
 	cr_assert_eq(ev.status, -ECONNREFUSED);
 	untrack_ep(a);
+}
+
+/* A shared listener not taking (listener_take off: no process accepting,
+ * doc/fork.md) leaves a connection in the kernel's queue, its fd quiet;
+ * taking again, the request comes. */
+Test(tcpf, listener_take_off_leaves_queue, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct sockaddr_storage name;
+	struct tlis *l = listen_on(AF_INET, "127.0.0.1", 0, &name);
+	struct pollfd pfd = { .fd = T->listener_fd(l->l), .events = POLLIN };
+
+	T->listener_take(l->l, false);
+	struct tep *a = open_to(&name);
+
+	cr_assert_eq(T->connect(a->ep, "x", 1), 0);
+	pump_ep(a);
+	cr_assert_eq(poll(&pfd, 1, 200), 0, "a listener not taking reports a connection");
+	pump_lis(l);
+	cr_assert_eq(l->t, 0, "a listener not taking took a connection");
+	T->listener_take(l->l, true);
+	T->listener_take(l->l, true);	/* twice: no change */
+	struct treq r = wait_connreq(l);
+
+	cr_assert_eq(r.len, 1);
+	cr_assert_eq(T->reject(l->l, r.req, NULL, 0), 0);
+	untrack_ep(a);
+	untrack_lis(l);
 }
 
 Test(tcpf, unreachable_refused, .init = tcpf_setup, .fini = tcpf_teardown)
@@ -1915,3 +1976,330 @@ Test(tcpf, hostile_frames, .init = tcpf_setup, .fini = tcpf_teardown)
 	untrack_lis(l);
 }
 
+
+/* --- moving an endpoint to another process (ep_export, ep_import) ---------- */
+
+/* t's ep is no longer the harness's (exported): forget it unclosed. */
+static void forget_ep(struct tep *t)
+{
+	for (size_t i = 0; i < sizeof(eps) / sizeof(eps[0]); i++)
+		if (eps[i] == t)
+			eps[i] = NULL;
+	free(t);
+}
+
+/* Export t (quiet), then import its description on a copy of its
+ * descriptor, the exporter's own copy closed first as another process
+ * would leave it: the new ep, tracked, with NRX receives posted in *rx. */
+static struct tep *move_ep(struct tep *t, struct buf *rx)
+{
+	void *blob;
+	size_t len;
+	int fd, copy;
+	struct oti_ep *ep;
+
+	cr_assert_eq(T->ep_export(t->ep, &blob, &len, &fd), 0);
+	forget_ep(t);
+	copy = dup(fd);
+	cr_assert_geq(copy, 0);
+	cr_assert_eq(close(fd), 0);
+	cr_assert_eq(T->ep_import(blob, len, copy, &ep), 0);
+	free(blob);
+	struct tep *n = track_ep(ep);
+	*rx = mkbuf(n, (size_t)RXSLOT * NRX, OTI_ACCESS_LOCAL_WRITE);
+	for (int i = 0; i < NRX; i++)
+		post_recv(n, rx, (size_t)i * RXSLOT, RXSLOT, (uint64_t)i);
+	return n;
+}
+
+/* Messages sent before, during and after a move arrive once each, in
+ * order, at the new ep, and the new ep's own go out on the same
+ * connection: the peer takes no part. */
+Test(tcpf, export_import_carries_the_stream, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	const int n = 6;
+	struct pair p;
+	struct buf nrx;
+
+	connect_pair(&p, AF_INET, "127.0.0.1");
+	struct buf tx = mkbuf(p.a, (size_t)RXSLOT * n, 0);
+	for (int i = 0; i < n; i++)
+		fill(tx.p + (size_t)i * RXSLOT, 1000u + (unsigned)i * 9000u, (unsigned)i);
+	post_send(p.a, &tx, 0, 1000, 0, 0);
+	struct oti_wc wc = wait_wc(p.b);
+	cr_assert_eq(wc.len, 1000);
+	cr_assert_eq(wait_wc(p.a).ctx, 0);
+
+	/* Busy: a completion not yet taken. */
+	struct buf btx = mkbuf(p.b, 4096, 0);
+	void *blob;
+	size_t len;
+	int fd;
+	post_send(p.b, &btx, 0, 10, 9, 0);
+	cr_assert_eq(T->ep_export(p.b->ep, &blob, &len, &fd), -EBUSY);
+	cr_assert_eq(wait_wc(p.b).ctx, 9);
+	char ten[10];
+	cr_assert_eq(wait_wc(p.a).len, 10);
+	memcpy(ten, p.arx.p, 10);
+	cr_assert_arr_eq(ten, btx.p, 10);
+
+	/* Sent while the connection has no driver, and after. */
+	for (int i = 1; i < 3; i++)
+		post_send(p.a, &tx, (size_t)i * RXSLOT, 1000u + (unsigned)i * 9000u, (uint64_t)i, 0);
+	struct tep *nb = move_ep(p.b, &nrx);
+	p.b = nb;
+	for (int i = 3; i < n; i++)
+		post_send(p.a, &tx, (size_t)i * RXSLOT, 1000u + (unsigned)i * 9000u, (uint64_t)i, 0);
+	for (int i = 1; i < n; i++) {
+		wc = wait_wc(nb);
+		cr_assert_eq(wc.op, OTI_WC_RECV);
+		cr_assert_eq(wc.status, 0);
+		cr_assert_eq(wc.ctx, (uint64_t)(i - 1));
+		cr_assert_eq(wc.len, 1000u + (unsigned)i * 9000u);
+		cr_assert_arr_eq(nrx.p + (size_t)(i - 1) * RXSLOT, tx.p + (size_t)i * RXSLOT,
+				 wc.len);
+	}
+	/* And back. */
+	struct buf ntx = mkbuf(nb, 4096, 0);
+	fill(ntx.p, 4096, 77);
+	post_send(nb, &ntx, 0, 4096, 5, 0);
+	cr_assert_eq(wait_wc(nb).ctx, 5);
+	wc = wait_wc(p.a);
+	while (wc.op == OTI_WC_SEND)
+		wc = wait_wc(p.a);
+	cr_assert_eq(wc.op, OTI_WC_RECV);
+	cr_assert_eq(wc.len, 4096);
+	cr_assert_arr_eq(p.arx.p + RXSLOT, ntx.p, 4096);
+	assert_quiet(nb);
+	close_pair(&p);
+	freebuf(&nrx);
+	freebuf(&tx);
+	freebuf(&btx);
+	freebuf(&ntx);
+}
+
+/* What the ep had read and not yet placed (a message begun, part of a
+ * header) moves with it and is placed by the new ep. */
+Test(tcpf, export_import_mid_frame, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct sockaddr_storage name;
+	struct tlis *l = listen_on(AF_INET, "127.0.0.1", 0, &name);
+	struct tep *b;
+	struct buf brx, nrx, nrx2;
+	uint8_t msg[1000], msg2[300], f[TCPF_HDR_LEN];
+	int fd = raw_connect(l, &name, &b, &brx);
+	struct tcpf_hdr h = { .type = TCPF_SEND, .len = sizeof(msg) };
+	struct tcpf_hdr h2 = { .type = TCPF_SEND, .len = sizeof(msg2) };
+
+	fill(msg, sizeof(msg), 3);
+	fill(msg2, sizeof(msg2), 4);
+	/* A header and 300 bytes of the payload; the ep reads them. */
+	tcpf_hdr_put(f, &h);
+	cr_assert_eq(write(fd, f, sizeof(f)), (ssize_t)sizeof(f));
+	cr_assert_eq(write(fd, msg, 300), 300);
+	settle();
+	cr_assert_eq(b->wch, b->wct, "a message half sent completed");
+	struct tep *nb = move_ep(b, &nrx);
+	freebuf(&brx);
+	/* The rest, and 10 bytes of the next header. */
+	tcpf_hdr_put(f, &h2);
+	cr_assert_eq(write(fd, msg + 300, sizeof(msg) - 300), (ssize_t)(sizeof(msg) - 300));
+	cr_assert_eq(write(fd, f, 10), 10);
+	struct oti_wc wc = wait_wc(nb);
+	cr_assert_eq(wc.status, 0);
+	cr_assert_eq(wc.ctx, 0);
+	cr_assert_eq(wc.len, sizeof(msg));
+	cr_assert_arr_eq(nrx.p, msg, sizeof(msg));
+	settle();
+	struct tep *nb2 = move_ep(nb, &nrx2);
+	freebuf(&nrx);
+	cr_assert_eq(write(fd, f + 10, sizeof(f) - 10), (ssize_t)(sizeof(f) - 10));
+	cr_assert_eq(write(fd, msg2, sizeof(msg2)), (ssize_t)sizeof(msg2));
+	wc = wait_wc(nb2);
+	cr_assert_eq(wc.status, 0);
+	cr_assert_eq(wc.len, sizeof(msg2));
+	cr_assert_arr_eq(nrx2.p, msg2, sizeof(msg2));
+	/* The new ep sends on the same TCP connection. */
+	struct buf tx = mkbuf(nb2, 64, 0);
+	fill(tx.p, 64, 5);
+	post_send(nb2, &tx, 0, 64, 1, 0);
+	cr_assert_eq(wait_wc(nb2).ctx, 1);
+	uint8_t got[TCPF_HDR_LEN + 64];
+	cr_assert_eq(recv(fd, got, sizeof(got), MSG_WAITALL), (ssize_t)sizeof(got));
+	tcpf_hdr_get(got, &h);
+	cr_assert_eq(h.type, TCPF_SEND);
+	cr_assert_eq(h.len, 64);
+	cr_assert_arr_eq(got + TCPF_HDR_LEN, tx.p, 64);
+	untrack_ep(nb2);
+	freebuf(&nrx2);
+	freebuf(&tx);
+	close(fd);
+	untrack_lis(l);
+}
+
+/* Only a connected, quiet ep moves; a bad description is refused and its
+ * descriptor closed. */
+Test(tcpf, export_refused_unless_quiet, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct pair p;
+	void *blob;
+	size_t len;
+	int fd, pfd[2];
+	struct oti_ep *ep;
+
+	connect_pair(&p, AF_INET, "127.0.0.1");
+	/* An RDMA read of ours in flight. */
+	struct buf src = mkbuf(p.b, 4096, OTI_ACCESS_REMOTE_READ);
+	struct buf dst = mkbuf(p.a, 4096, OTI_ACCESS_LOCAL_WRITE);
+	struct oti_sge sge = { .addr = dst.p, .len = 100, .mr = dst.mr };
+	cr_assert_eq(T->rdma_read(p.a->ep, &sge, src.mr->raddr_base, src.mr->rkey, 1), 0);
+	cr_assert_eq(T->ep_export(p.a->ep, &blob, &len, &fd), -EBUSY);
+	cr_assert_eq(wait_wc(p.a).status, 0);
+	/* Not connected (yet, or any more). */
+	struct tep *c = open_to(&p.name);
+	cr_assert_eq(T->ep_export(c->ep, &blob, &len, &fd), -ENOTCONN);
+	untrack_ep(c);
+	cr_assert_eq(T->disconnect(p.a->ep), 0);
+	cr_assert_eq(T->ep_export(p.a->ep, &blob, &len, &fd), -ENOTCONN);
+
+	/* Descriptions that are not ours. */
+	uint8_t junk[512] = { 0 };
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(s, 0);
+	cr_assert_eq(T->ep_import(junk, sizeof(junk), s, &ep), -EINVAL);
+	cr_assert_eq(fcntl(s, F_GETFD), -1, "the descriptor was not closed");
+	/* A good description on a descriptor that is no stream socket. */
+	struct buf nrx;
+	struct tep *nb = move_ep(p.b, &nrx);
+	p.b = nb;
+	cr_assert_eq(T->ep_export(nb->ep, &blob, &len, &fd), 0);
+	forget_ep(nb);
+	p.b = NULL;
+	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
+	close(pfd[1]);
+	cr_assert_eq(T->ep_import(blob, len, pfd[0], &ep), -EINVAL);
+	cr_assert_eq(fcntl(pfd[0], F_GETFD), -1);
+	/* Cut short. */
+	s = dup(fd);
+	cr_assert_eq(T->ep_import(blob, 8, s, &ep), -EINVAL);
+	cr_assert_eq(T->ep_import(blob, len, fd, &ep), 0);
+	T->ep_close(ep);
+	free(blob);
+	untrack_ep(p.a);
+	untrack_lis(p.l);
+	freebuf(&p.arx);
+	freebuf(&p.brx);
+	freebuf(&nrx);
+	freebuf(&src);
+	freebuf(&dst);
+}
+
+/* The move a fork makes: the child imports the parent's ep on its copy of
+ * the descriptor and serves the connection; the parent's close of its
+ * copy does not end it; the peer sees the end only when the child's goes. */
+static int child_serves(const void *blob, size_t len, int fd, int done)
+{
+	struct oti_ep *ep;
+	struct oti_mr *mr;
+	struct oti_wc wc;
+	struct oti_event ev;
+	static uint8_t rx[RXSLOT], tx[RXSLOT + 1];
+	char c;
+
+	/* The parent has closed its copy: told by the pipe. */
+	if (read(done, &c, 1) != 1)
+		return 10;
+	if (T->ep_import(blob, len, fd, &ep) || T->mr_reg(ep, rx, sizeof(rx), OTI_ACCESS_LOCAL_WRITE, &mr))
+		return 11;
+	struct oti_sge sge = { .addr = rx, .len = sizeof(rx), .mr = mr };
+	if (T->post_recv(ep, &sge, 1))
+		return 12;
+	for (int spins = 0;; spins++) {
+		int n = T->poll_cq(ep, &wc, 1);
+
+		if (n == 1)
+			break;
+		if (n < 0 || T->get_event(ep, &ev) == 0 || spins > 1000)
+			return 13;
+		if (T->ep_arm(ep) == 0) {
+			struct pollfd p = { .fd = T->ep_fd(ep), .events = T->ep_wait_events(ep) };
+
+			poll(&p, 1, WAIT_MS);
+		}
+	}
+	if (wc.status || wc.op != OTI_WC_RECV || wc.len != 5000)
+		return 14;
+	/* The message back, one byte longer. */
+	memcpy(tx, rx, wc.len);
+	tx[wc.len] = 0xee;
+	struct oti_mr *tmr;
+	if (T->mr_reg(ep, tx, sizeof(tx), 0, &tmr))
+		return 15;
+	struct oti_sge s2 = { .addr = tx, .len = wc.len + 1, .mr = tmr };
+	if (T->post_send(ep, &s2, 2, 0))
+		return 16;
+	for (int spins = 0;; spins++) {
+		int n = T->poll_cq(ep, &wc, 1);
+
+		if (n == 1 && wc.ctx == 2 && wc.status == 0)
+			break;
+		if (n < 0 || spins > 1000)
+			return 17;
+		if (T->ep_arm(ep) == 0) {
+			struct pollfd p = { .fd = T->ep_fd(ep), .events = T->ep_wait_events(ep) };
+
+			poll(&p, 1, WAIT_MS);
+		}
+	}
+	T->ep_close(ep);
+	return 0;
+}
+
+Test(tcpf, export_import_across_fork, .init = tcpf_setup, .fini = tcpf_teardown)
+{
+	struct pair p;
+	void *blob;
+	size_t len;
+	int fd, done[2];
+	struct oti_event ev;
+
+	connect_pair(&p, AF_INET, "127.0.0.1");
+	cr_assert_eq(T->ep_export(p.b->ep, &blob, &len, &fd), 0);
+	forget_ep(p.b);
+	p.b = NULL;
+	cr_assert_eq(pipe2(done, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(done[1]);
+		_exit(child_serves(blob, len, fd, done[0]));
+	}
+	close(done[0]);
+	free(blob);
+	cr_assert_eq(close(fd), 0);
+	cr_assert_eq(write(done[1], "x", 1), 1);
+	close(done[1]);
+
+	struct buf tx = mkbuf(p.a, 5000, 0);
+	fill(tx.p, 5000, 8);
+	post_send(p.a, &tx, 0, 5000, 1, 0);
+	struct oti_wc wc = wait_wc(p.a);
+	cr_assert_eq(wc.op, OTI_WC_SEND);
+	cr_assert_eq(wc.status, 0);
+	wc = wait_wc(p.a);
+	cr_assert_eq(wc.op, OTI_WC_RECV);
+	cr_assert_eq(wc.status, 0);
+	cr_assert_eq(wc.len, 5001);
+	cr_assert_arr_eq(p.arx.p, tx.p, 5000);
+	cr_assert_eq(p.arx.p[5000], 0xee);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %d", st);
+	/* The child's copy was the last. */
+	wait_event_type(p.a, OTI_EV_DISCONNECTED, &ev);
+	untrack_ep(p.a);
+	untrack_lis(p.l);
+	freebuf(&p.arx);
+	freebuf(&p.brx);
+	freebuf(&tx);
+}

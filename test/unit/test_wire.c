@@ -1345,3 +1345,42 @@ Test(wire_fuzz, hello_and_hello_ack)
 	cr_assert_gt(hello_ok, 500, "only %u Hellos accepted", hello_ok);
 	cr_assert_gt(ack_ok, 500, "only %u HelloAcks accepted", ack_ok);
 }
+
+/* --- libsdp's reject private data ------------------------------------------- */
+
+Test(wire_reject, round_trip_and_padding)
+{
+	uint8_t buf[148] = { 0 };
+	static const uint8_t want[SDP_REJECT_LEN] = { 'l', 's', 'd', 'p', 1, 2, 0, 0 };
+
+	cr_assert_eq(sdp_reject_encode(buf, sizeof(buf), SDP_REJECT_RESOURCE), SDP_REJECT_LEN);
+	cr_assert_arr_eq(buf, want, sizeof(want));
+	/* An IB CM REJ pads its private data to 148 bytes. */
+	cr_assert_eq(sdp_reject_decode(buf, sizeof(buf)), SDP_REJECT_RESOURCE);
+	cr_assert_eq(sdp_reject_decode(buf, SDP_REJECT_LEN), SDP_REJECT_RESOURCE);
+	for (int why = SDP_REJECT_BUSY; why <= SDP_REJECT_HELLO; why++) {
+		cr_assert_eq(sdp_reject_encode(buf, SDP_REJECT_LEN, why), SDP_REJECT_LEN);
+		cr_assert_eq(sdp_reject_decode(buf, SDP_REJECT_LEN), why);
+	}
+	cr_assert_eq(sdp_reject_encode(buf, SDP_REJECT_LEN - 1, SDP_REJECT_BUSY), -EMSGSIZE);
+}
+
+Test(wire_reject, anything_else_is_no_reason)
+{
+	uint8_t buf[SDP_REJECT_LEN] = { 0 };
+
+	cr_assert_eq(sdp_reject_decode(buf, 0), -EPROTO);
+	sdp_reject_encode(buf, sizeof(buf), SDP_REJECT_BUSY);
+	cr_assert_eq(sdp_reject_decode(buf, SDP_REJECT_LEN - 1), -EPROTO);
+	/* Each byte changed in turn: magic, version, reason, the zeros. */
+	for (size_t i = 0; i < sizeof(buf); i++) {
+		uint8_t bad[SDP_REJECT_LEN];
+
+		memcpy(bad, buf, sizeof(bad));
+		bad[i] ^= i == 5 ? 0x10 : 0x01;
+		cr_assert_eq(sdp_reject_decode(bad, sizeof(bad)), -EPROTO, "byte %zu", i);
+	}
+	/* A Hello's or a HelloAck's first bytes are no reject. */
+	memset(buf, 0, sizeof(buf));
+	cr_assert_eq(sdp_reject_decode(buf, sizeof(buf)), -EPROTO);
+}

@@ -52,7 +52,9 @@
  *   order.  The peer's death closes the socket: EOF or ECONNRESET, and
  *   the connection is reset (what is in the ring is still delivered).
  *   Once down, a quiet eventfd takes the socket's number, as tcp-fallback
- *   does, so that nothing spins on a dead socket.
+ *   does, so that nothing spins on a dead socket: when the engine, which
+ *   has taken the number out of its epoll sets first, calls ep_quiet()
+ *   (oti.h ep_fd_dead).
  *
  * LOCKING
  *   None inside: the engine holds the owning socket's lock around every
@@ -179,16 +181,24 @@ static bool is_local(const struct sockaddr *sa)
 	return ok;
 }
 
+/* sa's address, without the port. */
+static const char *addr_str(const struct sockaddr *sa, char a[INET6_ADDRSTRLEN])
+{
+	strcpy(a, "?");
+	if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, INET6_ADDRSTRLEN);
+	else
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, INET6_ADDRSTRLEN);
+	return a;
+}
+
 /* The abstract name for (address of sa, port). */
 static socklen_t unix_name(struct sockaddr_un *un, const struct sockaddr *sa, uint16_t port)
 {
-	char a[INET6_ADDRSTRLEN] = "?";
+	char a[INET6_ADDRSTRLEN];
 	int n;
 
-	if (sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof(a));
-	else
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof(a));
+	addr_str(sa, a);
 	memset(un, 0, sizeof(*un));
 	un->sun_family = AF_UNIX;
 	n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "libsdp-shm/v1/%d/%s/%u",
@@ -228,7 +238,11 @@ enum shm_state {
 };
 
 struct shm_ep {
-	int fd;			/* the Unix socket; a quiet eventfd once down */
+	int fd;			/* the Unix socket; a quiet eventfd once ep_quiet() */
+	/* The socket will stay ready for good (the peer is gone): it waits
+	 * for ep_quiet(), which gives its number to a quiet eventfd. */
+	bool fd_dead;
+	bool fd_quieted;
 	int side;		/* 0 active, 1 passive */
 	enum shm_state state;
 	bool connect_sent;
@@ -245,6 +259,10 @@ struct shm_ep {
 	bool raised;
 	uint32_t owed;
 	uint32_t quiet_arms;
+	/* A waiter polls the rings (ep_poll()) and will arm before it
+	 * sleeps: our word stays down, so the peer sends no byte for what
+	 * the waiter sees anyway. */
+	bool polling;
 	int memfd;		/* active: until CONNECT took it */
 	struct shm_ctl *ctl;
 	size_t map_len;
@@ -437,8 +455,21 @@ static void see_word(struct shm_ep *e)
 
 /* --- going down --------------------------------------------------------------- */
 
-static void quiet_fd(struct shm_ep *e)
+static bool shm_ep_fd_dead(struct oti_ep *oep)
 {
+	struct shm_ep *e = EP(oep);
+
+	return e->fd_dead && !e->fd_quieted;
+}
+
+/* The engine has taken the socket's number out of its epoll sets. */
+static void shm_ep_quiet(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (!shm_ep_fd_dead(oep))
+		return;
+	e->fd_quieted = true;
 	if (shm_quiet >= 0) {
 		(void)sys.dup3(shm_quiet, e->fd, O_CLOEXEC);
 		return;
@@ -469,14 +500,15 @@ static void go_down(struct shm_ep *e, int status)
 		return;
 	e->state = SS_DOWN;
 	flush_all(e);
-	/* On an error, closing our reference to the socket tells the peer,
-	 * once no other process holds one: never shutdown(), which would
+	/* On an error, closing our reference to the socket (ep_quiet(),
+	 * once the engine has let go of its number) tells the peer, once
+	 * no other process holds one: never shutdown(), which would
 	 * end the socket for a forked process that shares it too.  An
 	 * orderly end keeps the socket until ep_close(), as tcp-fallback
 	 * does: a descriptor made now, by whichever thread drives, would
 	 * take a low number for a moment under the application's feet. */
 	if (status)
-		quiet_fd(e);
+		e->fd_dead = true;
 	if (was == SS_ACTIVE) {
 		epq_push_event(&e->q, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
 									 : -ECONNREFUSED,
@@ -638,9 +670,9 @@ static void check_gone(struct shm_ep *e)
 
 /* Wake-up bytes out of the socket, up to 16 in one system call (one
  * recv() each, and one more to see it empty, cost two per wake-up).  At
- * its EOF or reset the peer is gone: a quiet eventfd takes the socket's
- * place (an EOF would keep it readable while the engine has not yet
- * taken what the ring holds). */
+ * its EOF or reset the peer is gone: the socket is dead, for a quiet
+ * eventfd to take its place (ep_quiet(): an EOF would keep it readable
+ * while the engine has not yet taken what the ring holds). */
 static void drain_socket(struct shm_ep *e)
 {
 	enum { N = 16 };
@@ -674,7 +706,7 @@ static void drain_socket(struct shm_ep *e)
 		/* EOF: as tcp-fallback reports its peer's EOF (the engine tells a
 		 * close from a death by the DisConn it did or did not get). */
 		e->gone_status = n < 0 ? -errno : 0;
-		quiet_fd(e);
+		e->fd_dead = true;
 	}
 	check_gone(e);
 }
@@ -684,8 +716,10 @@ static bool ring_work(struct shm_ep *e);
 /*
  * Every drive leaves this side's word raised, as ep_arm() does: the
  * engine may sleep on the fd after a drive without arming (an epoll set's
- * report), so a drive must leave the fd able to wake it.  The socket is
- * read only for the bytes the peer owes us (see_word()).
+ * report), so a drive must leave the fd able to wake it; but not while a
+ * waiter polls the rings (ep_poll()), which arms or ends its polling
+ * (ep_poll_end()) before anybody sleeps.  The socket is read only for the
+ * bytes the peer owes us (see_word()).
  */
 static void ep_progress(struct shm_ep *e)
 {
@@ -703,8 +737,10 @@ static void ep_progress(struct shm_ep *e)
 		flush_sends(e);
 		if (e->state != SS_UP)
 			break;
-		set_word(e, sleep_word(e));
-		shm_fence();
+		if (!e->polling) {
+			set_word(e, sleep_word(e));
+			shm_fence();
+		}
 		if (!ring_work(e))
 			break;
 	}
@@ -780,6 +816,7 @@ struct oti_connreq {
 struct shm_listener {
 	int lfd[2], nlfd;
 	int epfd;
+	bool taking;		/* lfd[] are in epfd and accept4()ed from */
 	struct sockaddr_storage name;
 	struct shm_half *half;	/* waiting for CONNECT */
 	int nhalf;
@@ -875,6 +912,7 @@ static int shm_listen(const struct sockaddr *addr, socklen_t addrlen, int backlo
 		return ret;
 	}
 	l->nlfd = 1;
+	l->taking = true;
 	epq_set_port(&ss, port);
 	l->name = ss;
 	if (ss.ss_family == AF_INET6 && is_any(&ss) && !(flags & OTI_LISTEN_V6ONLY)) {
@@ -1076,7 +1114,8 @@ static int shm_get_connreq(struct oti_listener *ol, struct oti_connreq **req, vo
 	struct shm_listener *l = LS(ol);
 
 	if (!l->ready) {
-		take_new(l);
+		if (l->taking)
+			take_new(l);
 		read_halves(l);
 	}
 	struct shm_half *h = l->ready;
@@ -1137,6 +1176,67 @@ static void shm_listener_close(struct oti_listener *ol)
 	fdspace_close(l->epfd);
 	free(l);
 	atomic_fetch_sub(&shm_objects, 1);
+}
+
+/* lfd[] into (on) or out of l's epoll set; false if one could not go in. */
+static bool listen_fds_watched(struct shm_listener *l, bool on)
+{
+	bool ok = true;
+
+	for (int i = 0; i < l->nlfd; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
+
+		if (sys.epoll_ctl(l->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, l->lfd[i], &ev) < 0 &&
+		    on && errno != EEXIST)
+			ok = false;
+	}
+	return ok;
+}
+
+static void shm_listener_take(struct oti_listener *ol, bool on)
+{
+	struct shm_listener *l = LS(ol);
+
+	if (on == l->taking)
+		return;
+	/* Not all in: not taking, and asked again at the next accept. */
+	if (listen_fds_watched(l, on) || !on)
+		l->taking = on;
+	else
+		listen_fds_watched(l, false);
+}
+
+/* The requests in list were the parent's: this process's copies of their
+ * socket and mapping go, the parent's stay. */
+static void forget_list(struct shm_half **list)
+{
+	while (*list) {
+		struct shm_half *h = *list;
+
+		*list = h->next;
+		half_free(h);
+	}
+}
+
+static int shm_listener_forked(struct oti_listener *ol)
+{
+	struct shm_listener *l = LS(ol);
+
+	forget_list(&l->half);
+	forget_list(&l->ready);
+	forget_list(&l->given);
+	l->ready_tail = NULL;
+	l->nhalf = 0;
+	/* The inherited epoll instance is the parent's too. */
+	fdspace_close(l->epfd);
+	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	if (l->epfd < 0)
+		return l->epfd;
+	if (l->taking && !listen_fds_watched(l, true)) {
+		listen_fds_watched(l, false);
+		l->taking = false;
+	}
+	return 0;
 }
 
 /* --- endpoints ---------------------------------------------------------------- */
@@ -1201,6 +1301,17 @@ static int shm_accept(struct oti_ep *oep, const void *pdata, size_t len)
 	return 0;
 }
 
+static int shm_ep_reject(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (e->state != SS_PASSIVE || len > OTI_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	send_answer(e->fd, SHM_REJECT, pdata, len);
+	e->state = SS_DOWN;
+	return 0;
+}
+
 /* A listener of ours for dst, if one is there: the connected socket. */
 static int find_listener(const struct sockaddr *dst, int *out)
 {
@@ -1233,6 +1344,7 @@ static int find_listener(const struct sockaddr *dst, int *out)
 static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struct sockaddr *src,
 		       socklen_t srclen, struct oti_ep **out)
 {
+	char a[INET6_ADDRSTRLEN];
 	struct shm_ep *e;
 	uint16_t port;
 	int fd, ret = epq_check_addr(dst, dstlen);
@@ -1244,8 +1356,14 @@ static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struc
 	if (src && src->sa_family != dst->sa_family)
 		return -EAFNOSUPPORT;
 	ret = find_listener(dst, &fd);
-	if (ret)
+	if (ret) {
+		/* The usual case for a peer elsewhere, in another network
+		 * namespace (whose abstract names we cannot see) or without
+		 * libsdp: the engine goes on to the next transport. */
+		sdp_conn_log(SHM, "nobody listens on shm at %s port %u: next transport",
+			     addr_str(dst, a), epq_get_port(dst));
 		return ret;
+	}
 	e = ep_new(fd, 0);
 	if (!e) {
 		fdspace_close(fd);
@@ -1268,7 +1386,12 @@ static int shm_ep_open(const struct sockaddr *dst, socklen_t dstlen, const struc
 		fdspace_close(fd);
 		free(e);
 		atomic_fetch_sub(&shm_objects, 1);
-		return ret;
+		/* No rings (memfd_create refused by a sandbox, out of
+		 * descriptors or memory): the connection can still go over
+		 * the next transport, which -ENODEV makes the engine try. */
+		sdp_warn(SHM, "cannot make the rings for %s port %u (%s): next transport",
+			 addr_str(dst, a), epq_get_port(dst), strerror(-ret));
+		return -ENODEV;
 	}
 	epq_push_event(&e->q, OTI_EV_RESOLVED, 0, NULL, 0);
 	*out = (struct oti_ep *)e;
@@ -1358,6 +1481,7 @@ static int shm_ep_arm(struct oti_ep *oep)
 {
 	struct shm_ep *e = EP(oep);
 
+	e->polling = false;
 	if (has_work(e))
 		return -EAGAIN;
 	if (e->state != SS_UP)
@@ -1379,6 +1503,41 @@ static int shm_ep_arm(struct oti_ep *oep)
 		return -EAGAIN;
 	}
 	return 0;
+}
+
+/*
+ * A waiter's look at the rings, no system call: loads of the peer's
+ * index (and the checks of what it says, shm_ring_peek()).  While it
+ * polls, our word is down: the peer puts records in without a byte for
+ * us, and the waiter sees them here.
+ */
+static bool shm_ep_poll(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (e->state == SS_UP && !e->polling) {
+		e->polling = true;
+		if (e->raised)
+			set_word(e, 0);
+	}
+	return has_work(e);
+}
+
+/* Polling ends without a sleep: the word goes up again, as at the end of
+ * a drive, and what came before the peer could see it is for the caller
+ * to drive now (Dekker's pattern, as in ep_arm()). */
+static bool shm_ep_poll_end(struct oti_ep *oep)
+{
+	struct shm_ep *e = EP(oep);
+
+	if (!e->polling)
+		return false;
+	e->polling = false;
+	if (e->state == SS_UP) {
+		set_word(e, sleep_word(e));
+		shm_fence();
+	}
+	return has_work(e);
 }
 
 static short shm_ep_wait_events(struct oti_ep *oep)
@@ -1522,8 +1681,11 @@ const struct oti_ops shm_transport_ops = {
 	.get_connreq = shm_get_connreq,
 	.reject = shm_reject,
 	.listener_close = shm_listener_close,
+	.listener_take = shm_listener_take,
+	.listener_forked = shm_listener_forked,
 	.ep_accept_open = shm_ep_accept_open,
 	.accept = shm_accept,
+	.ep_reject = shm_ep_reject,
 	.ep_open = shm_ep_open,
 	.connect = shm_connect,
 	.ep_names = shm_ep_names,
@@ -1540,4 +1702,8 @@ const struct oti_ops shm_transport_ops = {
 	.rdma_write = oti_no_rdma,
 	.disconnect = shm_disconnect,
 	.ep_close = shm_ep_close,
+	.ep_poll = shm_ep_poll,
+	.ep_poll_end = shm_ep_poll_end,
+	.ep_fd_dead = shm_ep_fd_dead,
+	.ep_quiet = shm_ep_quiet,
 };

@@ -72,8 +72,10 @@
  *   only while output is queued (the socket buffer was full), and for
  *   nothing once the connection is down.  A connection that ended by an
  *   error gets a quiet eventfd at its fd number, so that nothing spins on
- *   a dead socket.  A listener's fd is an epoll set holding its listening
- *   socket and the connections that have not sent their CONNECT yet.
+ *   a dead socket, when the engine, which has taken the number out of its
+ *   epoll sets first, calls ep_quiet() (oti.h ep_fd_dead).  A listener's
+ *   fd is an epoll set holding its listening socket and the connections
+ *   that have not sent their CONNECT yet.
  *
  * LOCKING
  *   None inside: the engine holds the owning socket's lock around every
@@ -205,6 +207,10 @@ struct tcpf_ep {
 	int fd;
 	uint16_t port_off;
 	enum tcpf_state state;
+	/* Ended by an error, the socket waits for ep_quiet(), which gives
+	 * its number to a quiet eventfd. */
+	bool fd_dead;
+	bool fd_quieted;
 	bool connect_queued;	/* active: CONNECT is in the output */
 	bool tcp_up;		/* the TCP handshake is done */
 	bool shut_wanted;	/* disconnect(): SHUT_WR once the output is out */
@@ -214,6 +220,10 @@ struct tcpf_ep {
 	 * EAGAIN, twice per round of the engine's drive).  Anything that
 	 * arrives meanwhile keeps the fd readable, so a sleeper wakes. */
 	bool just_read;
+	/* In a drive (drive_begin): a read found the socket empty, or the
+	 * drive is not to read; rx() then says EAGAIN without asking. */
+	bool driving, rx_empty;
+	unsigned empty_reads;	/* in this drive, for drive_end() */
 	int down_status;
 	struct sockaddr_storage local, peer;
 
@@ -240,6 +250,12 @@ struct tcpf_ep {
 
 	struct tcpf_mr **mrs;
 	unsigned nmrs, mrs_cap;
+
+	/* Imported (ep_import): the bytes of the stream that the exporting
+	 * ep had taken from the socket and not yet acted on, read again
+	 * before the socket's. */
+	uint8_t *pre;
+	uint32_t pre_off, pre_len;
 };
 
 static inline struct tcpf_ep *EP(struct oti_ep *ep)
@@ -284,19 +300,27 @@ static void out_append(struct tcpf_ep *e, struct tcpf_out *o)
 
 /* --- going down ------------------------------------------------------------ */
 
-/* Put a quiet eventfd at the socket's number (closing the socket): what
- * is left of a dead connection must not keep the fd readable. */
-static void quiet_fd(struct tcpf_ep *e, bool reset)
+static bool tcpf_ep_fd_dead(struct oti_ep *oep)
 {
+	struct tcpf_ep *e = EP(oep);
+
+	return e->fd_dead && !e->fd_quieted;
+}
+
+/* Put a quiet eventfd at the socket's number (closing the socket): what
+ * is left of a dead connection must not keep the fd readable.  The
+ * engine has taken the number out of its epoll sets. */
+static void tcpf_ep_quiet(struct oti_ep *oep)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	if (!tcpf_ep_fd_dead(oep))
+		return;
+	e->fd_quieted = true;
 	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 
 	if (q < 0)
 		return;		/* the socket stays: spurious wake-ups only */
-	if (reset) {
-		struct linger lg = { 1, 0 };
-
-		(void)sys.setsockopt(e->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	}
 	(void)sys.dup3(q, e->fd, O_CLOEXEC);
 	sys.close(q);
 }
@@ -340,8 +364,14 @@ static void go_down(struct tcpf_ep *e, enum down_how how, int status)
 		return;
 	e->state = TS_DOWN;
 	flush_all(e);
+	if (how == DOWN_ABORT) {
+		/* The close in ep_quiet() or ep_close() resets it. */
+		struct linger lg = { 1, 0 };
+
+		(void)sys.setsockopt(e->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	}
 	if (how != DOWN_ORDERLY)
-		quiet_fd(e, how == DOWN_ABORT);
+		e->fd_dead = true;
 	if (was == TS_ACTIVE) {
 		/* Nobody accepted: no SDP listener there, or not SDP at all. */
 		epq_push_event(&e->q, OTI_EV_UNREACHABLE, status && status != -ECONNRESET ? status
@@ -611,6 +641,23 @@ static void frame_end(struct tcpf_ep *e)
  * connection down and returns -1. */
 static ssize_t rx(struct tcpf_ep *e, void *p, size_t len)
 {
+	/* The bytes an exported ep had read come first: they are not the
+	 * socket's, whatever it says. */
+	if (e->pre) {
+		uint32_t n = e->pre_len - e->pre_off;
+
+		if (n > len)
+			n = (uint32_t)len;
+		memcpy(p, e->pre + e->pre_off, n);
+		e->pre_off += n;
+		if (e->pre_off == e->pre_len) {
+			free(e->pre);
+			e->pre = NULL;
+		}
+		return n;
+	}
+	if (e->rx_empty)
+		return -EAGAIN;
 	for (;;) {
 		ssize_t n = sys.recv(e->fd, p, len, MSG_DONTWAIT);
 
@@ -626,8 +673,13 @@ static ssize_t rx(struct tcpf_ep *e, void *p, size_t len)
 		}
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			/* Empty, and no EOF: what comes next makes the fd
+			 * readable for whoever waits on it. */
+			e->rx_empty = e->driving;
+			e->empty_reads++;
 			return -EAGAIN;
+		}
 		socket_error(e, errno);
 		return -1;
 	}
@@ -747,7 +799,8 @@ static int tcpf_probe(const struct sockaddr *local, const struct sockaddr *remot
 static void tcpf_query_caps(struct oti_caps *caps)
 {
 	memset(caps, 0, sizeof(*caps));
-	caps->flags = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE | OTI_CAP_SOFTWARE;
+	caps->flags = OTI_CAP_RDMA_READ | OTI_CAP_RDMA_WRITE | OTI_CAP_SOFTWARE |
+		      OTI_CAP_PASSIVE_DONE;
 	caps->max_private_data = OTI_MAX_PRIVATE_DATA;
 	/* Every send is a copy into the kernel here: "inline" is free. */
 	caps->max_inline = 256;
@@ -774,6 +827,7 @@ struct oti_connreq {
 
 struct tcpf_listener {
 	int lfd, epfd;
+	bool taking;		/* lfd is in epfd and accept4()ed from */
 	uint16_t port_off;
 	int backlog;
 	struct tcpf_half *half;	/* waiting for CONNECT */
@@ -798,8 +852,8 @@ static inline struct tcpf_listener *LS(struct oti_listener *l)
 	return (struct tcpf_listener *)l;
 }
 
-/* REJECT with pdata, best effort, then close: the active side learns why. */
-static void reject_fd(int fd, const void *pdata, size_t len)
+/* REJECT with pdata, best effort: the active side learns why. */
+static void send_reject(int fd, const void *pdata, size_t len)
 {
 	uint8_t buf[TCPF_HDR_LEN + OTI_MAX_PRIVATE_DATA];
 	struct tcpf_hdr h = { .type = TCPF_REJECT, .len = (uint32_t)len };
@@ -809,6 +863,11 @@ static void reject_fd(int fd, const void *pdata, size_t len)
 		memcpy(buf + TCPF_HDR_LEN, pdata, len);
 	/* A fresh socket's buffer takes this whole, or the peer is gone. */
 	(void)sys.send(fd, buf, TCPF_HDR_LEN + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static void reject_fd(int fd, const void *pdata, size_t len)
+{
+	send_reject(fd, pdata, len);
 	fdspace_close(fd);
 }
 
@@ -895,6 +954,7 @@ static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backl
 		return -ENOMEM;
 	}
 	l->lfd = fd;
+	l->taking = true;
 	l->port_off = off;
 	l->backlog = backlog;
 	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
@@ -939,7 +999,47 @@ static int tcpf_listener_arm(struct oti_listener *ol)
 	return LS(ol)->ready ? -EAGAIN : 0;
 }
 
-/* New connections into the half list. */
+/* What h's CONNECT brought so far: 1 complete, 0 not yet, -1 a
+ * connection to drop (gone, or no SDP client of ours). */
+static int half_read(struct tcpf_half *h)
+{
+	ssize_t n = sys.recv(h->fd, h->buf + h->got, h->need - h->got, MSG_DONTWAIT);
+
+	if (n > 0)
+		h->got += (uint32_t)n;
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+		return -1;
+	if (h->got == TCPF_HDR_LEN && h->need == TCPF_HDR_LEN) {
+		struct tcpf_hdr hd;
+
+		tcpf_hdr_get(h->buf, &hd);
+		if (hd.type != TCPF_CONNECT || hd.key != TCPF_MAGIC || hd.id != TCPF_PROTO ||
+		    hd.len > OTI_MAX_PRIVATE_DATA)
+			return -1;
+		h->need += hd.len;
+		/* The payload is most likely there too: one more read now
+		 * rather than a wakeup later. */
+		return h->need > h->got ? half_read(h) : 1;
+	}
+	return h->got == h->need;
+}
+
+static void ready_append(struct tcpf_listener *l, struct tcpf_half *h)
+{
+	h->next = NULL;
+	if (l->ready_tail)
+		l->ready_tail->next = h;
+	else
+		l->ready = h;
+	l->ready_tail = h;
+}
+
+/*
+ * New connections: read at once, since an active side of ours sends its
+ * CONNECT right behind the TCP handshake, so most are complete here and
+ * go to the ready list without ever being in the listener's epoll set
+ * (two epoll_ctl per connection saved); the others wait in the half list.
+ */
 static void take_new(struct tcpf_listener *l)
 {
 	for (;;) {
@@ -951,10 +1051,8 @@ static void take_new(struct tcpf_listener *l)
 		if (fd < 0)
 			return;		/* EAGAIN, a connection that went, or no room */
 		struct tcpf_half *h = calloc(1, sizeof(*h));
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 
-		if (!h || sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-			free(h);
+		if (!h) {
 			fdspace_close(fd);
 			continue;
 		}
@@ -965,6 +1063,19 @@ static void take_new(struct tcpf_listener *l)
 		h->peer = peer;
 		h->since_ns = mono_ns();
 		h->need = TCPF_HDR_LEN;
+		int got = half_read(h);
+
+		if (got > 0) {
+			ready_append(l, h);
+			continue;
+		}
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+		if (got < 0 || sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			free(h);
+			fdspace_close(fd);
+			continue;
+		}
 		h->next = l->half;
 		l->half = h;
 		/* The oldest goes when too many never said anything. */
@@ -986,36 +1097,17 @@ static void read_halves(struct tcpf_listener *l)
 
 	for (struct tcpf_half **pp = &l->half; *pp;) {
 		struct tcpf_half *h = *pp;
-		ssize_t n = sys.recv(h->fd, h->buf + h->got, h->need - h->got, MSG_DONTWAIT);
+		int got = half_read(h);
 
-		if (n > 0)
-			h->got += (uint32_t)n;
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		if (got < 0) {
 			half_drop(l, pp);
 			continue;
 		}
-		if (h->got == TCPF_HDR_LEN && h->need == TCPF_HDR_LEN) {
-			struct tcpf_hdr hd;
-
-			tcpf_hdr_get(h->buf, &hd);
-			if (hd.type != TCPF_CONNECT || hd.key != TCPF_MAGIC || hd.id != TCPF_PROTO ||
-			    hd.len > OTI_MAX_PRIVATE_DATA) {
-				/* Not an SDP client of ours. */
-				half_drop(l, pp);
-				continue;
-			}
-			h->need += hd.len;
-		}
-		if (h->got == h->need) {
+		if (got > 0) {
 			*pp = h->next;
 			(void)sys.epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
 			l->nhalf--;
-			h->next = NULL;
-			if (l->ready_tail)
-				l->ready_tail->next = h;
-			else
-				l->ready = h;
-			l->ready_tail = h;
+			ready_append(l, h);
 			continue;
 		}
 		if (now - h->since_ns > limit) {
@@ -1032,7 +1124,8 @@ static int tcpf_get_connreq(struct oti_listener *ol, struct oti_connreq **req, v
 	struct tcpf_listener *l = LS(ol);
 
 	if (!l->ready) {
-		take_new(l);
+		if (l->taking)
+			take_new(l);
 		read_halves(l);
 	}
 	struct tcpf_half *h = l->ready;
@@ -1082,6 +1175,54 @@ static void tcpf_listener_close(struct oti_listener *ol)
 	fdspace_close(l->epfd);
 	free(l);
 	atomic_fetch_sub(&tcpf_objects, 1);
+}
+
+static void tcpf_listener_take(struct oti_listener *ol, bool on)
+{
+	struct tcpf_listener *l = LS(ol);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+	if (on == l->taking)
+		return;
+	/* ADD can fail only for want of memory: the listener then keeps
+	 * not taking, and is asked again at the next accept. */
+	if (sys.epoll_ctl(l->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, l->lfd, &ev) == 0 || !on)
+		l->taking = on;
+}
+
+/* The requests in list were taken by the parent: this process's copies
+ * of their descriptors go (a close, not a shutdown, which would end the
+ * parent's connection), and so do the records. */
+static void forget_list(struct tcpf_half **list)
+{
+	while (*list) {
+		struct tcpf_half *h = *list;
+
+		*list = h->next;
+		fdspace_close(h->fd);
+		free(h);
+	}
+}
+
+static int tcpf_listener_forked(struct oti_listener *ol)
+{
+	struct tcpf_listener *l = LS(ol);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+	forget_list(&l->half);
+	forget_list(&l->ready);
+	forget_list(&l->given);
+	l->ready_tail = NULL;
+	l->nhalf = 0;
+	/* The inherited epoll instance is the parent's too: closing this
+	 * copy leaves its registrations alone. */
+	fdspace_close(l->epfd);
+	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	if (l->epfd < 0)
+		return l->epfd;
+	if (l->taking && sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->lfd, &ev) < 0)
+		l->taking = false;
+	return 0;
 }
 
 /* --- endpoints ---------------------------------------------------------------- */
@@ -1137,6 +1278,18 @@ static int tcpf_accept(struct oti_ep *oep, const void *pdata, size_t len)
 	e->state = TS_UP;
 	epq_push_event(&e->q, OTI_EV_ESTABLISHED, 0, NULL, 0);
 	flush_out(e);
+	return 0;
+}
+
+/* Before accept() nothing of ours is on the stream yet. */
+static int tcpf_ep_reject(struct oti_ep *oep, const void *pdata, size_t len)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	if (e->state != TS_PASSIVE || len > OTI_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	send_reject(e->fd, pdata, len);
+	e->state = TS_DOWN;
 	return 0;
 }
 
@@ -1245,7 +1398,8 @@ static int tcpf_ep_arm(struct oti_ep *oep)
 {
 	struct tcpf_ep *e = EP(oep);
 
-	return e->q.ev_count || e->q.cq_count || e->down_held ? -EAGAIN : 0;
+	/* Bytes imported are input the socket will not report. */
+	return e->q.ev_count || e->q.cq_count || e->down_held || e->pre ? -EAGAIN : 0;
 }
 
 static short tcpf_ep_wait_events(struct oti_ep *oep)
@@ -1271,6 +1425,23 @@ static int tcpf_get_event(struct oti_ep *oep, struct oti_event *ev)
 		epq_push_event(&e->q, OTI_EV_DISCONNECTED, e->down_status, NULL, 0);
 	}
 	return epq_pop_event(&e->q, ev) ? 0 : -EAGAIN;
+}
+
+static void tcpf_drive_begin(struct oti_ep *oep, bool read)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	e->driving = true;
+	e->rx_empty = !read;
+	e->empty_reads = 0;
+}
+
+static unsigned tcpf_drive_end(struct oti_ep *oep)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	e->driving = e->rx_empty = false;
+	return e->empty_reads;
 }
 
 static int tcpf_poll_cq(struct oti_ep *oep, struct oti_wc *wc, int n)
@@ -1504,11 +1675,9 @@ static int tcpf_disconnect(struct oti_ep *oep)
 	return 0;
 }
 
-static void tcpf_ep_close(struct oti_ep *oep)
+/* Everything of e but its socket, which the caller closes or gives away. */
+static void ep_free(struct tcpf_ep *e)
 {
-	struct tcpf_ep *e = EP(oep);
-
-	fdspace_close(e->fd);
 	for (unsigned i = 0; i < e->nmrs; i++)
 		e->mrs[i]->ep = NULL;
 	while (e->out_head) {
@@ -1526,9 +1695,134 @@ static void tcpf_ep_close(struct oti_ep *oep)
 	}
 	free(e->mrs);
 	epq_free(&e->q);
-		free(e->ib);
+	free(e->ib);
+	free(e->pre);
 	free(e);
 	atomic_fetch_sub(&tcpf_objects, 1);
+}
+
+static void tcpf_ep_close(struct oti_ep *oep)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	fdspace_close(e->fd);
+	ep_free(e);
+}
+
+/* --- moving to another process --------------------------------------------- */
+
+/*
+ * An endpoint's state between processes (ep_export, ep_import).  The TCP
+ * connection itself is the descriptor, whose byte stream goes on where it
+ * stopped: the peer takes no part in the move.  What the ep had read of
+ * it and not yet acted on (the start of a frame) follows the record as
+ * bytes of that stream, and is read again before the socket.  Both ends
+ * of a move are the same build of libsdp on the same host (a fork child,
+ * or an exec of the same library): the record is in host order, checked
+ * by its magic and size.
+ */
+#define TCPF_EXPORT_MAGIC 0x53445045u	/* "SDPE" */
+
+struct tcpf_export {
+	uint32_t magic;
+	uint32_t size;		/* sizeof(struct tcpf_export) */
+	uint32_t rd_next_id;
+	uint32_t pending;	/* stream bytes after the record */
+	uint16_t port_off;
+	struct sockaddr_storage local, peer;
+};
+
+static int tcpf_ep_export(struct oti_ep *oep, void **blob, size_t *len, int *fd)
+{
+	struct tcpf_ep *e = EP(oep);
+
+	if (e->state != TS_UP || e->shut_wanted)
+		return -ENOTCONN;
+	if (e->out_head || e->rd_count || e->q.ev_count || e->q.cq_count)
+		return -EBUSY;
+	/* A SEND's bytes are in a receive buffer the engine posts again; a
+	 * WRITE has begun to land in a registration that stays here. */
+	if (e->in_frame && e->dst && e->cur.type != TCPF_SEND)
+		return -EBUSY;
+
+	uint32_t part = e->in_frame ? TCPF_HDR_LEN + e->got : 0;
+	uint32_t ibuf = e->ib ? e->ib_len - e->ib_off : 0;
+	uint32_t pre = e->pre ? e->pre_len - e->pre_off : 0;
+	struct tcpf_export x = {
+		.magic = TCPF_EXPORT_MAGIC,
+		.size = sizeof(x),
+		.rd_next_id = e->rd_next_id,
+		.pending = part + ibuf + pre,
+		.port_off = e->port_off,
+		.local = e->local,
+		.peer = e->peer,
+	};
+	uint8_t *b = malloc(sizeof(x) + x.pending), *p;
+
+	if (!b)
+		return -ENOMEM;
+	memcpy(b, &x, sizeof(x));
+	p = b + sizeof(x);
+	/* In the stream's order: the frame begun, what was read after it,
+	 * what an earlier import had not given out yet. */
+	if (part) {
+		tcpf_hdr_put(p, &e->cur);
+		memcpy(p + TCPF_HDR_LEN, e->dst ? e->dst : e->ctl, e->got);
+		p += part;
+	}
+	if (ibuf) {
+		memcpy(p, e->ib + e->ib_off, ibuf);
+		p += ibuf;
+	}
+	if (pre)
+		memcpy(p, e->pre + e->pre_off, pre);
+	*blob = b;
+	*len = sizeof(x) + x.pending;
+	*fd = e->fd;
+	ep_free(e);
+	return 0;
+}
+
+static int tcpf_ep_import(const void *blob, size_t len, int fd, struct oti_ep **out)
+{
+	struct tcpf_export x;
+	struct tcpf_ep *e;
+	int type = 0;
+	socklen_t tl = sizeof(type);
+
+	if (!blob || len < sizeof(x))
+		goto inval;
+	memcpy(&x, blob, sizeof(x));
+	if (x.magic != TCPF_EXPORT_MAGIC || x.size != sizeof(x) ||
+	    x.pending != len - sizeof(x) || x.pending > TCPF_MAX_MSG ||
+	    (x.peer.ss_family != AF_INET && x.peer.ss_family != AF_INET6))
+		goto inval;
+	if (sys.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM)
+		goto inval;
+	e = ep_new(fd, x.port_off);
+	if (!e) {
+		fdspace_close(fd);
+		return -ENOMEM;
+	}
+	if (x.pending) {
+		e->pre = malloc(x.pending);
+		if (!e->pre) {
+			tcpf_ep_close((struct oti_ep *)e);
+			return -ENOMEM;
+		}
+		memcpy(e->pre, (const uint8_t *)blob + sizeof(x), x.pending);
+		e->pre_len = x.pending;
+	}
+	e->state = TS_UP;
+	e->tcp_up = true;
+	e->rd_next_id = x.rd_next_id;
+	e->local = x.local;
+	e->peer = x.peer;
+	*out = (struct oti_ep *)e;
+	return 0;
+inval:
+	fdspace_close(fd);
+	return -EINVAL;
 }
 
 const struct oti_ops tcpf_transport_ops = {
@@ -1546,8 +1840,11 @@ const struct oti_ops tcpf_transport_ops = {
 	.get_connreq = tcpf_get_connreq,
 	.reject = tcpf_reject,
 	.listener_close = tcpf_listener_close,
+	.listener_take = tcpf_listener_take,
+	.listener_forked = tcpf_listener_forked,
 	.ep_accept_open = tcpf_ep_accept_open,
 	.accept = tcpf_accept,
+	.ep_reject = tcpf_ep_reject,
 	.ep_open = tcpf_ep_open,
 	.connect = tcpf_connect,
 	.ep_names = tcpf_ep_names,
@@ -1556,6 +1853,8 @@ const struct oti_ops tcpf_transport_ops = {
 	.ep_wait_events = tcpf_ep_wait_events,
 	.get_event = tcpf_get_event,
 	.poll_cq = tcpf_poll_cq,
+	.drive_begin = tcpf_drive_begin,
+	.drive_end = tcpf_drive_end,
 	.mr_reg = tcpf_mr_reg,
 	.mr_dereg = tcpf_mr_dereg,
 	.post_recv = tcpf_post_recv,
@@ -1565,4 +1864,8 @@ const struct oti_ops tcpf_transport_ops = {
 	.mem_idle = tcpf_mem_idle,
 	.disconnect = tcpf_disconnect,
 	.ep_close = tcpf_ep_close,
+	.ep_export = tcpf_ep_export,
+	.ep_import = tcpf_ep_import,
+	.ep_fd_dead = tcpf_ep_fd_dead,
+	.ep_quiet = tcpf_ep_quiet,
 };

@@ -71,6 +71,7 @@ int vb_reject(struct oti_listener *l, struct oti_connreq *req, const void *pdata
 void vb_listener_close(struct oti_listener *l);
 int vb_ep_accept_open(struct oti_listener *l, struct oti_connreq *req, struct oti_ep **out);
 int vb_accept(struct oti_ep *ep, const void *pdata, size_t len);
+int vb_ep_reject(struct oti_ep *ep, const void *pdata, size_t len);
 int vb_connect(struct oti_ep *ep, const void *pdata, size_t len);
 int vb_ep_names(struct oti_ep *ep, struct sockaddr_storage *local,
 		struct sockaddr_storage *peer);
@@ -99,6 +100,7 @@ void vb_ep_close(struct oti_ep *ep);
 	.listener_close = vb_listener_close, \
 	.ep_accept_open = vb_ep_accept_open, \
 	.accept = vb_accept, \
+	.ep_reject = vb_ep_reject, \
 	.connect = vb_connect, \
 	.ep_names = vb_ep_names, \
 	.ep_fd = vb_ep_fd, \

@@ -3,8 +3,8 @@
  * epoll checks: level and edge triggering, EPOLLONESHOT, EPOLLRDHUP,
  * EPOLLOUT, reset (EPOLLHUP|EPOLLERR), EPOLL_CTL_DEL/MOD/ADD errors,
  * closed descriptors, epoll_pwait's signal mask, EINTR, one epoll fd
- * shared by two threads, poll() on an epoll fd, a listening socket, and
- * a socket added before connect().
+ * shared by two threads, poll() on an epoll fd, an epoll fd in another
+ * epoll set, a listening socket, and a socket added before connect().
  */
 
 #include "util.h"
@@ -560,6 +560,54 @@ out:
 	return rc;
 }
 
+/* A thread asleep in an outer epoll set that holds the member's set
+ * (added to it before or after the member), woken by another thread's
+ * shutdown(SHUT_RD) of the member: only the inner set's doorbell carries
+ * that, and nobody sleeps in the inner set itself. */
+static int check_epoll_nested(void)
+{
+	struct pair p = { -1, -1 };
+	struct other_thread o;
+	pthread_t t;
+	bool started = false, early = !strcmp(check_name(), "epoll_nested_early");
+	uint32_t ev;
+	int ep = -1, outer = -1, rc = -1;
+
+	if (pair_open(&p) < 0)
+		goto out;
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	outer = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0 || outer < 0)
+		FAIL_ERRNO("epoll_create1");
+	if (early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
+	if (ep_ctl(ep, EPOLL_CTL_ADD, p.s, EPOLLIN | EPOLLRDHUP) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD");
+	/* What the member's set says before the wait is settled. */
+	if (ep_wait(ep, 0, NULL, "inner") != 0)
+		FAIL("an event before the shutdown");
+	if (!early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
+	o.fd = p.s;
+	o.shut = true;
+	if (pthread_create(&t, NULL, other_thread_run, &o) != 0)
+		FAIL("pthread_create");
+	started = true;
+	/* No timeout: a sleeper nobody wakes is the watchdog's failure. */
+	if (ep_wait(outer, -1, NULL, "outer") != 1)
+		FAIL("the outer set's sleeper was not woken by the other thread's shutdown");
+	if (ep_wait(ep, 0, &ev, "inner") != 1 || !(ev & EPOLLIN))
+		FAIL("the member's set did not report the shutdown");
+	rc = 0;
+out:
+	if (started)
+		pthread_join(t, NULL);
+	xclose(&outer);
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
 static int check_epoll_poll_epfd(void)
 {
 	struct pair p = { -1, -1 };
@@ -697,6 +745,10 @@ const struct check checks_epoll[] = {
 	  "asleep in epoll_wait, woken by another thread's send from the peer" },
 	{ "epoll_thread_shut_rd", check_epoll_other_thread,
 	  "asleep in epoll_wait, woken by another thread's shutdown(SHUT_RD)" },
+	{ "epoll_nested", check_epoll_nested,
+	  "an epoll fd in another set: its sleeper woken by a member's change from another thread" },
+	{ "epoll_nested_early", check_epoll_nested,
+	  "the same, the epoll fd nested before the member was added" },
 	{ "epoll_poll_epfd", check_epoll_poll_epfd,
 	  "poll() on the epoll fd: POLLIN when a member has data" },
 	{ "epoll_listener", check_epoll_listener,
