@@ -296,6 +296,15 @@ struct sdp_watch_gate {
 	unsigned rung;
 };
 void sdp_watch_gate(struct sdp_watch *w, struct sdp_watch_gate *g);
+/*
+ * From now on the watch writes its eventfd only for a change after which
+ * sdp_events() & events is non-zero (the counters still count every
+ * change): for a set something else watches (an outer epoll set holding
+ * it, a poll() of it), which must not find it readable when no member
+ * would be reported.  events 0: never; -1: for every change (the
+ * default).  Takes no lock.
+ */
+void sdp_watch_ring_when(struct sdp_watch *w, int events);
 void sdp_watch_del(struct sdp_watch *w);
 
 /*

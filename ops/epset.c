@@ -113,6 +113,14 @@ struct ops_ep {
 	 * see may wait on epfd (epset_open()). */
 	struct sdp_watch_gate gate;
 	bool open;
+	/* shown: an outer epoll set holds epfd, or a poll() or select()
+	 * looked at it.  Those see the kernel's readiness of epfd only,
+	 * which must then mean that a member would be reported, as on
+	 * Linux: no transport fd in the set (its news may report
+	 * nothing, a credit update), a doorbell that rings only for a
+	 * member that is ready (sdp_watch_ring_when()), and no ring for
+	 * a member added or re-armed that is not. */
+	bool shown;
 };
 
 /*
@@ -130,15 +138,14 @@ struct ops_ep {
  * socket's epis list.  Order: an ops_sock lock, then reg_lock. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* An epoll fd went into another epoll set before we knew it as one of
- * ours: every set is open from then on (epset_open()).  reg_lock. */
-static bool epsets_all_open;
-
 static struct fdmap eps;
 
 /* The epoll fds the application made (ops_epoll_created()), by number:
- * one of them added to an epoll set is a nested set (ops_epoll_added()). */
+ * MADE, or MADE_NESTED once added to an epoll set before it had SDP
+ * members (ops_epoll_added()), so that the set is shown from its start. */
 static struct fdmap made;
+#define MADE ((void *)1)
+#define MADE_NESTED ((void *)2)
 
 static fdmap_slot_t *ep_slot(int fd, bool create)
 {
@@ -193,30 +200,68 @@ static void drain(struct ops_ep *ep)
 }
 
 static void settle_locked(struct ops_ep *ep);
+static uint32_t member_report(struct ops_epi *epi, bool update);
+static void direct_update(struct ops_ep *ep, struct ops_epi *added);
 
-/* Something other than our epoll_wait may wait on ep's epfd (a poll()
- * or select() of it, another epoll set it is a member of, a forked
- * process sharing it): it must see every change, so the doorbell rings
- * for each, as if a thread slept in the set all the time.  reg_lock. */
-static void epset_open(struct ops_ep *ep, bool settle)
+/* What a member's change must meet to ring the doorbell of a shown set:
+ * the events it would report. */
+static int ring_mask(const struct ops_epi *epi)
 {
-	if (ep->open)
-		return;
-	ep->open = true;
-	__atomic_fetch_add(&ep->gate.sleepers, 1, __ATOMIC_SEQ_CST);
-	/* What changed while it was closed made no noise: epfd readable
-	 * now if a member would be reported.  Not at a fork (the members'
-	 * locks are not to be taken there): the process's own threads
-	 * report the set as before, and the other process's waiters hear
-	 * of what changes from now on. */
-	if (settle)
-		settle_locked(ep);
+	if (epi->disabled)
+		return 0;
+	return (int)((epi->events & ~(EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)) |
+		     EPOLLHUP | EPOLLERR);
 }
 
-static void epset_open_each(int fd, void *value, void *settle)
+static void ring_filter(struct ops_epi *epi)
+{
+	if (epi->watch && epi->ep->shown)
+		sdp_watch_ring_when(epi->watch, ring_mask(epi));
+}
+
+/* Something other than our epoll_wait may wait on ep's epfd: a forked
+ * process sharing it, or (shown) a poll() or select() of it, another
+ * epoll set it is a member of.  It must hear of every change, so the
+ * doorbell rings for each, as if a thread slept in the set all the
+ * time.  reg_lock. */
+static void epset_open(struct ops_ep *ep, bool shown)
+{
+	if (!ep->open) {
+		ep->open = true;
+		__atomic_fetch_add(&ep->gate.sleepers, 1, __ATOMIC_SEQ_CST);
+	}
+	/* Not at a fork (the members' locks are not to be taken there):
+	 * the process's own threads report the set as before, and the
+	 * other process's waiters hear of what changes from now on. */
+	if (!shown || ep->shown)
+		return;
+	ep->shown = true;
+	direct_update(ep, NULL);
+	for (struct ops_epi *epi = ep->members; epi; epi = epi->next_in_ep)
+		ring_filter(epi);
+	/* What changed while it was closed made no noise: epfd readable
+	 * now if a member would be reported. */
+	settle_locked(ep);
+}
+
+static void epset_open_each(int fd, void *value, void *shown)
 {
 	(void)fd;
-	epset_open(value, settle != NULL);
+	epset_open(value, shown != NULL);
+}
+
+/* A member added, re-armed or restacked: looked at by the next report;
+ * a thread asleep in the set is woken to do it.  A shown set's epfd
+ * must not turn readable for a member that has nothing to report. */
+static void announce(struct ops_epi *epi)
+{
+	struct ops_ep *ep = epi->ep;
+
+	epi->look = true;
+	if (!ep->shown)
+		ring(ep);
+	else if (member_report(epi, false))
+		ring(ep);
 }
 
 static void ep_put_locked(struct ops_ep *ep)
@@ -285,8 +330,9 @@ static void watched_del(struct ops_ep *ep, struct ops_epi *epi)
  * set's transport registrations are on, and this one's. */
 static void direct_update(struct ops_ep *ep, struct ops_epi *added)
 {
-	bool indirect = ep->indirect ? ep->nwatched > EPSET_DIRECT_MAX / 2
-				     : ep->nwatched > EPSET_DIRECT_MAX;
+	/* A shown set is woken through its doorbell only. */
+	bool indirect = ep->shown || (ep->indirect ? ep->nwatched > EPSET_DIRECT_MAX / 2
+						   : ep->nwatched > EPSET_DIRECT_MAX);
 
 	if (indirect != ep->indirect) {
 		ep->indirect = indirect;
@@ -373,14 +419,14 @@ static int epi_attach(struct ops_epi *epi)
 			return r;
 		}
 		sdp_watch_gate(epi->watch, &epi->ep->gate);
+		ring_filter(epi);
 		if (watched_add(epi->ep, epi))
 			direct_update(epi->ep, epi);
 		/* Linux reports an edge-triggered member that is ready when
 		 * it is added: every ready event is new to the first scan. */
 		epi->last_mask = 0;
 		epi->seen_edges = sdp_watch_edges(epi->watch);
-		epi->look = true;
-		ring(epi->ep);
+		announce(epi);
 	}
 	return 0;
 }
@@ -428,7 +474,7 @@ void ops_epoll_restack(struct ops_sock *s)
 			(void)epi_attach(epi);
 		}
 		if (epi->mode != EPI_NATIVE)
-			ring(epi->ep);
+			announce(epi);
 	}
 	pthread_mutex_unlock(&reg_lock);
 }
@@ -521,7 +567,7 @@ void ops_epoll_created(int fd)
 	fdmap_slot_t *slot = fdmap_slot(&made, fd, true);
 
 	if (slot)
-		atomic_store(slot, (void *)1);
+		atomic_store(slot, MADE);
 }
 
 void ops_epoll_added(int fd)
@@ -539,12 +585,13 @@ void ops_epoll_added(int fd)
 	ep = slot ? atomic_load(slot) : NULL;
 	if (ep) {
 		epset_open(ep, true);
-	} else if (!epsets_all_open) {
+	} else {
 		/* It may get SDP members later, which the outer set's
-		 * sleeper must hear of: we will not know then that it is
-		 * nested, so every set is open from now on. */
-		epsets_all_open = true;
-		fdmap_for_each(&eps, epset_open_each, &epsets_all_open);
+		 * sleeper must hear of: shown from its start. */
+		fdmap_slot_t *m = fdmap_slot(&made, fd, true);
+
+		if (m)
+			atomic_store(m, MADE_NESTED);
 	}
 	pthread_mutex_unlock(&reg_lock);
 }
@@ -589,8 +636,8 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 		free(ep);
 		return NULL;
 	}
-	if (epsets_all_open)
-		epset_open(ep, false);
+	if (fdmap_peek(&made, epfd) == MADE_NESTED)
+		epset_open(ep, true);
 	atomic_store(slot, ep);
 	return ep;
 }
@@ -657,8 +704,8 @@ int ops_epset_ctl(int epfd, int op, int fd, struct ops_sock *s, struct epoll_eve
 		if (epi->watch) {
 			/* MOD re-arms: what is ready now is reported again. */
 			epi->last_mask = 0;
-			epi->look = true;
-			ring(ep);
+			ring_filter(epi);
+			announce(epi);
 		}
 		break;
 	case EPOLL_CTL_DEL:
@@ -747,6 +794,7 @@ static uint32_t member_report(struct ops_epi *epi, bool update)
 	}
 	if (got && update && (epi->events & EPOLLONESHOT)) {
 		epi->disabled = true;
+		ring_filter(epi);
 		if (epi->mode == EPI_BOTH)
 			(void)native_part(epi, EPOLL_CTL_MOD);
 	}
@@ -784,7 +832,7 @@ void ops_epoll_settle(int epfd)
 
 	if (ep) {
 		/* A poll() of epfd: it cannot count as a sleeper. */
-		if (ep->open)
+		if (ep->shown)
 			settle_locked(ep);
 		else
 			epset_open(ep, true);
@@ -842,6 +890,7 @@ static int filter_native(struct ops_ep *ep, struct epoll_event *evs, int n,
 					continue;
 				if (epi->events & EPOLLONESHOT) {
 					epi->disabled = true;
+					ring_filter(epi);
 					(void)native_part(epi, EPOLL_CTL_MOD);
 				}
 				evs[i].data = epi->data;

@@ -271,6 +271,12 @@ struct sdp_waiter {
 	atomic_uint *edges;	/* watches: bumped per arrival (data, EOF, a
 				 * connection): sock_changed(s, true) */
 	struct sdp_watch_gate *gate;	/* watches: sdp_watch_gate(), or NULL */
+	/* Watches: fd is written only for a change after which the
+	 * socket's events meet the low bits, while RING_FILTERED is set
+	 * (sdp_watch_ring_when()); 0: for every change.  __atomic
+	 * builtins only. */
+	unsigned ring_when;
+#define RING_FILTERED 0x80000000u
 	/* Watches given an epoll set (sdp_watch_fds): the set, the key
 	 * its registrations carry, and the socket's wait sources now
 	 * registered there (progress_watch_sync); epfd -1 otherwise. */

@@ -134,6 +134,7 @@ static void waiters_add(struct sdp_sock **socks, struct sdp_waiter *w, const str
 		w[i].changes = NULL;
 		w[i].edges = NULL;
 		w[i].gate = NULL;
+		w[i].ring_when = 0;
 		w[i].epfd = -1;
 		w[i].next = socks[i]->waiters;
 		socks[i]->waiters = &w[i];
@@ -450,6 +451,13 @@ void sdp_watch_gate(struct sdp_watch *wa, struct sdp_watch_gate *g)
 	pthread_mutex_lock(&wa->s->lock);
 	wa->w.gate = g;
 	pthread_mutex_unlock(&wa->s->lock);
+}
+
+void sdp_watch_ring_when(struct sdp_watch *wa, int events)
+{
+	unsigned when = events == -1 ? 0 : RING_FILTERED | ((unsigned)events & 0xffffu);
+
+	__atomic_store_n(&wa->w.ring_when, when, __ATOMIC_SEQ_CST);
 }
 
 void sdp_watch_del(struct sdp_watch *wa)

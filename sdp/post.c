@@ -1257,10 +1257,17 @@ void sock_changed(struct sdp_sock *s, bool edge)
 		 * the change: the counters carry it (sdp_watch_gate()). */
 		if (w->gate) {
 			__atomic_fetch_add(&w->gate->changes, 1, __ATOMIC_SEQ_CST);
-			if (!__atomic_load_n(&w->gate->sleepers, __ATOMIC_SEQ_CST) ||
-			    __atomic_exchange_n(&w->gate->rung, 1, __ATOMIC_SEQ_CST))
+			if (!__atomic_load_n(&w->gate->sleepers, __ATOMIC_SEQ_CST))
 				continue;
 		}
+		/* A set watched from outside rings only for what it would
+		 * report (sdp_watch_ring_when()). */
+		unsigned when = __atomic_load_n(&w->ring_when, __ATOMIC_SEQ_CST);
+
+		if (when && !((unsigned)sock_events_locked(s) & when & ~RING_FILTERED))
+			continue;
+		if (w->gate && __atomic_exchange_n(&w->gate->rung, 1, __ATOMIC_SEQ_CST))
+			continue;
 		SDP_STAT_INC(watch_writes, 1);
 		if (sys.write(w->fd, &one, sizeof(one)) < 0) {
 			/* Counter saturated: the waiter wakes anyway. */

@@ -933,6 +933,7 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 	w.changes = NULL;
 	w.edges = NULL;
 	w.gate = NULL;
+	w.ring_when = 0;
 	w.epfd = -1;
 	w.next = s->waiters;
 	s->waiters = &w;

@@ -431,6 +431,46 @@ static uint64_t efd_take(int efd)
 /* A watch with a gate (sdp_watch_gate): with nobody asleep on the set a
  * change only counts; with a sleeper the first change writes the eventfd
  * and the ones after it, until it is drained, do not. */
+/* A watch whose eventfd an outer epoll set sees rings for what the
+ * socket would report only: not for space freed or a send when only
+ * input counts, yes for data, and never with a mask of 0. */
+Test(states, watch_ring_when_filters_changes)
+{
+	int ls, c, a, err;
+	char b[4];
+
+	pair(&ls, &c, &a);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	cr_assert_geq(efd, 0);
+	struct sdp_watch *w = sdp_watch_add(a, efd, &err);
+
+	cr_assert_not_null(w, "sdp_watch_add: %s", strerror(-err));
+	sdp_watch_ring_when(w, POLLIN | POLLHUP | POLLERR);
+	unsigned before = sdp_watch_changes(w);
+
+	cr_assert_eq(sdp_send(a, "p", 1, 0), 1);
+	cr_assert_eq(sdp_recv(c, b, 1, MSG_WAITALL), 1);
+	(void)sdp_events(a);
+	cr_expect_neq(sdp_watch_changes(w), before, "the change was not counted");
+	cr_expect_eq(efd_take(efd), 0, "rang for a change that reports no input");
+
+	cr_assert_eq(sdp_send(c, "x", 1, 0), 1);
+	for (int i = 0; i < 5000 && !(sdp_events(a) & POLLIN); i++)
+		usleep(1000);
+	cr_expect_gt(efd_take(efd), 0, "no ring for the data");
+
+	sdp_watch_ring_when(w, 0);
+	cr_assert_eq(sdp_shutdown(a, SHUT_RD), 0);
+	cr_expect_eq(efd_take(efd), 0, "a mask of 0 rang");
+
+	sdp_watch_del(w);
+	close(efd);
+	sdp_close(a);
+	sdp_close(c);
+	sdp_close(ls);
+}
+
 Test(states, watch_gate_counts_and_rings_once)
 {
 	struct sdp_watch_gate g = { 0 };
