@@ -608,6 +608,58 @@ out:
 	return rc;
 }
 
+/* An outer set (or a poll() of the epoll fd) sees the member's set
+ * readable only while a member would be reported, as on Linux: not for
+ * news that reports nothing to an EPOLLIN member, such as the member's
+ * own sends read by the peer (space freed, credits returned), early or
+ * late nesting alike. */
+static int check_epoll_nested_quiet(void)
+{
+	struct pair p = { -1, -1 };
+	char b[512];
+	uint32_t ev;
+	bool early = !strcmp(check_name(), "epoll_nested_quiet_early");
+	int ep = -1, outer = -1, rc = -1, r;
+
+	memset(b, 'q', sizeof(b));
+	if (pair_open(&p) < 0)
+		goto out;
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	outer = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0 || outer < 0)
+		FAIL_ERRNO("epoll_create1");
+	if (early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
+	if (ep_ctl(ep, EPOLL_CTL_ADD, p.s, EPOLLIN | EPOLLRDHUP) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD");
+	if (!early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
+		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
+	for (int i = 0; i < 64; i++) {
+		if (write_all(p.s, b, sizeof(b), 5000) < 0)
+			FAIL_ERRNO("write");
+		if (read_exact(p.c, b, sizeof(b), 5000) < 0)
+			FAIL_ERRNO("read");
+	}
+	if (ep_wait(outer, 300, NULL, "quiet") != 0)
+		FAIL("the outer set woke with nothing to report in the member's set");
+	r = wait_fd(ep, POLLIN, 0);
+	note("poll=%s", r < 0 ? errname(errno) : pollname(r, b, sizeof(b)));
+	if (r != 0)
+		FAIL("the member's set polls readable with nothing to report");
+	if (send_and_wait(&p, "x") < 0)
+		goto out;
+	if (ep_wait(outer, 5000, NULL, "data") != 1)
+		FAIL("the outer set did not report the member's data");
+	if (ep_wait(ep, 0, &ev, "inner") != 1 || !(ev & EPOLLIN))
+		FAIL("the member's set did not report the data");
+	rc = 0;
+out:
+	xclose(&outer);
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
 static int check_epoll_poll_epfd(void)
 {
 	struct pair p = { -1, -1 };
@@ -748,6 +800,10 @@ const struct check checks_epoll[] = {
 	{ "epoll_nested", check_epoll_nested,
 	  "an epoll fd in another set: its sleeper woken by a member's change from another thread" },
 	{ "epoll_nested_early", check_epoll_nested,
+	  "the same, the epoll fd nested before the member was added" },
+	{ "epoll_nested_quiet", check_epoll_nested_quiet,
+	  "an epoll fd in another set: not readable for the member's own sends read by the peer" },
+	{ "epoll_nested_quiet_early", check_epoll_nested_quiet,
 	  "the same, the epoll fd nested before the member was added" },
 	{ "epoll_poll_epfd", check_epoll_poll_epfd,
 	  "poll() on the epoll fd: POLLIN when a member has data" },
