@@ -999,14 +999,27 @@ bool progress_started_here(void)
  * data, and those messages reaching a socket the kernel closed at our exit
  * would make it answer with a reset, which destroys whatever the peer had
  * not yet read.
+ *
+ * The bound is on time without progress: a slow reader (a software
+ * transport in an emulated guest moves 2-3 MB/s) takes longer than
+ * exit_linger_ms to read a full send buffer, and giving up on it while
+ * it reads reset its connection under the tail (cross-siw's sdpcat
+ * --convert bidir, once).  Every completion of a closing connection's
+ * sends or control messages, and every message from its peer (the
+ * credits it returns as it reads what it holds, its DisConn) starts the
+ * exit_linger_ms again, up to 10 times exit_linger_ms in all.
  */
 void progress_linger(void)
 {
-	uint64_t deadline = sdp_now_ns() + (uint64_t)tun_int(TUN_exit_linger_ms) * 1000000ull;
+	uint64_t linger = (uint64_t)tun_int(TUN_exit_linger_ms) * 1000000ull;
+	uint64_t start = sdp_now_ns(), deadline = start + linger, cap = start + 10 * linger;
+	uint64_t last_sig = 0;
 
 	for (;;) {
 		struct sock_ref *list = NULL;
 		bool pending = false;
+		unsigned closing = 0;
+		uint64_t sig = 0;
 
 		pthread_mutex_lock(&prog_lock);
 		/* While the thread walks the list, closing sockets are on
@@ -1024,15 +1037,33 @@ void progress_linger(void)
 			pthread_mutex_lock(&r->s->lock);
 			if (r->s->conn && !r->s->conn->transport_down)
 				sdp_upcalls.drive(r->s);
-			if (r->s->app_closed && !orphan_flushed(r->s))
+			if (r->s->app_closed && !orphan_flushed(r->s)) {
+				struct sdp_conn *c = r->s->conn;
+
 				pending = true;
+				closing++;
+				sig += (uint64_t)c->tx_done + c->ctrl_done + c->disconn_rcvd +
+				       c->cr.last_rx_mseq + c->cr.peer_mseq_ack;
+			}
 			pthread_mutex_unlock(&r->s->lock);
 			sock_put(r->s);
 			free(r);
 		}
-		if (!pending || sdp_now_ns() >= deadline) {
-			sdp_dbg(LOGSYS, "exit: %s", pending ? "gave up on connections still closing"
-							    : "every connection closed");
+		if (!pending) {
+			sdp_dbg(LOGSYS, "exit: every connection closed");
+			break;
+		}
+		uint64_t now = sdp_now_ns();
+
+		if (sig != last_sig) {
+			last_sig = sig;
+			deadline = now + linger < cap ? now + linger : cap;
+		}
+		if (now >= deadline) {
+			/* The peers of these may lose what they had not read
+			 * yet (a reset): worth saying. */
+			sdp_warn(LOGSYS, "exit: gave up after exit_linger_ms %ld on %u connection(s) still closing",
+				 tun_int(TUN_exit_linger_ms), closing);
 			break;
 		}
 		usleep(1000);

@@ -78,25 +78,37 @@ client_retry() {
 	return 1
 }
 
+# libsdp's warnings and errors of an sdpcat run (its engine's log: the
+# exit linger giving up, a transport's error), kept in a file per run and
+# shown with the case's result, on either side: a reset one side sees is
+# often explained by what the other logged.  Only sdpcat's: the socat
+# case reads its own log (sdp.conf) for the transport's name.
+show_log() {
+	[ -s "$1" ] && sed "s/^/  libsdp ($2): /" "$1" | tail -n 20
+	return 0
+}
+
 # sdpcat_case DESC TRANSPORT NAME CMD...: one sdpcat client (retried while
 # the server is not up yet) that must end with "sdp TRANSPORT: ... checksum ok".
 sdpcat_case() {
-	local desc=$1 want=$2 out=$tmp/$3.out
+	local desc=$1 want=$2 out=$tmp/$3.out log=$tmp/$3.log
 	shift 3
-	if ! client_retry "$out" timeout 600 "$@"; then
+	if ! client_retry "$out" timeout 600 env SDP_LOG_LEVEL=8 SDP_LOG_FILE="$log" "$@"; then
 		bad "$desc: $(cat "$out")"
 	elif ! grep -q "sdp $want:.*checksum ok" "$out"; then
 		bad "$desc did not report $want: $(cat "$out")"
 	else
 		ok "$desc: $(sed -n 's/^sdpcat: //p' "$out" | tail -n 1)"
 	fi
+	show_log "$log" "client, $desc"
 }
 
 if [ "$VM_NAME" = vm-a ]; then
 	echo "cross_kernel: server in $(uname -r) at $addr, client at $peer, transport $transport"
-	SDP_TRANSPORTS=$transport,tcp-fallback timeout 600 "$sdpcat" -l "$addr:7471" --count 3 -v \
-		>"$tmp/sdpcat.out" 2>&1
+	SDP_TRANSPORTS=$transport,tcp-fallback SDP_LOG_LEVEL=8 SDP_LOG_FILE=$tmp/sdpcat.log \
+		timeout 600 "$sdpcat" -l "$addr:7471" --count 3 -v >"$tmp/sdpcat.out" 2>&1
 	rc=$?
+	show_log "$tmp/sdpcat.log" "sdpcat server"
 	sed 's/^/  sdpcat server: /' "$tmp/sdpcat.out"
 	if [ $rc -ne 0 ]; then
 		bad "sdpcat server exit $rc"
@@ -120,8 +132,10 @@ if [ "$VM_NAME" = vm-a ]; then
 	else
 		ok "socat under sdp_run: 32 MiB received over $transport, sha256 matches"
 	fi
-	timeout 600 "$sdpcat" --convert -l "$addr:7473" --count 1 -v >"$tmp/convert.out" 2>&1
+	SDP_LOG_LEVEL=8 SDP_LOG_FILE=$tmp/convert.log \
+		timeout 600 "$sdpcat" --convert -l "$addr:7473" --count 1 -v >"$tmp/convert.out" 2>&1
 	rc=$?
+	show_log "$tmp/convert.log" "sdpcat --convert server"
 	sed 's/^/  sdpcat --convert server: /' "$tmp/convert.out"
 	if [ $rc -ne 0 ]; then
 		bad "sdpcat --convert server exit $rc"

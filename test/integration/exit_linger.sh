@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-2-Clause
+# A process that sends a stream, closes and exits while its peer is still
+# reading: the kernel would deliver the tail after the exit; libsdp is the
+# stack in the process, so its exit waits (sdp/progress.c,
+# progress_linger) while the connection moves, and gives up after
+# exit_linger_ms without progress (before: exit_linger_ms in all, which a
+# slow reader outlasted; cross-siw's sdpcat --convert bidir read a reset
+# once, and sdpcat --bidir does here with SDP_EXIT_LINGER_MS=0).
+#
+# Both ends preloaded, exit_linger_ms 300.  Checks: a reader that takes
+# about 2.5 s gets every byte, intact, then the end of the stream (no
+# ECONNRESET), and the writer exits 0; a reader that stops reading does
+# not keep the writer from exiting: it gives up, and says so (a warning
+# naming exit_linger_ms).
+: "${TEST_LIMIT:=120}"
+export TEST_LIMIT
+. "$(dirname "$0")/lib.sh"
+
+preload_lib >/dev/null || skip "libsdp.so is not built"
+if is_sanitized; then
+	# The leaks of python3 are not ours to report.
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+
+conf=$TMP/sdp.conf
+write_conf "$conf" "log min-level 7" "set exit_linger_ms 300" "use sdp server * *:*" "use sdp client * *:*"
+P=$(preload_env "$conf")
+
+cat >"$TMP/writer.py" <<'EOF'
+import os, socket, sys
+n = int(sys.argv[3])
+ls = socket.socket()
+ls.bind((sys.argv[1], 0))
+ls.listen(1)
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write(str(ls.getsockname()[1]))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+c, _ = ls.accept()
+c.sendall(bytes((k * 7 + (k >> 10)) & 0xff for k in range(n)))
+c.close()
+ls.close()
+sys.exit(0)
+EOF
+
+cat >"$TMP/reader.py" <<'EOF'
+import socket, sys, time
+host, port, n, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+s = socket.create_connection((host, port), timeout=60)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+got = bytearray()
+time.sleep(0.2)
+try:
+    while True:
+        if stop and len(got) >= stop:
+            # Stops reading: the writer must still exit, in its time.
+            time.sleep(3)
+            print("stopped at %d" % len(got))
+            sys.exit(0)
+        d = s.recv(8192)
+        if not d:
+            break
+        got += d
+        time.sleep(0.01)
+except OSError as e:
+    print("%s after %d of %d bytes" % (e.strerror, len(got), n))
+    sys.exit(1)
+want = bytes((k * 7 + (k >> 10)) & 0xff for k in range(n))
+print("ok" if got == want else "%d bytes, not the %d sent" % (len(got), n))
+EOF
+
+# run_case NAME BYTES STOP: a writer of BYTES and a reader (that stops
+# after STOP bytes, 0: reads all); sets WRC, ROUT, WERR.
+run_case() {
+	local name=$1 n=$2 stop=$3
+	rm -f "$TMP/$name.port"
+	start_bg "$TMP/$name.werr" env $P python3 "$TMP/writer.py" "$TEST_HOST" "$TMP/$name.port" "$n"
+	WPID=$BG_PID
+	wait_for_file "$TMP/$name.port" 20 || fail "the writer did not start: $(head -c 2000 "$TMP/$name.werr")"
+	run_with_timeout 60 env $P python3 "$TMP/reader.py" "$TEST_HOST" "$(cat "$TMP/$name.port")" \
+		"$n" "$stop" >"$TMP/$name.rout" 2>"$TMP/$name.rerr"
+	RRC=$?
+	wait_pid "$WPID" 30
+	WRC=$?
+	ROUT=$(cat "$TMP/$name.rout")
+	WERR=$TMP/$name.werr
+	sdp=$(grep -Ec "over SDP \($TEST_TRANSPORT\)" "$TMP/$name.rerr")
+	[ "$sdp" -ge 1 ] || bad "$name: the reader's connection was not over SDP ($TEST_TRANSPORT)"
+}
+
+# 2 MiB at 8 KiB per 10 ms: about 2.5 s of reading, much of it after the
+# writer's close: several times exit_linger_ms.
+N=$((2 << 20))
+run_case slow "$N" 0
+if [ "$RRC" -ne 0 ] || [ "$ROUT" != ok ]; then
+	bad "slow reader: exit $(status_text "$RRC"): $ROUT"
+	grep -E 'warning|error' "$WERR" | head -n 5 | sed 's/^/  writer: /'
+elif [ "$WRC" -ne 0 ]; then
+	bad "writer exit $(status_text "$WRC")"
+else
+	log "ok   a reader slower than exit_linger_ms gets all $N bytes and the end of the stream"
+fi
+
+run_case stopped "$N" $((256 << 10))
+if [ "$WRC" -ne 0 ]; then
+	bad "writer exit $(status_text "$WRC") with a reader that stopped"
+elif ! grep -q 'gave up after exit_linger_ms 300 on 1 connection' "$WERR"; then
+	bad "the writer did not say it gave up on a reader that stopped: $(grep -v '^$' "$WERR" | tail -n 3)"
+else
+	log "ok   a reader that stops reading: the writer exits, saying it gave up"
+fi
+no_sanitizer_report "writer" "$TMP/slow.werr"
+no_sanitizer_report "reader" "$TMP/slow.rerr"
+failures_end
+log "PASS"
