@@ -1062,8 +1062,10 @@ void progress_linger(void)
 		if (now >= deadline) {
 			/* The peers of these may lose what they had not read
 			 * yet (a reset): worth saying. */
-			sdp_warn(LOGSYS, "exit: gave up after exit_linger_ms %ld on %u connection(s) still closing",
-				 tun_int(TUN_exit_linger_ms), closing);
+			sdp_warn(LOGSYS, "exit: gave up on %u connection(s) still closing "
+					 "(exit_linger_ms %ld without progress, or 10 times that in all): "
+					 "their peers may not get the last data",
+				 closing, tun_int(TUN_exit_linger_ms));
 			break;
 		}
 		usleep(1000);
