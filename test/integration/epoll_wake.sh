@@ -128,7 +128,9 @@ busy_run() {
 	case $n$waits$skips in
 	'' | *[!0-9]*) fail "busy: sdpstat gave no counters for the server: $n $waits $skips" ;;
 	esac
-	if [ $((waits * 4)) -gt $((n + skips)) ]; then
+	# A ratio of a handful says nothing: under load (ASan, a guest
+	# alongside) the run had 1 wake and 1 wait once.
+	if [ "$waits" -gt 2 ] && [ $((waits * 4)) -gt $((n + skips)) ]; then
 		fail "busy: the server's progress thread waited for a socket lock $waits times in $((n + skips)) fd wakes (drives $n, skips $skips; wanted at most one in four)"
 	fi
 	log "ok   busy: $((ROUNDS * 5)) round trips, the server's progress thread drove $n, left $skips to the lock's holder, waited for the lock $waits times"
