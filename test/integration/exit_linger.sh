@@ -88,8 +88,8 @@ run_case() {
 	[ "$sdp" -ge 1 ] || bad "$name: the reader's connection was not over SDP ($TEST_TRANSPORT)"
 }
 
-# 2 MiB at 8 KiB per 10 ms: about 2.5 s of reading, much of it after the
-# writer's close: several times exit_linger_ms.
+# 2 MiB at 8 KiB per 10 ms: about 2.5 s of reading, the last of it after the
+# writer's close (what its buffers and the reader's hold then).
 N=$((2 << 20))
 run_case slow "$N" 0
 if [ "$RRC" -ne 0 ] || [ "$ROUT" != ok ]; then
