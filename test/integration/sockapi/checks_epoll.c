@@ -560,6 +560,33 @@ out:
 	return rc;
 }
 
+/* Puts the member's set ep in outer. */
+static int nest(int outer, int ep)
+{
+	if (ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
+		return fail("EPOLL_CTL_ADD of the epoll fd: %s", errname(errno));
+	return 0;
+}
+
+/* A pair, the member's set ep with p.s added for EPOLLIN | EPOLLRDHUP,
+ * and a set outer: ep is nested in it before the member is added when
+ * early, else the caller nests it later (nest()). */
+static int nested_setup(struct pair *p, int *ep, int *outer, bool early)
+{
+	*ep = *outer = -1;
+	if (pair_open(p) < 0)
+		return -1;
+	*ep = epoll_create1(EPOLL_CLOEXEC);
+	*outer = epoll_create1(EPOLL_CLOEXEC);
+	if (*ep < 0 || *outer < 0)
+		return fail("epoll_create1: %s", errname(errno));
+	if (early && nest(*outer, *ep) < 0)
+		return -1;
+	if (ep_ctl(*ep, EPOLL_CTL_ADD, p->s, EPOLLIN | EPOLLRDHUP) < 0)
+		return fail("EPOLL_CTL_ADD: %s", errname(errno));
+	return 0;
+}
+
 /* A thread asleep in an outer epoll set that holds the member's set
  * (added to it before or after the member), woken by another thread's
  * shutdown(SHUT_RD) of the member: only the inner set's doorbell carries
@@ -573,21 +600,13 @@ static int check_epoll_nested(void)
 	uint32_t ev;
 	int ep = -1, outer = -1, rc = -1;
 
-	if (pair_open(&p) < 0)
+	if (nested_setup(&p, &ep, &outer, early) < 0)
 		goto out;
-	ep = epoll_create1(EPOLL_CLOEXEC);
-	outer = epoll_create1(EPOLL_CLOEXEC);
-	if (ep < 0 || outer < 0)
-		FAIL_ERRNO("epoll_create1");
-	if (early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
-		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
-	if (ep_ctl(ep, EPOLL_CTL_ADD, p.s, EPOLLIN | EPOLLRDHUP) < 0)
-		FAIL_ERRNO("EPOLL_CTL_ADD");
 	/* What the member's set says before the wait is settled. */
 	if (ep_wait(ep, 0, NULL, "inner") != 0)
 		FAIL("an event before the shutdown");
-	if (!early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
-		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
+	if (!early && nest(outer, ep) < 0)
+		goto out;
 	o.fd = p.s;
 	o.shut = true;
 	if (pthread_create(&t, NULL, other_thread_run, &o) != 0)
@@ -622,18 +641,8 @@ static int check_epoll_nested_quiet(void)
 	int ep = -1, outer = -1, rc = -1, r;
 
 	memset(b, 'q', sizeof(b));
-	if (pair_open(&p) < 0)
+	if (nested_setup(&p, &ep, &outer, early) < 0 || (!early && nest(outer, ep) < 0))
 		goto out;
-	ep = epoll_create1(EPOLL_CLOEXEC);
-	outer = epoll_create1(EPOLL_CLOEXEC);
-	if (ep < 0 || outer < 0)
-		FAIL_ERRNO("epoll_create1");
-	if (early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
-		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
-	if (ep_ctl(ep, EPOLL_CTL_ADD, p.s, EPOLLIN | EPOLLRDHUP) < 0)
-		FAIL_ERRNO("EPOLL_CTL_ADD");
-	if (!early && ep_ctl(outer, EPOLL_CTL_ADD, ep, EPOLLIN) < 0)
-		FAIL_ERRNO("EPOLL_CTL_ADD of the epoll fd");
 	for (int i = 0; i < 64; i++) {
 		if (write_all(p.s, b, sizeof(b), 5000) < 0)
 			FAIL_ERRNO("write");
