@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 #include "fdspace.h"
+#include "clock.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -230,6 +232,79 @@ int fdspace_take(int fd)
 	}
 	errno = saved;
 	return ret;
+}
+
+/* Windows open now, and opened ever (wrapping): fdspace_making(). */
+static unsigned fs_making;
+static unsigned fs_opened;
+
+void fdspace_making(void)
+{
+	__atomic_add_fetch(&fs_opened, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&fs_making, 1, __ATOMIC_SEQ_CST);
+}
+
+void fdspace_unmade(void)
+{
+	__atomic_sub_fetch(&fs_making, 1, __ATOMIC_SEQ_CST);
+}
+
+int fdspace_made(int fd)
+{
+	int r = fdspace_take(fd);
+
+	fdspace_unmade();
+	return r;
+}
+
+/* The windows opened so far, shifted, and whether one is open now (bit
+ * 0): a window that opened before the mark but closes after it counts. */
+unsigned long fdspace_app_mark(void)
+{
+	unsigned long opened = __atomic_load_n(&fs_opened, __ATOMIC_SEQ_CST);
+
+	return opened << 1 | (__atomic_load_n(&fs_making, __ATOMIC_SEQ_CST) != 0);
+}
+
+int fdspace_settle(int fd, unsigned long mark, int min)
+{
+	if (fd < 0 || fd <= min)
+		return fd;
+	if (!(mark & 1) && fdspace_app_mark() == mark)
+		return fd;	/* no window was open meanwhile */
+
+	int saved = errno;
+	uint64_t until = 0;
+
+	/* A window holds its number for a few system calls: wait for it to
+	 * give the number back, but never long (an application's signal
+	 * handler could have interrupted the very thread that holds it). */
+	for (unsigned i = 0; __atomic_load_n(&fs_making, __ATOMIC_SEQ_CST); i++) {
+		if (i < 8) {
+			sched_yield();
+			continue;
+		}
+		uint64_t now = mono_ns();
+		struct timespec ts = { 0, 20000 };
+
+		if (!until)
+			until = now + 5000000;
+		else if (now >= until)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	int fdfl = sys.fcntl(fd, F_GETFD);
+	int low = fdfl < 0 ? -1
+			   : sys.fcntl(fd, (fdfl & FD_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, min);
+
+	if (low >= 0 && low < fd) {
+		sys.close(fd);
+		fd = low;
+	} else if (low >= 0) {
+		sys.close(low);
+	}
+	errno = saved;
+	return fd;
 }
 
 void fdspace_reset_for_tests(void)

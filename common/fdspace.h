@@ -66,6 +66,43 @@ int fdspace_count(void);
 /* Forget fd, then close it.  Returns 0 or a negative errno. */
 int fdspace_close(int fd);
 
+/*
+ * The race with the application's own descriptors.  A descriptor libsdp
+ * makes is given the lowest free number, like any other, and holds it
+ * until fdspace_take() moves it: if another thread of the application
+ * makes one meanwhile (a socket(), an accept()), the application's gets
+ * the next number, and a program that counts on Linux's numbering sees
+ * a gap that TCP never leaves (a progress thread sets up an accepted
+ * connection while the application opens its next socket).
+ *
+ * So every descriptor libsdp makes is made in a window: fdspace_making()
+ * opens it before the call that makes the descriptor, fdspace_made()
+ * moves the descriptor and closes it (fdspace_unmade() closes it when
+ * nothing was made); FDSPACE_MAKE(call) does the three.  And every
+ * descriptor made for the application is made between fdspace_app_mark()
+ * and fdspace_settle(): if a window was open at any moment in between,
+ * settle waits for the open windows to close (5 ms at most: a window
+ * spans a few system calls) and gives the application's descriptor the
+ * lowest free number at or above min, if that is lower, as Linux would
+ * have.  Outside a race this costs two atomic loads.
+ */
+void fdspace_making(void);
+int fdspace_made(int fd);
+void fdspace_unmade(void);
+#define FDSPACE_MAKE(call) (fdspace_making(), fdspace_made(call))
+
+unsigned long fdspace_app_mark(void);
+/* fd (or a negative result, returned as it is) was made for the
+ * application since mark; returns its number, perhaps a lower one (the
+ * same file, the same close-on-exec flag; fd is then closed).  The
+ * caller has not published fd yet.  errno is kept. */
+int fdspace_settle(int fd, unsigned long mark, int min);
+#define FDSPACE_APP(call)                                              \
+	__extension__({                                                \
+		unsigned long fdspace_mark_ = fdspace_app_mark();      \
+		fdspace_settle((call), fdspace_mark_, 0);              \
+	})
+
 /* Unit tests only: forget the region and the marks (not the
  * descriptors).  Not thread-safe. */
 void fdspace_reset_for_tests(void);

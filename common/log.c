@@ -38,7 +38,7 @@ static int log_open_file_locked(const char *path)
 	/* O_NOFOLLOW: a log path in a shared directory must not be turned
 	 * into a write to someone else's file through a symlink; O_NOCTTY: a
 	 * terminal named there is not the program's to adopt. */
-	int fd = fdspace_take(sys.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+	int fd = FDSPACE_MAKE(sys.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
 					     O_NOCTTY, 0600));
 	if (fd < 0)
 		return fd;

@@ -180,7 +180,7 @@ DAT_RETURN dsp_evd_create(DAT_IA_HANDLE ia_handle, DAT_COUNT qlen, DAT_CNO_HANDL
 
 		if (cqe > ia->dev_attr.max_cqe)
 			cqe = ia->dev_attr.max_cqe;
-		if (vc_cq_open(ia->verbs, cqe, evd, &evd->vcq) != 0)
+		if (vc_cq_open(ia->verbs, cqe, evd, NULL, &evd->vcq) != 0)
 			goto nomem;
 	}
 	pthread_mutex_lock(&ia->lock);

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "sys.h"
 #include "ops.h"
@@ -108,14 +109,21 @@ static int replace_with_placeholder(int fd, int domain)
 
 	if (fl < 0 || fdfl < 0)
 		return -errno;
+	/* ph has a low number for a moment: a window (common/fdspace.h). */
+	fdspace_making();
 	int ph = sys.socket(domain, SOCK_STREAM | ((fl & O_NONBLOCK) ? SOCK_NONBLOCK : 0), 0);
 
-	if (ph < 0)
-		return -errno;
+	if (ph < 0) {
+		int e = errno;
+
+		fdspace_unmade();
+		return -e;
+	}
 	int r = sys.dup3(ph, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 
 	r = r < 0 ? -errno : 0;
 	sys.close(ph);
+	fdspace_unmade();
 	return r;
 }
 

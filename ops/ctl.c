@@ -78,8 +78,11 @@ int ops_dup(int fd, int minfd, bool cloexec)
 
 	if (s)
 		pthread_mutex_lock(&s->lock);
+	unsigned long mark = fdspace_app_mark();
 	int nfd = minfd < 0 ? sys.dup(fd)
 			    : sys.fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, minfd);
+
+	nfd = fdspace_settle(nfd, mark, minfd < 0 ? 0 : minfd);
 	int r = nfd < 0 ? -errno : nfd;
 
 	if (s) {

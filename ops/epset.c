@@ -621,7 +621,7 @@ static struct ops_ep *ep_get_or_make_locked(int epfd, int *err)
 		return NULL;
 	ep->epfd = epfd;
 	ep->ref = 1;
-	ep->doorbell = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	ep->doorbell = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (ep->doorbell < 0) {
 		*err = ep->doorbell;
 		free(ep);

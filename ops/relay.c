@@ -89,6 +89,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "ops.h"
 #include "sdp.h"
@@ -571,10 +572,10 @@ static int relay_start_locked(void)
 
 	if (relay_running)
 		return 0;
-	int wake = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int wake = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 
 	if (wake < 0)
-		return -errno;
+		return wake;
 	__atomic_store_n(&relay_wake, wake, __ATOMIC_RELEASE);
 	/* The thread must never take the application's signals. */
 	sigfillset(&all);
@@ -583,7 +584,7 @@ static int relay_start_locked(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r) {
 		__atomic_store_n(&relay_wake, -1, __ATOMIC_RELEASE);
-		sys.close(wake);
+		fdspace_close(wake);
 		return r;
 	}
 	pthread_setname_np(t, "sdp-relay");
@@ -811,20 +812,20 @@ static int ctl_up_locked(void)
 		return 0;
 	if (getrandom(&token, sizeof(token), 0) != sizeof(token))
 		return -errno;
-	int fd = sys.socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = FDSPACE_MAKE(sys.socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	socklen_t l = ctl_addr(getpid(), token, &un);
 
 	if (sys.bind(fd, (void *)&un, l) < 0 || sys.listen(fd, 64) < 0) {
 		int e = -errno;
 
-		sys.close(fd);
+		fdspace_close(fd);
 		return e;
 	}
 	ctl_token = token;
-	__atomic_store_n(&ctl_fd, relay_high_fd(fd), __ATOMIC_RELEASE);
+	__atomic_store_n(&ctl_fd, fd, __ATOMIC_RELEASE);
 	relay_kick();
 	return 0;
 }
@@ -1619,14 +1620,14 @@ static void relay_atfork_child(void)
 	ops_fd_for_each(forget_stale, NULL);
 	/* The parent's: this process makes its own when it needs one. */
 	if (ctl_fd >= 0)
-		sys.close(ctl_fd);
+		fdspace_close(ctl_fd);
 	ctl_fd = -1;
 	ctl_token = 0;
 	free(relay_pfds);
 	relay_pfds = NULL;
 	relay_pcap = 0;
 	if (relay_wake >= 0)
-		sys.close(relay_wake);
+		fdspace_close(relay_wake);
 	relay_wake = -1;
 	relay_running = false;
 	relay_exiting = relay_parked = false;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fdspace.h"
 #include "log.h"
 #include "ops.h"
 #include "sdp.h"
@@ -301,7 +302,7 @@ int ops_socket(int domain, int type, int protocol)
 			 (protocol == 0 || protocol == IPPROTO_TCP);
 
 	if (!direct && (!candidate || !policy_may_sdp))
-		return SYS_RET(sys.socket(domain, type, protocol));
+		return SYS_RET(FDSPACE_APP(sys.socket(domain, type, protocol)));
 	if (direct) {
 		if (base != SOCK_STREAM)
 			return -ESOCKTNOSUPPORT;
@@ -313,7 +314,7 @@ int ops_socket(int domain, int type, int protocol)
 		protocol = 0;
 	}
 
-	int fd = sys.socket(domain, type, protocol);
+	int fd = FDSPACE_APP(sys.socket(domain, type, protocol));
 
 	if (fd < 0)
 		return -errno;
@@ -383,6 +384,8 @@ static int direct_take_family(int fd, struct ops_sock *s, const struct sockaddr 
 	    len < sizeof(struct sockaddr_in6) || addr->sa_family != AF_INET6)
 		return 0;
 	int fl = sys.fcntl(fd, F_GETFL), fdfl = sys.fcntl(fd, F_GETFD);
+	/* nfd has a low number for a moment: a window (common/fdspace.h). */
+	fdspace_making();
 	int nfd = sys.socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (fl < 0 || fdfl < 0 || nfd < 0) {
@@ -390,6 +393,7 @@ static int direct_take_family(int fd, struct ops_sock *s, const struct sockaddr 
 
 		if (nfd >= 0)
 			sys.close(nfd);
+		fdspace_unmade();
 		return -e;
 	}
 	for (int i = 0; i < s->nopts; i++)
@@ -398,6 +402,7 @@ static int direct_take_family(int fd, struct ops_sock *s, const struct sockaddr 
 	int r = sys.dup3(nfd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0 ? -errno : 0;
 
 	sys.close(nfd);
+	fdspace_unmade();
 	if (r < 0)
 		return r;
 	sys.fcntl(fd, F_SETFL, fl);
@@ -513,11 +518,15 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 
 	/* -EACCES: P + offset is a privileged port. */
 	while ((r == -EADDRINUSE || r == -EACCES) && s->any_port && nheld < REBIND_TRIES) {
+		/* Held until the end: each in a window (common/fdspace.h). */
+		fdspace_making();
 		int nfd = sys.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 		drop_engine_socket(s);
-		if (nfd < 0)
+		if (nfd < 0) {
+			fdspace_unmade();
 			break;
+		}
 		held[nheld++] = nfd;
 		for (int i = 0; i < s->nopts; i++)
 			(void)sys.setsockopt(nfd, s->opts[i].level, s->opts[i].name,
@@ -552,8 +561,10 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 				sys.fcntl(fd, F_SETFL, fl);
 		}
 	}
-	while (nheld)
+	while (nheld) {
 		sys.close(held[--nheld]);
+		fdspace_unmade();
+	}
 	return r;
 }
 
@@ -706,7 +717,8 @@ static void track_native_accept(int nfd, int domain)
 /* Wrap an accepted SDP connection in a placeholder fd. */
 static int wrap_sdp_accept(int nsd, int domain, int flags)
 {
-	int nfd = sys.socket(domain, SOCK_STREAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC)), 0);
+	int type = SOCK_STREAM | (flags & (SOCK_NONBLOCK | SOCK_CLOEXEC));
+	int nfd = FDSPACE_APP(sys.socket(domain, type, 0));
 	int r;
 
 	if (nfd < 0) {
@@ -749,7 +761,7 @@ static int accept_sdp(int sd, int domain, struct sockaddr *addr, socklen_t *len,
 
 static int accept_native(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	int nfd = sys.accept4(fd, addr, len, flags);
+	int nfd = FDSPACE_APP(sys.accept4(fd, addr, len, flags));
 
 	return nfd < 0 ? -errno : nfd;
 }
@@ -805,7 +817,7 @@ int ops_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 	int r;
 
 	if (!s)
-		return SYS_RET(sys.accept4(fd, addr, len, flags));
+		return SYS_RET(FDSPACE_APP(sys.accept4(fd, addr, len, flags)));
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) {
 		r = -EINVAL;
 	} else if (s->inherited) {

@@ -21,6 +21,7 @@
 #undef _FORTIFY_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -81,25 +82,26 @@ static inline long ret(long r)
 
 /* --- libsdp's own descriptors ------------------------------------------------------- */
 
-/* fd (or the -1 of the call that failed to make it) was made for libsdp:
- * into its region, close-on-exec. */
-static int own(int fd)
-{
-	return (int)ret(fdspace_take(fd));
-}
+/* The call makes a descriptor (or fails, -1) for libsdp: into its region,
+ * close-on-exec, in a window (common/fdspace.h). */
+#define own(call) ((int)ret(FDSPACE_MAKE(call)))
 
-/* The same for the two ends of a pipe or socket pair; r is the call's. */
-static int own_pair(int r, int fds[2])
+/* The same for the two ends of a pipe or socket pair; r is the call's,
+ * made in a window that this closes. */
+static int own_pair_made(int r, int fds[2])
 {
-	if (r < 0)
+	if (r < 0) {
+		fdspace_unmade();
 		return r;
+	}
 	int a = fdspace_take(fds[0]);
 
 	if (a < 0) {
 		sys.close(fds[1]);
+		fdspace_unmade();
 		return (int)ret(a);
 	}
-	int b = fdspace_take(fds[1]);
+	int b = fdspace_made(fds[1]);
 
 	if (b < 0) {
 		fdspace_close(a);
@@ -108,6 +110,18 @@ static int own_pair(int r, int fds[2])
 	fds[0] = a;
 	fds[1] = b;
 	return 0;
+}
+
+#define own_pair(call, fds) (fdspace_making(), own_pair_made((call), (fds)))
+
+/* A pair made for the application since mark (common/fdspace.h). */
+static int app_pair(int r, int fds[2], unsigned long mark)
+{
+	if (r == 0) {
+		fds[0] = fdspace_settle(fds[0], mark, 0);
+		fds[1] = fdspace_settle(fds[1], mark, 0);
+	}
+	return r;
 }
 
 /* --- sockets ------------------------------------------------------------------------ */
@@ -124,10 +138,12 @@ EXPORT int socket(int domain, int type, int protocol)
 
 EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 {
+	unsigned long mark = fdspace_app_mark();
+
 	/* Never SDP: a pair is local by definition. */
 	if (bypass())
 		return own_pair(sys.socketpair(domain, type | SOCK_CLOEXEC, protocol, sv), sv);
-	return sys.socketpair(domain, type, protocol, sv);
+	return app_pair(sys.socketpair(domain, type, protocol, sv), sv, mark);
 }
 
 EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
@@ -149,7 +165,7 @@ EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 	if (bypass())
 		return own(sys.accept4(fd, SA(addr), len, SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
-		return sys.accept(fd, SA(addr), len);
+		return FDSPACE_APP(sys.accept(fd, SA(addr), len));
 	return (int)ret(ops_accept4(fd, SA(addr), len, 0));
 }
 
@@ -158,7 +174,7 @@ EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 	if (bypass())
 		return own(sys.accept4(fd, SA(addr), len, flags | SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
-		return sys.accept4(fd, SA(addr), len, flags);
+		return FDSPACE_APP(sys.accept4(fd, SA(addr), len, flags));
 	return (int)ret(ops_accept4(fd, SA(addr), len, flags));
 }
 
@@ -298,7 +314,7 @@ EXPORT int dup(int fd)
 	if (bypass())
 		return own(sys.dup(fd));
 	if (!ops_fd_is_ours(fd))
-		return sys.dup(fd);
+		return FDSPACE_APP(sys.dup(fd));
 	return (int)ret(ops_dup(fd, -1, false));
 }
 
@@ -333,8 +349,15 @@ static int fcntl_common(int (*libc)(int, int, ...), int fd, int cmd, long arg)
 	 * so the result still honours the minimum asked for. */
 	if (bypass() && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && arg < FDSPACE_MAX)
 		return own(libc(fd, F_DUPFD_CLOEXEC, arg));
-	if (fd_bypass(fd))
+	if (fd_bypass(fd)) {
+		if (!libsdp_internal && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && arg >= 0 &&
+		    arg < INT_MAX) {
+			unsigned long mark = fdspace_app_mark();
+
+			return fdspace_settle(libc(fd, cmd, arg), mark, (int)arg);
+		}
 		return libc(fd, cmd, arg);
+	}
 	PASS_OR(ops_fcntl(fd, cmd, arg), libc(fd, cmd, arg));
 }
 
@@ -400,7 +423,7 @@ EXPORT int epoll_create(int size)
 {
 	if (bypass())
 		return own(sys.epoll_create(size));
-	int fd = sys.epoll_create(size);
+	int fd = FDSPACE_APP(sys.epoll_create(size));
 
 	if (fd >= 0)
 		ops_epoll_created(fd);
@@ -411,7 +434,7 @@ EXPORT int epoll_create1(int flags)
 {
 	if (bypass())
 		return own(sys.epoll_create1(flags | EPOLL_CLOEXEC));
-	int fd = sys.epoll_create1(flags);
+	int fd = FDSPACE_APP(sys.epoll_create1(flags));
 
 	if (fd >= 0)
 		ops_epoll_created(fd);
@@ -422,21 +445,25 @@ EXPORT int eventfd(unsigned int count, int flags)
 {
 	if (bypass())
 		return own(sys.eventfd(count, flags | EFD_CLOEXEC));
-	return sys.eventfd(count, flags);
+	return FDSPACE_APP(sys.eventfd(count, flags));
 }
 
 EXPORT int pipe(int fds[2])
 {
+	unsigned long mark = fdspace_app_mark();
+
 	if (bypass())
 		return own_pair(sys.pipe2(fds, O_CLOEXEC), fds);
-	return sys.pipe(fds);
+	return app_pair(sys.pipe(fds), fds, mark);
 }
 
 EXPORT int pipe2(int fds[2], int flags)
 {
+	unsigned long mark = fdspace_app_mark();
+
 	if (bypass())
 		return own_pair(sys.pipe2(fds, flags | O_CLOEXEC), fds);
-	return sys.pipe2(fds, flags);
+	return app_pair(sys.pipe2(fds, flags), fds, mark);
 }
 
 /*
@@ -466,7 +493,7 @@ static mode_t open_mode(int flags, va_list ap)
 			sys_resolve();                                            \
 		if (libsdp_internal && own_path(path))                                  \
 			return own(sys.name(__VA_ARGS__, flags | O_CLOEXEC, mode)); \
-		return sys.name(__VA_ARGS__, flags, mode);                        \
+		return FDSPACE_APP(sys.name(__VA_ARGS__, flags, mode));           \
 	} while (0)
 
 EXPORT int open(const char *path, int flags, ...)

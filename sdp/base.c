@@ -118,7 +118,7 @@ static int sd_take(void)
 	if (!sd_virtual) {
 		pthread_mutex_unlock(&table_lock);
 		/* EFD_NONBLOCK: the engine drains it; the application only polls. */
-		return fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		return FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	}
 	if (sd_nfree)
 		sd = sd_base + (int)sd_free[--sd_nfree];

@@ -474,11 +474,11 @@ static int prog_start_locked(void)
 
 	if (prog_running && prog_pid == getpid())
 		return 0;
-	int epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	int epfd = FDSPACE_MAKE(sys.epoll_create1(EPOLL_CLOEXEC));
 
 	if (epfd < 0)
 		return epfd;
-	int wakefd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	int wakefd = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 
 	if (wakefd < 0) {
 		fdspace_close(epfd);
@@ -713,7 +713,7 @@ int sdp_thread_waker(void)
 	if (waker_fd >= 0)
 		return waker_fd;
 	pthread_once(&waker_once, waker_key_init);
-	int fd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	int fd = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 
 	if (fd < 0)
 		return fd;

@@ -9,10 +9,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fdspace.h"
@@ -200,4 +202,103 @@ Test(fdspace, keeps_errno)
 
 	cr_assert_geq(fd, 0);
 	cr_assert_eq(errno, EINTR);
+}
+
+/* --- the race with the application's descriptors ------------------------------------ */
+
+struct later {
+	int fd;
+	int taken;
+};
+
+static void *made_later(void *arg)
+{
+	struct later *l = arg;
+	struct timespec ts = { 0, 100000 };
+
+	nanosleep(&ts, NULL);
+	l->taken = fdspace_made(l->fd);
+	return NULL;
+}
+
+Test(fdspace, settle_without_a_window_leaves_the_number)
+{
+	set_soft(1024);
+	unsigned long mark = fdspace_app_mark();
+	int gap = new_fd(), fd = new_fd();
+
+	close(gap);
+	/* No window: the number stays, gap or not (the application's own). */
+	cr_assert_eq(fdspace_settle(fd, mark, 0), fd);
+	close(fd);
+	errno = EINTR;
+	cr_assert_eq(fdspace_settle(-1, mark, 0), -1);
+	cr_assert_eq(errno, EINTR);
+}
+
+Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
+{
+	set_soft(1024);
+	/* The region first: the kernel's table grows for it, and in a
+	 * process of several threads that waits for an RCU grace period
+	 * (milliseconds), longer than settle waits for a window. */
+	fdspace_close(fdspace_take(new_fd()));
+	int want = next_app_fd();
+
+	/* libsdp's thread makes a descriptor: it takes the lowest number... */
+	fdspace_making();
+	struct later l = { .fd = new_fd() };
+
+	cr_assert_eq(l.fd, want);
+	/* ...and the application's, made meanwhile, the next one. */
+	unsigned long mark = fdspace_app_mark();
+	int fd = new_fd();
+
+	cr_assert_eq(fd, want + 1);
+	cr_assert_eq(fcntl(fd, F_SETFD, 0), 0);
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, made_later, &l), 0);
+	int got = fdspace_settle(fd, mark, 0);
+
+	pthread_join(t, NULL);
+	cr_assert_eq(got, want, "settled at %d, Linux would have given %d", got, want);
+	cr_assert_gt(l.taken, want);
+	cr_assert(!is_open(fd), "the higher number is closed");
+	cr_assert_eq(fcntl(got, F_GETFD), 0, "close-on-exec as it was");
+	close(got);
+	fdspace_close(l.taken);
+}
+
+Test(fdspace, settle_sees_a_window_that_opened_and_closed_meanwhile)
+{
+	set_soft(1024);
+	int want = next_app_fd();
+	unsigned long mark = fdspace_app_mark();
+
+	fdspace_making();
+	int own = new_fd();
+	int fd = new_fd();
+	int taken = fdspace_made(own);
+
+	cr_assert_eq(fd, want + 1);
+	cr_assert_gt(taken, fd);
+	int got = fdspace_settle(fd, mark, 0);
+
+	cr_assert_eq(got, want);
+	cr_assert_eq(fcntl(got, F_GETFD), FD_CLOEXEC, "close-on-exec as it was");
+	/* A minimum is honoured (F_DUPFD). */
+	mark = fdspace_app_mark();
+	fdspace_making();
+	fdspace_unmade();
+	int low = fcntl(got, F_DUPFD_CLOEXEC, want + 3);
+
+	close(low);
+	int hi = fcntl(got, F_DUPFD_CLOEXEC, low + 1);
+
+	cr_assert_eq(fdspace_settle(hi, mark, want + 3), low);
+	cr_assert(!is_open(hi));
+	close(low);
+	close(got);
+	fdspace_close(taken);
 }

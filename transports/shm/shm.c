@@ -214,7 +214,7 @@ static void wildcard_of(struct sockaddr_storage *w, int family)
 
 static int unix_socket(void)
 {
-	return fdspace_take(sys.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	return FDSPACE_MAKE(sys.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 }
 
 /* --- objects -------------------------------------------------------------- */
@@ -330,7 +330,7 @@ static int attach_rings(struct shm_ep *e)
 static int make_memfd(struct shm_ep *e)
 {
 	size_t len = map_bytes(e->ring_size);
-	int fd = fdspace_take(memfd_create("libsdp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+	int fd = FDSPACE_MAKE(memfd_create("libsdp-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
 	void *p;
 
 	if (fd < 0)
@@ -758,7 +758,7 @@ static int shm_init(void)
 		return -ENODEV;
 	shm_netns = (uint64_t)st.st_ino;
 	if (shm_quiet < 0)
-		shm_quiet = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		shm_quiet = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	return 0;
 }
 
@@ -924,7 +924,7 @@ static int shm_listen(const struct sockaddr *addr, socklen_t addrlen, int backlo
 		if (listen_name((struct sockaddr *)&v4, port, &l->lfd[1]) == 0)
 			l->nlfd = 2;
 	}
-	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	l->epfd = FDSPACE_MAKE(sys.epoll_create1(EPOLL_CLOEXEC));
 	ret = l->epfd < 0 ? l->epfd : 0;
 	for (int i = 0; !ret && i < l->nlfd; i++) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
@@ -982,7 +982,7 @@ static void take_new(struct shm_listener *l)
 {
 	for (int i = 0; i < l->nlfd; i++) {
 		for (;;) {
-			int fd = fdspace_take(sys.accept4(l->lfd[i], NULL, NULL,
+			int fd = FDSPACE_MAKE(sys.accept4(l->lfd[i], NULL, NULL,
 							  SOCK_NONBLOCK | SOCK_CLOEXEC));
 
 			if (fd < 0)
@@ -1034,7 +1034,7 @@ static int take_fds(struct msghdr *mh, int *fd)
 }
 
 /* A half-open connection's CONNECT: 1 done (a request), 0 not yet, -1 drop. */
-static int read_connect(struct shm_half *h)
+static int read_connect_in(struct shm_half *h)
 {
 	struct shm_hs hs;
 	union {
@@ -1077,6 +1077,17 @@ static int read_connect(struct shm_half *h)
 	h->pdata_len = hs.pdata_len;
 	memcpy(h->pdata, hs.pdata, hs.pdata_len);
 	return 1;
+}
+
+/* The memfd a CONNECT carries has a low number until it is closed: in a
+ * window (common/fdspace.h). */
+static int read_connect(struct shm_half *h)
+{
+	fdspace_making();
+	int r = read_connect_in(h);
+
+	fdspace_unmade();
+	return r;
 }
 
 static void read_halves(struct shm_listener *l)
@@ -1229,7 +1240,7 @@ static int shm_listener_forked(struct oti_listener *ol)
 	l->nhalf = 0;
 	/* The inherited epoll instance is the parent's too. */
 	fdspace_close(l->epfd);
-	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	l->epfd = FDSPACE_MAKE(sys.epoll_create1(EPOLL_CLOEXEC));
 	if (l->epfd < 0)
 		return l->epfd;
 	if (l->taking && !listen_fds_watched(l, true)) {

@@ -156,7 +156,7 @@ static uint16_t tcp_to_app(uint16_t tcp, uint16_t off)
  * the application's descriptor numbers (common/fdspace.h). */
 static int tcp_socket(int family)
 {
-	int fd = fdspace_take(sys.socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int fd = FDSPACE_MAKE(sys.socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	int one = 1;
 
 	if (fd < 0)
@@ -887,7 +887,7 @@ static int listen_once(const struct sockaddr *ss, unsigned flags, int backlog, i
 {
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof(bound);
-	int fd = fdspace_take(sys.socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+	int fd = FDSPACE_MAKE(sys.socket(ss->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
 	int one = 1;
 
 	if (fd < 0)
@@ -957,7 +957,7 @@ static int tcpf_listen(const struct sockaddr *addr, socklen_t addrlen, int backl
 	l->taking = true;
 	l->port_off = off;
 	l->backlog = backlog;
-	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	l->epfd = FDSPACE_MAKE(sys.epoll_create1(EPOLL_CLOEXEC));
 	if (l->epfd < 0 || sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		ret = l->epfd < 0 ? l->epfd : -errno;
 		if (l->epfd >= 0)
@@ -1045,7 +1045,7 @@ static void take_new(struct tcpf_listener *l)
 	for (;;) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
-		int fd = fdspace_take(sys.accept4(l->lfd, (struct sockaddr *)&peer, &plen,
+		int fd = FDSPACE_MAKE(sys.accept4(l->lfd, (struct sockaddr *)&peer, &plen,
 					      SOCK_NONBLOCK | SOCK_CLOEXEC));
 
 		if (fd < 0)
@@ -1217,7 +1217,7 @@ static int tcpf_listener_forked(struct oti_listener *ol)
 	/* The inherited epoll instance is the parent's too: closing this
 	 * copy leaves its registrations alone. */
 	fdspace_close(l->epfd);
-	l->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	l->epfd = FDSPACE_MAKE(sys.epoll_create1(EPOLL_CLOEXEC));
 	if (l->epfd < 0)
 		return l->epfd;
 	if (l->taking && sys.epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->lfd, &ev) < 0)

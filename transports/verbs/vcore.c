@@ -328,16 +328,23 @@ void vc_qp_move(struct rdma_cm_id *from, struct rdma_cm_id *to)
 
 /* --- completion queues ---------------------------------------------------- */
 
-int vc_cq_open(struct ibv_context *ctx, int cqe, void *cq_context, struct vc_cq *out)
+int vc_cq_open(struct ibv_context *ctx, int cqe, void *cq_context, const struct vc_fds *own,
+	       struct vc_cq *out)
 {
 	int r;
 
 	memset(out, 0, sizeof(*out));
 	errno = 0;
+	if (own)
+		own->making();
 	out->cc = RDMA(ibv_create_comp_channel(ctx));
-	if (!out->cc)
-		return vc_err(ENOMEM);
-	r = vc_nonblock(out->cc->fd);
+	if (!out->cc) {
+		r = vc_err(ENOMEM);
+		if (own)
+			own->made(NULL);
+		return r;
+	}
+	r = own ? own->made(&out->cc->fd) : vc_nonblock(out->cc->fd);
 	if (r)
 		goto fail;
 	errno = 0;

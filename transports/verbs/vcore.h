@@ -176,7 +176,22 @@ struct vc_cq {
 	unsigned events;		/* taken, not yet acknowledged */
 };
 
-int vc_cq_open(struct ibv_context *ctx, int cqe, void *cq_context, struct vc_cq *out);
+/*
+ * How a caller keeps the descriptors rdma-core makes for it out of the
+ * application's numbers (the transport: common/fdspace.h).  making() is
+ * called before the call that makes one, made() after it, with the
+ * field rdma-core keeps it in (NULL: the call failed), and returns
+ * <0 to give up; made() leaves the descriptor non-blocking.
+ */
+struct vc_fds {
+	void (*making)(void);
+	int (*made)(int *field);
+};
+
+/* own: NULL leaves the channel's descriptor where rdma-core put it (the
+ * uDAPL provider, whose program sees its descriptors anyway). */
+int vc_cq_open(struct ibv_context *ctx, int cqe, void *cq_context, const struct vc_fds *own,
+	       struct vc_cq *out);
 /* Acknowledges what was taken, destroys; safe on a zeroed or failed one. */
 void vc_cq_close(struct vc_cq *c);
 /* Take the channel's notifications (acknowledged in batches); how many. */

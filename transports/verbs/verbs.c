@@ -107,6 +107,22 @@ static int vb_own_fd(int *field)
 	return fd < 0 ? fd : vc_nonblock(fd);
 }
 
+/* The same for a descriptor made in a window (fdspace_making()), which
+ * this closes: a completion channel's, made for each connection. */
+static int vb_made_fd(int *field)
+{
+	if (!field) {
+		fdspace_unmade();
+		return 0;
+	}
+	int r = vb_own_fd(field);
+
+	fdspace_unmade();
+	return r;
+}
+
+static const struct vc_fds vb_fds = { .making = fdspace_making, .made = vb_made_fd };
+
 /* --- devices: the contexts in use (protection domains are per ep) ------------- */
 
 struct vb_dev {
@@ -763,7 +779,7 @@ static int make_bell(void)
 
 	pthread_mutex_lock(&vb_lock);
 	if (vb_bell < 0) {
-		int fd = fdspace_take(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		int fd = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 
 		if (fd < 0)
 			r = fd;
@@ -786,7 +802,7 @@ static struct vb_ep *ep_alloc(int *err)
 	*err = -ENOMEM;
 	if (!e)
 		return NULL;
-	e->epfd = fdspace_take(sys.epoll_create1(EPOLL_CLOEXEC));
+	e->epfd = FDSPACE_MAKE(sys.epoll_create1(EPOLL_CLOEXEC));
 	if (e->epfd < 0) {
 		*err = e->epfd;
 		free(e);
@@ -845,14 +861,12 @@ static int ep_make_qp(struct vb_ep *e)
 	if (!e->pd)
 		return qp_fail(e, "ibv_alloc_pd", neg_errno(ENOMEM));
 	for (int t = 0;; t++) {
-		r = vc_cq_open(ctx, VB_CQ_DEPTH, e, &e->cq);
+		r = vc_cq_open(ctx, VB_CQ_DEPTH, e, &vb_fds, &e->cq);
 		if (!r || t + 1 == VB_QP_TRIES)
 			break;
 		setup_fail(e->fl, e->passive, "ibv_create_cq (tried again)", r);
 		usleep(1000u << t);
 	}
-	if (!r)
-		r = vb_own_fd(&e->cq.cc->fd);
 	if (r < 0)
 		return qp_fail(e, "the completion queue", r);
 	if (ibv_req_notify_cq(e->cq.cq, 0))
@@ -1129,7 +1143,7 @@ static bool rtr_timer(struct vb_ep *e, int ms)
 	if (e->rtr_tfd < 0) {
 		struct epoll_event ev = { .events = EPOLLIN };
 
-		e->rtr_tfd = fdspace_take(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+		e->rtr_tfd = FDSPACE_MAKE(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
 		if (e->rtr_tfd < 0 || sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->rtr_tfd, &ev) < 0) {
 			sdp_dbg(e->fl->name, "no timer for the start rule's handshake: carrying on "
 					     "without its wait or repeats");

@@ -104,6 +104,56 @@ out:
 	return rc;
 }
 
+/*
+ * The numbers while libsdp is busy: the program opens its next socket
+ * right after connect() returns, while a thread of libsdp's may be
+ * setting up the other end (descriptors of its own, made at the lowest
+ * free number before they are moved away).  The socket must still get
+ * the number after the client's, and the accepted one the next, every
+ * time.
+ */
+#define RACE_ROUNDS 300
+
+static int check_fd_numbers_busy(void)
+{
+	struct sockaddr_in a;
+	int l, c = -1, b = -1, x = -1, rc = -1, bad = 0;
+
+	l = make_listener(0, &a);
+	if (l < 0)
+		goto out;
+	for (int i = 0; i < RACE_ROUNDS; i++) {
+		c = socket(AF_INET, SOCK_STREAM, 0);
+		if (c < 0)
+			FAIL_ERRNO("socket");
+		if (connect(c, (const struct sockaddr *)&a, sizeof(a)) < 0)
+			FAIL_ERRNO("connect");
+		b = socket(AF_INET, SOCK_STREAM, 0);
+		if (b < 0)
+			FAIL_ERRNO("socket");
+		x = accept(l, NULL, NULL);
+		if (x < 0)
+			FAIL_ERRNO("accept");
+		if ((b != c + 1 || x != c + 2) && !bad++)
+			note("round %d: client=%d socket=%d accepted=%d", i, c, b, x);
+		xclose(&x);
+		xclose(&b);
+		xclose(&c);
+	}
+	if (bad)
+		FAIL("%d of %d rounds: the socket after a connect() or the accepted one "
+		     "not given the next number",
+		     bad, RACE_ROUNDS);
+	note("%d rounds: socket after connect = client + 1, accepted = client + 2", RACE_ROUNDS);
+	rc = 0;
+out:
+	xclose(&x);
+	xclose(&b);
+	xclose(&c);
+	xclose(&l);
+	return rc;
+}
+
 /* After close_range()/closefrom() from first: the program's descriptors
  * from first on are closed, those below are not, and a peer below sees
  * the EOF a TCP peer would. */
@@ -171,6 +221,8 @@ out:
 const struct check checks_fdnum[] = {
 	{ "fd_numbers", check_fd_numbers,
 	  "socket/accept/accept4/dup/pipe/epoll numbers with connections up, after one closed" },
+	{ "fd_numbers_busy", check_fd_numbers_busy,
+	  "300 connects: the next socket() and the accept() get the next numbers" },
 	{ "close_range_all", check_close_range_all,
 	  "close_range(3, ~0U, 0) closes a connection; a new one works" },
 	{ "closefrom_above", check_closefrom_above,
