@@ -170,6 +170,18 @@ ssize_t sdp_recvv(int sd, const struct iovec *iov, int iovcnt, int flags);
 int sdp_shutdown(int sd, int how);
 int sdp_close(int sd);
 
+/*
+ * The process is about to end without exit()'s handlers (_exit(), as a
+ * fork server's child ends): wait, as exit() would (exit_linger_ms
+ * without progress at most), for the connections the program closed to
+ * hand their last data and close to the peer.  The progress thread does
+ * the work; this only looks, with trylocks and sleeps, since _exit() may
+ * be called from a signal handler that interrupted a thread holding any
+ * lock of libsdp's or malloc's.  Sockets still open are left as the
+ * kernel would not leave them (it closes them): closing one takes locks.
+ */
+void sdp_exit_quick(void);
+
 int sdp_getsockname(int sd, struct sockaddr *addr, socklen_t *len);
 int sdp_getpeername(int sd, struct sockaddr *addr, socklen_t *len);
 

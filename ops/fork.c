@@ -114,6 +114,12 @@ void ops_exec_prepare(bool spawn)
 	ops_hold_exec(spawn || ops_in_vfork_child());
 }
 
+void ops_exit_quick(void)
+{
+	if (!ops_in_vfork_child())
+		sdp_exit_quick();
+}
+
 static void ops_atfork_prepare(void)
 {
 	ops_fd_for_each(parent_before_fork, NULL);

@@ -74,6 +74,9 @@ bool ops_relay_adopt(int fd);
  * and writes it as a socket.  A connection this process drives cannot
  * outlive its exec (warned). */
 void ops_exec_prepare(bool spawn);
+/* _exit(): let closed connections finish (sdp_exit_quick()), except in a
+ * vfork child, whose parent's connections are not its own. */
+void ops_exit_quick(void);
 
 /* close/dup: also for fds that are not ours (they keep the table right
  * when a dup2 lands on one of ours). */

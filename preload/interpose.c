@@ -916,6 +916,26 @@ EXPORT int execle(const char *path, const char *arg, ...)
 	return execve(path, argv, envp);
 }
 
+/* _exit() skips exit()'s handlers, and with them libsdp's wait for the
+ * connections the program closed (sdp_exit_quick()): a fork server's
+ * child that closes its connection and calls _exit() would otherwise
+ * take the tail of what it sent with it. */
+EXPORT void _exit(int status)
+{
+	if (!bypass())
+		ops_exit_quick();
+	sys._exit(status);
+	__builtin_unreachable();
+}
+
+EXPORT void _Exit(int status)
+{
+	if (!bypass())
+		ops_exit_quick();
+	sys._Exit(status);
+	__builtin_unreachable();
+}
+
 EXPORT int system(const char *command)
 {
 	if (command && !bypass())

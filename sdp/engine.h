@@ -591,6 +591,8 @@ bool progress_started_here(void);
 /* Process exit, after every socket was closed: wait (exit_linger_ms at
  * most) until closed connections have finished their teardown. */
 void progress_linger(void);
+/* The same from _exit(): looks only (sdp_exit_quick()). */
+void progress_linger_quick(void);
 
 /*
  * Block the calling thread until something changes on s or the deadline

@@ -1072,6 +1072,64 @@ void progress_linger(void)
 	}
 }
 
+/*
+ * progress_linger() for _exit(): the same bound, but this thread only
+ * looks, and the progress thread, which serves closed connections anyway,
+ * does the work.  _exit() may come from a signal handler that interrupted
+ * a thread holding prog_lock, a socket's lock, a transport's or malloc's:
+ * so no lock is waited for (a socket whose lock is taken counts as still
+ * closing, without progress), nothing is allocated, nothing is logged.
+ * The list is walked under prog_lock: the sockets on it stay allocated
+ * while it is held, and a trylock of a socket's lock under it cannot
+ * wait.
+ */
+void progress_linger_quick(void)
+{
+	uint64_t linger = (uint64_t)tun_int(TUN_exit_linger_ms) * 1000000ull;
+	uint64_t start = sdp_now_ns(), deadline = start + linger, cap = start + 10 * linger;
+	uint64_t last_sig = 0;
+
+	prog_kick();
+	for (;;) {
+		bool pending = true;
+		uint64_t sig = 0;
+
+		if (pthread_mutex_trylock(&prog_lock) == 0) {
+			pending = prog_watch_out;
+			for (struct sock_ref *r = prog_watch; r; r = r->next) {
+				struct sdp_sock *s = r->s;
+
+				if (pthread_mutex_trylock(&s->lock)) {
+					pending = true;
+					continue;
+				}
+				if (s->app_closed && !orphan_flushed(s)) {
+					struct sdp_conn *c = s->conn;
+
+					pending = true;
+					sig += (uint64_t)c->tx_done + c->ctrl_done + c->disconn_rcvd +
+					       c->cr.last_rx_mseq + c->cr.peer_mseq_ack;
+				}
+				pthread_mutex_unlock(&s->lock);
+			}
+			pthread_mutex_unlock(&prog_lock);
+		}
+		if (!pending)
+			return;
+		uint64_t now = sdp_now_ns();
+
+		if (sig != last_sig) {
+			last_sig = sig;
+			deadline = now + linger < cap ? now + linger : cap;
+		}
+		if (now >= deadline)
+			return;
+		struct timespec ts = { 0, 1000000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* After fork() only the calling thread exists in the child: the progress
  * thread must be started again there, on an epoll set of its own (the
  * inherited one is shared with the parent). */

@@ -48,6 +48,12 @@ __attribute__((destructor)) static void sock_exit(void)
 	progress_linger();
 }
 
+void sdp_exit_quick(void)
+{
+	if (progress_started_here())
+		progress_linger_quick();
+}
+
 /* --- helpers --------------------------------------------------------------- */
 
 static socklen_t domain_addrlen(int domain)

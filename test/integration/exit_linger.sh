@@ -37,15 +37,21 @@ with open(sys.argv[2] + ".tmp", "w") as f:
     f.write(str(ls.getsockname()[1]))
 os.rename(sys.argv[2] + ".tmp", sys.argv[2])
 c, _ = ls.accept()
-c.sendall(bytes((k * 7 + (k >> 10)) & 0xff for k in range(n)))
+# (k * 7 + (k >> 10)) & 0xff repeats every 2**18 bytes.
+period = bytes((k * 7 + (k >> 10)) & 0xff for k in range(1 << 18))
+c.sendall((period * (n // len(period) + 1))[:n])
 c.close()
 ls.close()
+if len(sys.argv) > 4 and sys.argv[4] == "_exit":
+    # What a fork server's child does: no atexit, no destructors.
+    os._exit(0)
 sys.exit(0)
 EOF
 
 cat >"$TMP/reader.py" <<'EOF'
 import socket, sys, time
 host, port, n, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+chunk = int(sys.argv[5]) if len(sys.argv) > 5 else 8192
 s = socket.create_connection((host, port), timeout=60)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
 got = bytearray()
@@ -57,7 +63,7 @@ try:
             time.sleep(3)
             print("stopped at %d" % len(got))
             sys.exit(0)
-        d = s.recv(8192)
+        d = s.recv(chunk)
         if not d:
             break
         got += d
@@ -65,20 +71,23 @@ try:
 except OSError as e:
     print("%s after %d of %d bytes" % (e.strerror, len(got), n))
     sys.exit(1)
-want = bytes((k * 7 + (k >> 10)) & 0xff for k in range(n))
+period = bytes((k * 7 + (k >> 10)) & 0xff for k in range(1 << 18))
+want = (period * (n // len(period) + 1))[:n]
 print("ok" if got == want else "%d bytes, not the %d sent" % (len(got), n))
 EOF
 
-# run_case NAME BYTES STOP: a writer of BYTES and a reader (that stops
-# after STOP bytes, 0: reads all); sets WRC, ROUT, WERR.
+# run_case NAME BYTES STOP [_exit [CHUNK]]: a writer of BYTES and a reader
+# (that stops after STOP bytes, 0: reads all; CHUNK bytes a read, 8 KiB by
+# default); sets WRC, ROUT, WERR.  With _exit the writer ends with
+# _exit() instead of exit().
 run_case() {
-	local name=$1 n=$2 stop=$3
+	local name=$1 n=$2 stop=$3 how=${4:-exit} chunk=${5:-8192}
 	rm -f "$TMP/$name.port"
-	start_bg "$TMP/$name.werr" env $P python3 "$TMP/writer.py" "$TEST_HOST" "$TMP/$name.port" "$n"
+	start_bg "$TMP/$name.werr" env $P python3 "$TMP/writer.py" "$TEST_HOST" "$TMP/$name.port" "$n" "$how"
 	WPID=$BG_PID
 	wait_for_file "$TMP/$name.port" 20 || fail "the writer did not start: $(head -c 2000 "$TMP/$name.werr")"
 	run_with_timeout 60 env $P python3 "$TMP/reader.py" "$TEST_HOST" "$(cat "$TMP/$name.port")" \
-		"$n" "$stop" >"$TMP/$name.rout" 2>"$TMP/$name.rerr"
+		"$n" "$stop" "$chunk" >"$TMP/$name.rout" 2>"$TMP/$name.rerr"
 	RRC=$?
 	wait_pid "$WPID" 30
 	WRC=$?
@@ -99,6 +108,19 @@ elif [ "$WRC" -ne 0 ]; then
 	bad "writer exit $(status_text "$WRC")"
 else
 	log "ok   a reader slower than exit_linger_ms gets all $N bytes and the end of the stream"
+fi
+
+# _exit(): no exit() handlers.  12 MiB, more than the reader's receive
+# ring holds (4 MiB by default), at 64 KiB per 10 ms: before _exit() was
+# interposed, the reader on shm got 8 MiB, then a reset.
+run_case slow_exit $((12 << 20)) 0 _exit 65536
+if [ "$RRC" -ne 0 ] || [ "$ROUT" != ok ]; then
+	bad "slow reader, the writer's _exit(): exit $(status_text "$RRC"): $ROUT"
+	grep -E 'warning|error' "$WERR" | head -n 5 | sed 's/^/  writer: /'
+elif [ "$WRC" -ne 0 ]; then
+	bad "writer exit $(status_text "$WRC") after _exit()"
+else
+	log "ok   the same when the writer ends with _exit(), as a fork server's child does"
 fi
 
 run_case stopped "$N" $((256 << 10))
