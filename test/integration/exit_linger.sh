@@ -97,31 +97,31 @@ run_case() {
 	[ "$sdp" -ge 1 ] || bad "$name: the reader's connection was not over SDP ($TEST_TRANSPORT)"
 }
 
+# expect_all WHAT OK-TEXT: the reader of the last case got every byte and
+# the end of the stream, and the writer exited 0.
+expect_all() {
+	if [ "$RRC" -ne 0 ] || [ "$ROUT" != ok ]; then
+		bad "$1: exit $(status_text "$RRC"): $ROUT"
+		grep -E 'warning|error' "$WERR" | head -n 5 | sed 's/^/  writer: /'
+	elif [ "$WRC" -ne 0 ]; then
+		bad "$1: writer exit $(status_text "$WRC")"
+	else
+		log "ok   $2"
+	fi
+}
+
 # 2 MiB at 8 KiB per 10 ms: about 2.5 s of reading, the last of it after the
 # writer's close (what its buffers and the reader's hold then).
 N=$((2 << 20))
 run_case slow "$N" 0
-if [ "$RRC" -ne 0 ] || [ "$ROUT" != ok ]; then
-	bad "slow reader: exit $(status_text "$RRC"): $ROUT"
-	grep -E 'warning|error' "$WERR" | head -n 5 | sed 's/^/  writer: /'
-elif [ "$WRC" -ne 0 ]; then
-	bad "writer exit $(status_text "$WRC")"
-else
-	log "ok   a reader slower than exit_linger_ms gets all $N bytes and the end of the stream"
-fi
+expect_all "slow reader" "a reader slower than exit_linger_ms gets all $N bytes and the end of the stream"
 
 # _exit(): no exit() handlers.  12 MiB, more than the reader's receive
 # ring holds (4 MiB by default), at 64 KiB per 10 ms: before _exit() was
 # interposed, the reader on shm got 8 MiB, then a reset.
 run_case slow_exit $((12 << 20)) 0 _exit 65536
-if [ "$RRC" -ne 0 ] || [ "$ROUT" != ok ]; then
-	bad "slow reader, the writer's _exit(): exit $(status_text "$RRC"): $ROUT"
-	grep -E 'warning|error' "$WERR" | head -n 5 | sed 's/^/  writer: /'
-elif [ "$WRC" -ne 0 ]; then
-	bad "writer exit $(status_text "$WRC") after _exit()"
-else
-	log "ok   the same when the writer ends with _exit(), as a fork server's child does"
-fi
+expect_all "slow reader, the writer's _exit()" \
+	"the same when the writer ends with _exit(), as a fork server's child does"
 
 run_case stopped "$N" $((256 << 10))
 if [ "$WRC" -ne 0 ]; then
