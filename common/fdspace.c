@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -305,6 +306,27 @@ int fdspace_settle(int fd, unsigned long mark, int min)
 	}
 	errno = saved;
 	return fd;
+}
+
+static int fs_quiet = -1;
+
+int fdspace_quiet(int fd)
+{
+	int q = __atomic_load_n(&fs_quiet, __ATOMIC_ACQUIRE);
+
+	if (q < 0) {
+		int expected = -1;
+
+		q = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		if (q < 0)
+			return q;
+		if (!__atomic_compare_exchange_n(&fs_quiet, &expected, q, false, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE)) {
+			fdspace_close(q);
+			q = expected;
+		}
+	}
+	return sys.dup3(q, fd, O_CLOEXEC) < 0 ? -errno : 0;
 }
 
 void fdspace_reset_for_tests(void)

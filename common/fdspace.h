@@ -103,6 +103,16 @@ int fdspace_settle(int fd, unsigned long mark, int min);
 		fdspace_settle((call), fdspace_mark_, 0);              \
 	})
 
+/*
+ * Give fd's number to a quiet descriptor (an eventfd nobody writes, one per
+ * process, made in the region at first use), closing what fd was: what is
+ * left of a dead connection's socket must not keep waking whoever still
+ * watches the number.  Made once, not per call: a new eventfd would take
+ * the lowest free number for a moment (see above).  0 or a negative errno
+ * (fd then stays as it was).
+ */
+int fdspace_quiet(int fd);
+
 /* Unit tests only: forget the region and the marks (not the
  * descriptors).  Not thread-safe. */
 void fdspace_reset_for_tests(void);

@@ -636,7 +636,8 @@ static const int carried_opts[] = {
  * stays as it was (then it is "inherited" in the child, as before relays
  * existed).
  */
-static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size_t nfds, bool hold)
+static struct relay *relay_make_in(struct ops_sock *s, const struct cand *fds, size_t nfds,
+				   bool hold)
 {
 	struct relay *r = calloc(1, sizeof(*r));
 	struct ops_relayed *ri = NULL;
@@ -744,6 +745,17 @@ fail:
 	free(r);
 	free(ri);
 	return NULL;
+}
+
+/* The pair's two numbers are low until one is moved and the other closed:
+ * in a window (common/fdspace.h). */
+static struct relay *relay_make(struct ops_sock *s, const struct cand *fds, size_t nfds, bool hold)
+{
+	fdspace_making();
+	struct relay *r = relay_make_in(s, fds, nfds, hold);
+
+	fdspace_unmade();
+	return r;
 }
 
 /* --- holds, claims and the control socket -------------------------------------------- */

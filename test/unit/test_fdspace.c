@@ -9,11 +9,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -301,4 +304,32 @@ Test(fdspace, settle_sees_a_window_that_opened_and_closed_meanwhile)
 	close(low);
 	close(got);
 	fdspace_close(taken);
+}
+
+Test(fdspace, quiet_gives_the_number_a_file_that_never_wakes)
+{
+	set_soft(1024);
+	int a = new_fd(), b = new_fd();
+	uint64_t one = 1;
+
+	cr_assert_eq(write(a, &one, sizeof(one)), (ssize_t)sizeof(one));
+	struct pollfd p = { .fd = a, .events = POLLIN };
+
+	cr_assert_eq(poll(&p, 1, 0), 1, "readable before");
+	int before = fdspace_count();
+
+	cr_assert_eq(fdspace_quiet(a), 0);
+	cr_assert_eq(poll(&p, 1, 0), 0, "quiet after");
+	cr_assert_eq(fcntl(a, F_GETFD), FD_CLOEXEC);
+	cr_assert_eq(fdspace_count(), before + 1, "one quiet descriptor, in the region");
+	cr_assert_eq(fdspace_quiet(b), 0);
+	cr_assert_eq(fdspace_count(), before + 1, "made once");
+	struct stat sa, sb;
+
+	cr_assert_eq(fstat(a, &sa), 0);
+	cr_assert_eq(fstat(b, &sb), 0);
+	cr_assert_eq(sa.st_ino, sb.st_ino, "the same file");
+	cr_assert_eq(fdspace_quiet(-1), -EBADF);
+	close(a);
+	close(b);
 }

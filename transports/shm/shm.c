@@ -131,14 +131,6 @@ struct shm_hs {
 };
 
 static atomic_int shm_objects;
-/*
- * An eventfd nobody writes, made once: a dead connection's socket number
- * becomes a copy of it, so that nothing sleeps on an EOF that stays
- * readable.  Made per connection instead, in whichever thread saw the
- * end, it took the lowest free number for a moment under the
- * application's feet (conform's descriptor checks on shm saw it).
- */
-static int shm_quiet = -1;
 static uint64_t shm_netns;
 
 /* --- addresses ------------------------------------------------------------ */
@@ -470,16 +462,8 @@ static void shm_ep_quiet(struct oti_ep *oep)
 	if (!shm_ep_fd_dead(oep))
 		return;
 	e->fd_quieted = true;
-	if (shm_quiet >= 0) {
-		(void)sys.dup3(shm_quiet, e->fd, O_CLOEXEC);
-		return;
-	}
-	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-
-	if (q < 0)
-		return;		/* the socket stays: spurious wake-ups only */
-	(void)sys.dup3(q, e->fd, O_CLOEXEC);
-	sys.close(q);
+	/* On failure the socket stays: spurious wake-ups only. */
+	(void)fdspace_quiet(e->fd);
 }
 
 static void flush_all(struct shm_ep *e)
@@ -757,8 +741,6 @@ static int shm_init(void)
 	if (stat("/proc/self/ns/net", &st) < 0)
 		return -ENODEV;
 	shm_netns = (uint64_t)st.st_ino;
-	if (shm_quiet < 0)
-		shm_quiet = FDSPACE_MAKE(sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	return 0;
 }
 
@@ -768,9 +750,6 @@ static void shm_fini(void)
 
 	if (left)
 		sdp_dbg(SHM, "fini with %d endpoints or listeners still open", left);
-	if (shm_quiet >= 0)
-		fdspace_close(shm_quiet);
-	shm_quiet = -1;
 }
 
 static int shm_probe(const struct sockaddr *local, const struct sockaddr *remote)

@@ -317,12 +317,8 @@ static void tcpf_ep_quiet(struct oti_ep *oep)
 	if (!tcpf_ep_fd_dead(oep))
 		return;
 	e->fd_quieted = true;
-	int q = sys.eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-
-	if (q < 0)
-		return;		/* the socket stays: spurious wake-ups only */
-	(void)sys.dup3(q, e->fd, O_CLOEXEC);
-	sys.close(q);
+	/* On failure the socket stays: spurious wake-ups only. */
+	(void)fdspace_quiet(e->fd);
 }
 
 /* Everything outstanding completes with -ECANCELED, in posting order per
