@@ -35,9 +35,16 @@ static unsigned long fs_owned[FDSPACE_MAX / LONG_BITS];
  * user-space work on shm (doc/shm.md). */
 static int fs_nowned;
 
+/* Windows open now: fdspace_making(). */
+static unsigned fs_making;
+
 static void fs_atfork_child(void)
 {
 	pthread_mutex_init(&fs_lock, NULL);
+	/* Windows the parent's other threads had open are not the child's:
+	 * left counted, every descriptor the child made would wait for
+	 * them (fdspace_settle()). */
+	__atomic_store_n(&fs_making, 0, __ATOMIC_SEQ_CST);
 }
 
 __attribute__((constructor)) static void fs_register_atfork(void)
@@ -235,8 +242,7 @@ int fdspace_take(int fd)
 	return ret;
 }
 
-/* Windows open now, and opened ever (wrapping): fdspace_making(). */
-static unsigned fs_making;
+/* Windows opened ever (wrapping); those open now are fs_making. */
 static unsigned fs_opened;
 
 void fdspace_making(void)

@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -304,6 +305,25 @@ Test(fdspace, settle_sees_a_window_that_opened_and_closed_meanwhile)
 	close(low);
 	close(got);
 	fdspace_close(taken);
+}
+
+Test(fdspace, a_fork_child_has_no_window_open)
+{
+	/* Another thread's window, open when the program forks, does not
+	 * exist in the child: its descriptors must not wait for it. */
+	fdspace_making();
+	cr_assert(fdspace_app_mark() & 1);
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0)
+		_exit(fdspace_app_mark() & 1 ? 1 : 0);
+	int st;
+
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child still counts the window");
+	fdspace_unmade();
+	cr_assert_eq(fdspace_app_mark() & 1, 0);
 }
 
 Test(fdspace, quiet_gives_the_number_a_file_that_never_wakes)
