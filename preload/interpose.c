@@ -493,6 +493,8 @@ static mode_t open_mode(int flags, va_list ap)
 			sys_resolve();                                            \
 		if (libsdp_internal && own_path(path))                                  \
 			return own(sys.name(__VA_ARGS__, flags | O_CLOEXEC, mode)); \
+		if (libsdp_internal) /* never waits for its own window */          \
+			return sys.name(__VA_ARGS__, flags, mode);                 \
 		return FDSPACE_APP(sys.name(__VA_ARGS__, flags, mode));           \
 	} while (0)
 
