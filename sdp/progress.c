@@ -1091,16 +1091,19 @@ void progress_linger_quick(void)
 
 	prog_kick();
 	for (;;) {
-		bool pending = true;
+		bool pending = true, looked = false;
 		uint64_t sig = 0;
 
 		if (pthread_mutex_trylock(&prog_lock) == 0) {
+			/* While the thread walks the list, it is not here. */
+			looked = !prog_watch_out;
 			pending = prog_watch_out;
 			for (struct sock_ref *r = prog_watch; r; r = r->next) {
 				struct sdp_sock *s = r->s;
 
 				if (pthread_mutex_trylock(&s->lock)) {
 					pending = true;
+					looked = false;
 					continue;
 				}
 				if (s->app_closed && !orphan_flushed(s)) {
@@ -1118,7 +1121,9 @@ void progress_linger_quick(void)
 			return;
 		uint64_t now = sdp_now_ns();
 
-		if (sig != last_sig) {
+		/* Progress only from a whole look: one that missed the list
+		 * or a socket would read as a change. */
+		if (looked && sig != last_sig) {
 			last_sig = sig;
 			deadline = now + linger < cap ? now + linger : cap;
 		}

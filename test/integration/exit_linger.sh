@@ -131,6 +131,14 @@ elif ! grep -q 'gave up on 1 connection(s) still closing (exit_linger_ms 300 wit
 else
 	log "ok   a reader that stops reading: the writer exits, saying it gave up"
 fi
+# The same through _exit(), which gives up without a word (it logs
+# nothing: it may run in a signal handler).
+run_case stopped_exit "$N" $((256 << 10)) _exit
+if [ "$WRC" -ne 0 ]; then
+	bad "writer exit $(status_text "$WRC") after _exit() with a reader that stopped"
+else
+	log "ok   the same through _exit(): the writer exits"
+fi
 no_sanitizer_report "writer" "$TMP/slow.werr"
 no_sanitizer_report "reader" "$TMP/slow.rerr"
 failures_end
