@@ -984,6 +984,14 @@ static bool orphan_flushed(struct sdp_sock *s)
 	       c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted;
 }
 
+/* A closing connection's progress, as a sum that grows with every
+ * completion and every message from its peer (progress_linger()). */
+static uint64_t closing_progress(const struct sdp_conn *c)
+{
+	return (uint64_t)c->tx_done + c->ctrl_done + c->disconn_rcvd + c->cr.last_rx_mseq +
+	       c->cr.peer_mseq_ack;
+}
+
 bool progress_started_here(void)
 {
 	return prog_running && prog_pid == getpid();
@@ -1038,12 +1046,9 @@ void progress_linger(void)
 			if (r->s->conn && !r->s->conn->transport_down)
 				sdp_upcalls.drive(r->s);
 			if (r->s->app_closed && !orphan_flushed(r->s)) {
-				struct sdp_conn *c = r->s->conn;
-
 				pending = true;
 				closing++;
-				sig += (uint64_t)c->tx_done + c->ctrl_done + c->disconn_rcvd +
-				       c->cr.last_rx_mseq + c->cr.peer_mseq_ack;
+				sig += closing_progress(r->s->conn);
 			}
 			pthread_mutex_unlock(&r->s->lock);
 			sock_put(r->s);
@@ -1107,11 +1112,8 @@ void progress_linger_quick(void)
 					continue;
 				}
 				if (s->app_closed && !orphan_flushed(s)) {
-					struct sdp_conn *c = s->conn;
-
 					pending = true;
-					sig += (uint64_t)c->tx_done + c->ctrl_done + c->disconn_rcvd +
-					       c->cr.last_rx_mseq + c->cr.peer_mseq_ack;
+					sig += closing_progress(s->conn);
 				}
 				pthread_mutex_unlock(&s->lock);
 			}
