@@ -50,7 +50,13 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/sdp-$TEST_NAME.XXXXXX") || exit 99
 BG_PIDS=()
 WATCHDOG_PID=
 
-log() { printf '%s: %s\n' "$TEST_NAME" "$*"; }
+# In the VM testbed each line also says when it was written (seconds since
+# the test began), so that a slow stage shows where its time went.
+if [ "$TEST_SLOW" -gt 1 ] 2>/dev/null; then
+	log() { printf '%s: [%ds] %s\n' "$TEST_NAME" "$SECONDS" "$*"; }
+else
+	log() { printf '%s: %s\n' "$TEST_NAME" "$*"; }
+fi
 fail() {
 	log "FAIL: $*"
 	exit 1
