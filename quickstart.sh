@@ -222,10 +222,10 @@ run_cmd_tests() {
 	local name=$1 dir=$2
 	shift 2
 	local out="$dir/quickstart-$name.out" unfinished="$dir/quickstart-$name.unfinished"
-	local rc=0 watchdog limit=${stage_limit:-$stage_timeout}
+	local rc=0 watchdog limit=${stage_limit:-$stage_timeout} t0=$SECONDS
 	touch "$dir/.quickstart-stage-start"
 	rm -f "$unfinished"
-	say "$name: $* (limit ${limit}s)"
+	say "$name: $* (limit ${limit}s; $((SECONDS / 60)) min into the run)"
 	# Just before timeout(1) kills the run, keep what the hung tests said.
 	(
 		end=$((SECONDS + limit - 10))
@@ -260,13 +260,13 @@ run_cmd_tests() {
 				note="$note (failed outside the tests, exit $rc)"
 			fi
 		fi
-		summary+=("$(printf '%-11s FAILED  pass %d, fail %d, error %d, xpass %d, skip %d%s' \
-			"$name" "$p" "$f" "$e" "$xp" "$s" "$note")")
+		summary+=("$(printf '%-11s FAILED  pass %d, fail %d, error %d, xpass %d, skip %d%s (%d s)' \
+			"$name" "$p" "$f" "$e" "$xp" "$s" "$note" $((SECONDS - t0)))")
 		printf '\n===== %s failed: test logs =====\n' "$name"
 		show_logs "$dir" "$unfinished"
 	else
-		summary+=("$(printf '%-11s ok      pass %d, fail %d, skip %d, xfail %d' \
-			"$name" "$p" "$f" "$s" "$xf")")
+		summary+=("$(printf '%-11s ok      pass %d, fail %d, skip %d, xfail %d (%d s)' \
+			"$name" "$p" "$f" "$s" "$xf" $((SECONDS - t0)))")
 	fi
 	return 0
 }
@@ -416,12 +416,15 @@ stage_vm() {
 		summary+=("$(printf '%-11s FAILED  (build)' "$name")")
 		return
 	fi
-	# 3 GiB: on verbs every SDP connection pins its buffers (8 MiB), and
-	# many_conns' 100 loopback connections alone pin over 1 GiB.
+	# Two tests at a time, as on the host: the guest's two vCPUs are two
+	# host threads, and one test alone leaves part of them idle (36 min
+	# serial, 23 with -j2, for siw).  4 GiB: on verbs every SDP connection
+	# pins its buffers (8 MiB), many_conns' 100 loopback connections alone
+	# pin over 1 GiB, and another test runs beside it.
 	# shellcheck disable=SC2016
-	stage_limit=3000 RUN_IN_VM_TIMEOUT=2900 RUN_IN_VM_RW="$srcdir/build" RUN_IN_VM_MEM=3072 \
+	stage_limit=3000 RUN_IN_VM_TIMEOUT=2900 RUN_IN_VM_RW="$srcdir/build" RUN_IN_VM_MEM=4096 \
 		run_cmd_tests "$name" "$srcdir/build" "$srcdir/test/vm/run-in-vm" --devices "$device" -- \
-		make -C "$srcdir/build" check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT="$transport"
+		make -C "$srcdir/build" -j2 check 'TESTS=$(INTEGRATION_TESTS)' TEST_TRANSPORT="$transport"
 	# One test, counted the automake way so the totals include it.
 	stage_limit=900 run_cmd_tests "$cross" "$srcdir/build" bash -c \
 		'"$@"; rc=$?; if [ $rc -eq 0 ]; then echo "# PASS:  1"; else echo "# FAIL:  1"; fi; exit $rc' \
