@@ -50,6 +50,14 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/sdp-$TEST_NAME.XXXXXX") || exit 99
 BG_PIDS=()
 WATCHDOG_PID=
 
+# python3 is the system's (quickstart installs it), not a version
+# manager's shim found first on PATH: pyenv's is a bash script that runs
+# several programs before python, which costs seconds per start in the
+# emulated guest, and under LD_PRELOAD each of them starts libsdp too.
+if [ -x /usr/bin/python3 ] && [ "$(command -v python3)" != /usr/bin/python3 ]; then
+	mkdir "$TMP/bin" && ln -s /usr/bin/python3 "$TMP/bin/python3" && PATH="$TMP/bin:$PATH"
+fi
+
 # In the VM testbed each line also says when it was written (seconds since
 # the test began), so that a slow stage shows where its time went.
 if [ "$TEST_SLOW" -gt 1 ] 2>/dev/null; then
