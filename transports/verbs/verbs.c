@@ -375,8 +375,11 @@ int vb_init(struct vb_flavor *fl)
 	return 0;
 }
 
+static void linger_reap(bool all);
+
 void vb_fini(struct vb_flavor *fl)
 {
+	linger_reap(true);
 	pthread_mutex_lock(&vb_lock);
 	if (fl->up) {
 		fl->up = false;
@@ -797,8 +800,10 @@ static int make_bell(void)
  * libsdp's fd region, which is not a lack of memory). */
 static struct vb_ep *ep_alloc(int *err)
 {
-	struct vb_ep *e = calloc(1, sizeof(*e));
+	struct vb_ep *e;
 
+	linger_reap(false);	/* a process that only opens ends them too */
+	e = calloc(1, sizeof(*e));
 	*err = -ENOMEM;
 	if (!e)
 		return NULL;
@@ -1685,13 +1690,136 @@ int vb_disconnect(struct oti_ep *oep)
 	return vc_disconnect(e->id);
 }
 
+/*
+ * Closing IB eps whose disconnect is still on its way.  rdma_disconnect()
+ * only starts it: the DREQ is a MAD that the CM sends and
+ * repeats until the peer answers, and destroying the cm_id cancels it, so
+ * a peer whose DREQ was not out yet (a busy host) never hears of the end:
+ * its connection stays up, silent (conform's connect.listener_closed: a
+ * client of a listener closed before accepting waited for its reset for
+ * ever, seen twice on rxe under load).  Such an ep keeps its cm_id and QP
+ * here until its DISCONNECTED (or TIMEWAIT_EXIT) comes or VB_LINGER_MS
+ * pass, longer than a lost DREQ's first repeat (about 4 s with rdma_cm's
+ * response timeout).  Nobody waits on them: each ep open and close looks
+ * at the list (linger_reap), and vb_fini() ends what is left.  A fork
+ * child inherits the list but not the eps (their channels are its
+ * parent's files too), so only the process that put an ep here ends it.
+ * The SDP layer has forgotten these eps: their fds are in no epoll set
+ * of the engine's (conn_leave_progress).
+ */
+#define VB_LINGER_MS 15000
+
+struct vb_linger {
+	struct vb_ep *e;
+	pid_t pid;
+	uint64_t deadline_ns;
+	struct vb_linger *next;
+};
+
+static pthread_mutex_t vb_linger_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf */
+static struct vb_linger *vb_lingering;
+
+static uint64_t vb_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Has the disconnect of a lingering ep ended?  Reads its own channel. */
+static bool linger_done(struct vb_ep *e)
+{
+	struct rdma_cm_event *ev;
+	bool done = false;
+
+	while (vc_cm_next(e->ch, &ev) == 0) {
+		if (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
+		    ev->event == RDMA_CM_EVENT_TIMEWAIT_EXIT ||
+		    ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
+			done = true;
+		vc_cm_ack(ev);
+	}
+	return done;
+}
+
+/* End the lingering eps that are done, or past their time, or all of
+ * them (vb_fini).  The eps are destroyed outside the list's lock:
+ * ep_destroy() takes vb_lock. */
+static void linger_reap(bool all)
+{
+	struct vb_linger *due = NULL, **p;
+	pid_t me = getpid();
+	uint64_t now = vb_now_ns();
+
+	pthread_mutex_lock(&vb_linger_lock);
+	for (p = &vb_lingering; *p;) {
+		struct vb_linger *g = *p;
+
+		bool done = g->pid == me && linger_done(g->e);
+
+		if (g->pid != me || all || done || now >= g->deadline_ns) {
+			if (g->pid == me)
+				sdp_dbg(g->e->fl->name, "a closed ep's disconnect %s after %llu ms",
+					done ? "ended" : "given up",
+					(unsigned long long)((now + VB_LINGER_MS * 1000000ull -
+							      g->deadline_ns) / 1000000));
+			*p = g->next;
+			g->next = due;
+			due = g;
+		} else {
+			p = &g->next;
+		}
+	}
+	pthread_mutex_unlock(&vb_linger_lock);
+	while (due) {
+		struct vb_linger *g = due;
+
+		due = g->next;
+		if (g->pid == me)
+			ep_destroy(g->e);
+		else
+			free(g->e);	/* the parent's: its resources stay the parent's */
+		free(g);
+	}
+}
+
+/* Keep a disconnecting ep until its disconnect ends; false: destroy it now. */
+static bool linger_add(struct vb_ep *e)
+{
+	struct vb_linger *g = malloc(sizeof(*g));
+
+	if (!g)
+		return false;
+	g->e = e;
+	g->pid = getpid();
+	g->deadline_ns = vb_now_ns() + VB_LINGER_MS * 1000000ull;
+	pthread_mutex_lock(&vb_linger_lock);
+	g->next = vb_lingering;
+	vb_lingering = g;
+	pthread_mutex_unlock(&vb_linger_lock);
+	return true;
+}
+
 void vb_ep_close(struct oti_ep *oep)
 {
 	struct vb_ep *e = vb_ep(oep);
 
 	if (!e)
 		return;
-	if (e->state == VB_CONNECTED || e->state == VB_CONNECTING)
+	if (e->state == VB_CONNECTING)
 		vc_disconnect_once(e->id, &e->disconnect_called);
+	if (e->state == VB_CONNECTED) {
+		vc_disconnect_once(e->id, &e->disconnect_called);
+		/* On IB rdma_disconnect() has also moved the QP to the error
+		 * state: nothing the peer still sends lands in the buffers
+		 * the engine frees next.  iWARP's end is a TCP close in the
+		 * kernel, which a destroyed id does not cancel. */
+		if (e->fl->dev_type == IBV_TRANSPORT_IB && linger_add(e)) {
+			linger_reap(false);
+			return;
+		}
+	}
 	ep_destroy(e);
+	linger_reap(false);
 }
