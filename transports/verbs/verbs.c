@@ -1703,7 +1703,8 @@ int vb_disconnect(struct oti_ep *oep)
  * response timeout).  Nobody waits on them: each ep open and close looks
  * at the list (linger_reap), and vb_fini() ends what is left.  A fork
  * child inherits the list but not the eps (their channels are its
- * parent's files too), so only the process that put an ep here ends it.
+ * parent's files too): only the process that put an ep here ends it, and
+ * a child only forgets the entry.
  * The SDP layer has forgotten these eps: their fds are in no epoll set
  * of the engine's (conn_leave_progress).
  */
@@ -1755,7 +1756,6 @@ static void linger_reap(bool all)
 	pthread_mutex_lock(&vb_linger_lock);
 	for (p = &vb_lingering; *p;) {
 		struct vb_linger *g = *p;
-
 		bool done = g->pid == me && linger_done(g->e);
 
 		if (g->pid != me || all || done || now >= g->deadline_ns) {
@@ -1776,10 +1776,10 @@ static void linger_reap(bool all)
 		struct vb_linger *g = due;
 
 		due = g->next;
+		/* A parent's ep stays as every ep a child inherits: on
+		 * vb_eps, untouched. */
 		if (g->pid == me)
 			ep_destroy(g->e);
-		else
-			free(g->e);	/* the parent's: its resources stay the parent's */
 		free(g);
 	}
 }
