@@ -1713,20 +1713,12 @@ int vb_disconnect(struct oti_ep *oep)
 struct vb_linger {
 	struct vb_ep *e;
 	pid_t pid;
-	uint64_t deadline_ns;
+	uint64_t since_ms;	/* vc_now_ms() at close */
 	struct vb_linger *next;
 };
 
 static pthread_mutex_t vb_linger_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf */
 static struct vb_linger *vb_lingering;
-
-static uint64_t vb_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Has the disconnect of a lingering ep ended?  Reads its own channel. */
 static bool linger_done(struct vb_ep *e)
@@ -1750,20 +1742,26 @@ static bool linger_done(struct vb_ep *e)
 static void linger_reap(bool all)
 {
 	struct vb_linger *due = NULL, **p;
-	pid_t me = getpid();
-	uint64_t now = vb_now_ns();
+	pid_t me;
+	uint64_t now;
 
 	pthread_mutex_lock(&vb_linger_lock);
+	if (!vb_lingering) {
+		/* Every connection's open and close come here. */
+		pthread_mutex_unlock(&vb_linger_lock);
+		return;
+	}
+	me = getpid();
+	now = vc_now_ms();
 	for (p = &vb_lingering; *p;) {
 		struct vb_linger *g = *p;
 		bool done = g->pid == me && linger_done(g->e);
 
-		if (g->pid != me || all || done || now >= g->deadline_ns) {
+		if (g->pid != me || all || done || now - g->since_ms >= VB_LINGER_MS) {
 			if (g->pid == me)
 				sdp_dbg(g->e->fl->name, "a closed ep's disconnect %s after %llu ms",
 					done ? "ended" : "given up",
-					(unsigned long long)((now + VB_LINGER_MS * 1000000ull -
-							      g->deadline_ns) / 1000000));
+					(unsigned long long)(now - g->since_ms));
 			*p = g->next;
 			g->next = due;
 			due = g;
@@ -1793,7 +1791,7 @@ static bool linger_add(struct vb_ep *e)
 		return false;
 	g->e = e;
 	g->pid = getpid();
-	g->deadline_ns = vb_now_ns() + VB_LINGER_MS * 1000000ull;
+	g->since_ms = vc_now_ms();
 	pthread_mutex_lock(&vb_linger_lock);
 	g->next = vb_lingering;
 	vb_lingering = g;
@@ -1807,19 +1805,13 @@ void vb_ep_close(struct oti_ep *oep)
 
 	if (!e)
 		return;
-	if (e->state == VB_CONNECTING)
+	if (e->state == VB_CONNECTED || e->state == VB_CONNECTING)
 		vc_disconnect_once(e->id, &e->disconnect_called);
-	if (e->state == VB_CONNECTED) {
-		vc_disconnect_once(e->id, &e->disconnect_called);
-		/* On IB rdma_disconnect() has also moved the QP to the error
-		 * state: nothing the peer still sends lands in the buffers
-		 * the engine frees next.  iWARP's end is a TCP close in the
-		 * kernel, which a destroyed id does not cancel. */
-		if (e->fl->dev_type == IBV_TRANSPORT_IB && linger_add(e)) {
-			linger_reap(false);
-			return;
-		}
-	}
-	ep_destroy(e);
+	/* On IB rdma_disconnect() has also moved the QP to the error state:
+	 * nothing the peer still sends lands in the buffers the engine frees
+	 * next.  iWARP's end is a TCP close in the kernel, which a destroyed
+	 * id does not cancel. */
+	if (!(e->state == VB_CONNECTED && e->fl->dev_type == IBV_TRANSPORT_IB && linger_add(e)))
+		ep_destroy(e);
 	linger_reap(false);
 }
