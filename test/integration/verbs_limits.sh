@@ -33,7 +33,7 @@ ib | iwarp) ;;
 esac
 have python3 || skip "python3 is not installed"
 HOLD=$top_srcdir/test/integration/conn_hold.py
-SDPSTAT=$top_builddir/tools/sdpstat
+SDPSTAT=$(prog sdpstat)
 secs=$(slow 30)
 conf=$TMP/sdp.conf
 write_conf "$conf" "use both server * $TEST_HOST:*" "use both client * $TEST_HOST:*"
