@@ -96,6 +96,7 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_PROGRESS_WAKEUPS: return "progress_wakeups";
 	case OPS_C_PROGRESS_SET_CHANGES: return "progress_set_changes";
 	case OPS_C_RING_ALLOCS: return "ring_allocs";
+	case OPS_C_BUF_GROWS: return "buf_grows";
 	case OPS_C_EPOLL_LOOKS: return "epoll_looks";
 	case OPS_C_WATCH_WRITES: return "watch_writes";
 	case OPS_C_EPOLL_RINGS: return "epoll_rings";

@@ -425,6 +425,8 @@ struct sdp_stats {
 	/* Added later, so after those. */
 	uint64_t spin_poll_answers;		/* waits a look at the transport answered
 						 * (no system call, no sleep: shm) */
+	uint64_t buf_grows;			/* receive rings enlarged at the peer's
+						 * ChRcvBuf (buffers that grow with use) */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -303,6 +303,7 @@ static const struct {
 	STATS_ENGINE(OPS_C_RING_ALLOCS, ring_allocs),
 	STATS_ENGINE(OPS_C_WATCH_WRITES, watch_writes),
 	STATS_ENGINE(OPS_C_TRANSPORT_EMPTY_READS, transport_empty_reads),
+	STATS_ENGINE(OPS_C_BUF_GROWS, buf_grows),
 #undef STATS_ENGINE
 };
 #define STATS_N_ENGINE (sizeof(stats_engine_map) / sizeof(stats_engine_map[0]))

@@ -218,10 +218,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		conn_abort(s, ECONNRESET);
 		return;
 	case SDP_MID_CH_RCV_BUF:
-		/* An answer the peer's buffers cannot take tells it nothing
-		 * it lacks: our size is the one in our Hello. */
-		if (conn_fits(c, SDP_U32H_LEN))
-			c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
+		conn_grow_rx(s, sdp_u32h_decode(buf + SDP_BSDH_LEN));
 		break;
 	case SDP_MID_MODE_CHANGE:
 		if (conn_mode_change_msg(s, buf + SDP_BSDH_LEN))
@@ -248,7 +245,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		wz_cancel_ack_rcvd(s);
 		break;
 	case SDP_MID_CH_RCV_BUF_ACK:
-		/* We never ask; an unsolicited answer changes nothing. */
+		conn_rcvbuf_acked(s, sdp_u32h_decode(buf + SDP_BSDH_LEN));
 		break;
 	default:
 		/* SuspComm we cannot honour, AbortConn's kin. */
@@ -276,6 +273,7 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 	if (kind == SDP_CTX_RX) {
 		c->rx_posted[SDP_CTX_SLOT(wc->ctx)] = false;
 		c->ring_bytes += wc->len;
+		conn_rx_old_done(s, SDP_CTX_SLOT(wc->ctx));
 	}
 	if ((kind == SDP_CTX_RX || kind == SDP_CTX_TX) && !wc->status)
 		conn_moved(s);
@@ -305,6 +303,7 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		c->tx_queued_bytes -= c->tx_len[slot];
 		c->ring_bytes += c->tx_len[slot];
 		c->tx_done++;
+		conn_tx_regrow(s);
 		sock_changed(s, false);
 		if (s->tx_nospace && conn_writable(s)) {
 			s->tx_nospace = false;

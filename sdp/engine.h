@@ -76,6 +76,7 @@ enum {
 	SDP_CTRL_MODE_CHANGE = 1u << 5,		/* conn.mch_next */
 	SDP_CTRL_SINK_AVAIL_CANCEL = 1u << 6,
 	SDP_CTRL_SINK_CANCEL_ACK = 1u << 7,
+	SDP_CTRL_CH_RCV_BUF = 1u << 8,		/* conn.tx_ask */
 };
 
 /* Segments of the receive queue that are not in a receive buffer. */
@@ -142,7 +143,10 @@ struct sdp_conn {
 	uint32_t *tx_len;	/* payload bytes in each buffer */
 	bool *tx_urg;		/* its last byte is urgent: OOB_PRES, nothing appended */
 	uint32_t tx_done, tx_posted, tx_filled;
-	uint64_t tx_queued_bytes;	/* in buffers, not yet completed */
+	uint64_t tx_queued_bytes;	/* in buffers, not yet completed, and in bl */
+	/* The send backlog (post.c, "Send backlog"): bytes taken while the
+	 * ring was full, in order, before any later ones; not registered. */
+	struct sdp_tx_chunk *bl_head, *bl_tail;
 
 	/* Buffers given back when idle (post.c, "Idle buffers").  rx_posted:
 	 * the transport holds that receive buffer. */
@@ -153,6 +157,25 @@ struct sdp_conn {
 	uint64_t buf_bytes;	/* rx_mem and tx_mem, in sdp_stats.buf_bytes */
 	uint64_t ring_bytes;	/* moved through them (conn_free_rings()) */
 	size_t rx_mem_len, tx_mem_len;	/* as allocated */
+
+	/* Buffers that grow with use (post.c, "Growing buffers").  Receive
+	 * side: the smaller ring being left; a slot with rx_in_old[slot]
+	 * still refers to it until its message is done with. */
+	uint8_t *rx_old_mem;
+	struct oti_mr *rx_old_mr;
+	uint32_t rx_old_size;
+	size_t rx_old_len;
+	bool *rx_in_old;
+	uint32_t rx_old_posted;	/* old buffers the transport still holds */
+	uint32_t rx_old_refs;	/* old buffers posted or holding data */
+	/* Send side. */
+	uint32_t tx_full;	/* sends that found the ring full since the last ask */
+	uint32_t tx_ask;	/* the size our ChRcvBuf asks for; 0: none out */
+	uint32_t tx_next_size;	/* the peer's buffers grew: the ring's next size */
+	bool grow_refused;	/* the peer answered without growing: ask no more */
+	/* SO_RCVBUF / SO_SNDBUF were set before the handshake: the buffers
+	 * are the ones they chose, and do not grow. */
+	bool rx_fixed, tx_fixed;
 
 	uint8_t ctrl_mem[SDP_CTRL_SLOTS * SDP_CTRL_SLOT_SIZE];
 	struct oti_mr *ctrl_mr;
@@ -488,6 +511,22 @@ static inline void sock_drive(struct sdp_sock *s)
 
 /* --- connection state, for every layer ------------------------------------ */
 
+/* A piece of the send backlog: len bytes, the first off of them already
+ * copied into the ring; urg: its last byte is urgent (MSG_OOB). */
+struct sdp_tx_chunk {
+	struct sdp_tx_chunk *next;
+	uint32_t len, off;
+	bool urg;
+	uint8_t data[];
+};
+
+/* Stream bytes of ours not yet posted: in the ring waiting for credits
+ * (or a held tail), or in the backlog. */
+static inline bool conn_tx_unposted(const struct sdp_conn *c)
+{
+	return c->tx_posted != c->tx_filled || c->bl_head;
+}
+
 /*
  * A message of the BSDH and extlen more bytes fits the peer's receive
  * buffers.  A peer may advertise buffers as small as a BSDH and one byte
@@ -642,6 +681,14 @@ int conn_make_rx(struct sdp_conn *c, const bool *post);
 int conn_make_tx(struct sdp_conn *c);
 /* Data moved on s: its buffers are in use (post.c, "Idle buffers"). */
 void conn_moved(struct sdp_sock *s);
+/* Buffers that grow with use (post.c, "Growing buffers"): the peer's
+ * ChRcvBuf asking `want`; the transport gave back receive buffer slot;
+ * the peer's ChRcvBufAck; our send ring takes the peer's new size once
+ * it has drained. */
+void conn_grow_rx(struct sdp_sock *s, uint32_t want);
+void conn_rx_old_done(struct sdp_sock *s, uint32_t slot);
+void conn_rcvbuf_acked(struct sdp_sock *s, uint32_t size);
+void conn_tx_regrow(struct sdp_sock *s);
 /* struct sdp_upcalls.idle: free buffers' pages go back once s is idle. */
 bool conn_idle_sweep(struct sdp_sock *s);
 /* Receive buffer slot's memory. */

@@ -56,16 +56,24 @@ struct move_rec {
 	struct sdp_credits cr;
 	uint32_t nrx, rx_size, rx_max, nidle, rxq_count;
 	uint32_t ntx, tx_size, tx_count;	/* tx_count buffers waiting for credits */
+	uint32_t bl_count;	/* chunks of the send backlog (post.c) */
 	uint64_t rx_bytes, tx_queued_bytes;
 	uint8_t urg, urg_byte, peer_max_adverts, disconn_rcvd;
 	uint8_t disconn_sent, disconn_last;
+	/* Our receive buffers were growing (post.c, "Growing buffers"): the
+	 * new owner posts them all at the new size, so the peer's ChRcvBuf
+	 * is answered at once.  The send side's growth is not carried: an
+	 * answer to our ask then changes nothing, and the next stream asks
+	 * again. */
+	uint8_t rcvbuf_ack_due, rx_fixed, tx_fixed;
 	uint8_t tx_mode, rx_mode, mch_next, req_pipe, was_pipelined, trans_last_send;
 	uint32_t mch_mseq, small_sends, stale_adverts, trans_streak;
 	uint32_t nond_sent, nond_rcvd, zc_refusals;
 	uint32_t tp_len;	/* the transport's description, last */
 	/* Then: rx_posted[nrx] (a byte each), rx_idle[nidle], the rxq_count
 	 * segments, the bytes of each, the tx_count buffers' tx_len and
-	 * tx_urg and bytes (BSDH room included), the transport's part. */
+	 * tx_urg and bytes (BSDH room included), the backlog's bl_count
+	 * chunks (length, urgent flag, bytes), the transport's part. */
 };
 
 /* --- the description, written and read in order ---------------------------- */
@@ -140,6 +148,15 @@ static int move_quiet(const struct sdp_sock *s)
 	return 0;
 }
 
+static uint32_t bl_count(const struct sdp_conn *c)
+{
+	uint32_t n = 0;
+
+	for (const struct sdp_tx_chunk *k = c->bl_head; k; k = k->next)
+		n++;
+	return n;
+}
+
 static void put_conn(struct wbuf *w, const struct sdp_sock *s)
 {
 	const struct sdp_conn *c = s->conn;
@@ -161,10 +178,13 @@ static void put_conn(struct wbuf *w, const struct sdp_sock *s)
 		.nrx = c->nrx, .rx_size = c->rx_size, .rx_max = c->rx_max, .nidle = c->nidle,
 		.rxq_count = c->rxq_count,
 		.ntx = c->ntx, .tx_size = c->tx_size, .tx_count = c->tx_filled - c->tx_posted,
+		.bl_count = bl_count(c),
 		.rx_bytes = c->rx_bytes, .tx_queued_bytes = c->tx_queued_bytes,
 		.urg = (uint8_t)c->urg, .urg_byte = c->urg_byte,
 		.peer_max_adverts = c->peer_max_adverts, .disconn_rcvd = c->disconn_rcvd,
 		.disconn_sent = c->disconn_sent, .disconn_last = c->disconn_last,
+		.rcvbuf_ack_due = c->rx_old_mem && c->rx_old_posted,
+		.rx_fixed = c->rx_fixed, .tx_fixed = c->tx_fixed,
 		.tx_mode = c->tx_mode, .rx_mode = c->rx_mode, .mch_next = c->mch_next,
 		.req_pipe = c->req_pipe, .was_pipelined = c->was_pipelined,
 		.trans_last_send = c->trans_last_send,
@@ -195,6 +215,14 @@ static void put_conn(struct wbuf *w, const struct sdp_sock *s)
 		put(w, &c->tx_len[slot], sizeof(c->tx_len[slot]));
 		put(w, &urg, 1);
 		put(w, c->tx_mem + (size_t)slot * c->tx_size, SDP_BSDH_LEN + c->tx_len[slot]);
+	}
+	for (const struct sdp_tx_chunk *k = c->bl_head; k; k = k->next) {
+		uint32_t n = k->len - k->off;
+		uint8_t urg = k->urg;
+
+		put(w, &n, sizeof(n));
+		put(w, &urg, 1);
+		put(w, k->data + k->off, n);
 	}
 }
 
@@ -359,7 +387,30 @@ static bool get_rings(struct rbuf *r, struct sdp_conn *c, const struct move_rec 
 	c->tx_done = c->tx_posted = 0;
 	c->tx_filled = m->tx_count;
 	c->tx_queued_bytes = m->tx_queued_bytes;
-	return r->left == m->tp_len;
+	uint64_t queued = 0;
+
+	for (uint32_t k = 0; k < m->tx_count; k++)
+		queued += c->tx_len[k];
+	for (uint32_t i = 0; i < m->bl_count; i++) {
+		uint32_t n;
+		uint8_t urg;
+		struct sdp_tx_chunk *k;
+
+		if (!get(r, &n, sizeof(n)) || !get(r, &urg, 1) || !n || n > r->left)
+			return false;
+		k = malloc(sizeof(*k) + n);
+		if (!k)
+			return false;
+		*k = (struct sdp_tx_chunk){ .len = n, .urg = urg };
+		(void)get(r, k->data, n);
+		if (c->bl_tail)
+			c->bl_tail->next = k;
+		else
+			c->bl_head = k;
+		c->bl_tail = k;
+		queued += n;
+	}
+	return queued == m->tx_queued_bytes && r->left == m->tp_len;
 }
 
 int conn_import(const void *blob, size_t len, int fd, int flags, struct sdp_sock **out)
@@ -403,6 +454,8 @@ int conn_import(const void *blob, size_t len, int fd, int flags, struct sdp_sock
 	c->rx_size = m.rx_size;
 	c->ntx = m.ntx;
 	c->tx_size = m.tx_size;
+	c->rx_fixed = m.rx_fixed;
+	c->tx_fixed = m.tx_fixed;
 	post = calloc(m.nrx, sizeof(*post));
 	ret = -ENOMEM;
 	if (!post)
@@ -417,6 +470,8 @@ int conn_import(const void *blob, size_t len, int fd, int flags, struct sdp_sock
 		ret = conn_make_tx(c);
 	if (ret)
 		goto fail;
+	if (m.rcvbuf_ack_due && conn_fits(c, SDP_U32H_LEN))
+		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
 	ret = -EINVAL;
 	if (!get_rings(&r, c, &m))
 		goto fail;

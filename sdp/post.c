@@ -36,6 +36,8 @@
 
 uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot)
 {
+	if (c->rx_in_old && c->rx_in_old[slot])
+		return c->rx_old_mem + (size_t)slot * c->rx_old_size;
 	return c->rx_mem + (size_t)slot * c->rx_size;
 }
 
@@ -56,6 +58,11 @@ static uint32_t tx_payload_max(const struct sdp_conn *c)
 {
 	return c->tx_size - SDP_BSDH_LEN;
 }
+
+static bool tail_open(const struct sdp_conn *c);
+static uint32_t rx_start_size(const struct sdp_conn *c);
+static void rx_old_release(struct sdp_conn *c, uint32_t slot);
+static void rx_old_free(struct sdp_conn *c);
 
 /* --- set-up ------------------------------------------------------------- */
 
@@ -106,6 +113,8 @@ int conn_repost(struct sdp_sock *s, uint32_t slot)
 {
 	struct sdp_conn *c = s->conn;
 
+	if (c->rx_in_old && c->rx_in_old[slot])
+		rx_old_release(c, slot);
 	if (c->transport_down || c->post_failed)
 		return 0;
 	if (c->cr.posted >= c->rx_max) {
@@ -248,6 +257,15 @@ void conn_free_rings(struct sdp_conn *c)
 {
 	bool keep = c->ring_bytes <= RING_KEEP_BYTES;
 
+	rx_old_free(c);
+	while (c->bl_head) {
+		struct sdp_tx_chunk *k = c->bl_head;
+
+		c->bl_head = k->next;
+		free(k);
+	}
+	c->bl_tail = NULL;
+
 	ring_put(c->rx_mem, c->rx_mem_len, keep);
 	ring_put(c->tx_mem, c->tx_mem_len, keep);
 	c->rx_mem = c->tx_mem = NULL;
@@ -256,10 +274,11 @@ void conn_free_rings(struct sdp_conn *c)
 int conn_setup_rx(struct sdp_conn *c, const struct sdp_sock *s)
 {
 	c->nrx = (uint32_t)tun_int(TUN_recv_bufs);
-	c->rx_size = (uint32_t)tun_int(TUN_buf_size);
+	c->rx_size = rx_start_size(c);
 	if (s->rcvbuf_set) {
 		c->rx_size = rx_size_for((uint64_t)s->rcvbuf);
 		c->nrx = bufs_for((uint64_t)s->rcvbuf, c->rx_size, SDP_RX_RESERVE);
+		c->rx_fixed = true;
 	}
 	if (c->caps.max_recv_wr && c->nrx > c->caps.max_recv_wr)
 		c->nrx = c->caps.max_recv_wr;
@@ -304,8 +323,10 @@ int conn_setup_tx(struct sdp_conn *c, uint32_t peer_rcvsz, const struct sdp_sock
 
 	c->tx_size = peer_rcvsz < cap ? peer_rcvsz : cap;
 	c->ntx = (uint32_t)tun_int(TUN_send_bufs);
-	if (s->sndbuf_set)
+	if (s->sndbuf_set) {
 		c->ntx = bufs_for((uint64_t)s->sndbuf, c->tx_size, 1);
+		c->tx_fixed = true;
+	}
 	return conn_make_tx(c);
 }
 
@@ -320,6 +341,325 @@ int conn_make_tx(struct sdp_conn *c)
 	c->buf_bytes += (uint64_t)c->ntx * c->tx_size;
 	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * c->tx_size);
 	return c->t->mr_reg(c->ep, c->tx_mem, (size_t)c->ntx * c->tx_size, 0, &c->tx_mr);
+}
+
+/* --- send backlog ----------------------------------------------------------
+ * The ring is the registered staging area of the send side, and it may
+ * be small (growing buffers, below): 16 buffers of the peer's size.  A
+ * send that finds it full goes on into the backlog, unregistered memory
+ * in order behind the ring, as long as SO_SNDBUF's bytes (set, or its
+ * default of send_bufs x buf_size) are not all queued; flush_data()
+ * moves the backlog into the ring as buffers come back.  So a program
+ * whose peer is not reading yet can send about as much as before the
+ * buffers were small, and nothing of it is pinned.
+ */
+
+/* Take up to `max` bytes of iov (from offset off of its first element)
+ * into the backlog: how many. */
+static size_t bl_append(const struct sdp_sock *s, struct sdp_conn *c, const struct iovec *iov,
+			int iovcnt, size_t off, size_t max)
+{
+	uint64_t cap = (uint64_t)s->sndbuf;
+	size_t want = 0, skip = off;
+
+	if (c->tx_queued_bytes >= cap)
+		return 0;
+	if (max > cap - c->tx_queued_bytes)
+		max = (size_t)(cap - c->tx_queued_bytes);
+	for (int i = 0; i < iovcnt && want < max; i++, skip = 0)
+		want += iov[i].iov_len - skip;
+	if (want > max)
+		want = max;
+	if (want > UINT32_MAX)
+		want = UINT32_MAX;
+	if (!want)
+		return 0;
+	struct sdp_tx_chunk *k = malloc(sizeof(*k) + want);
+
+	if (!k)
+		return 0;	/* the caller waits for the ring, as before */
+	*k = (struct sdp_tx_chunk){ .len = (uint32_t)want };
+	size_t got = 0;
+
+	for (int i = 0; got < want; i++, off = 0) {
+		size_t n = iov[i].iov_len - off;
+
+		if (n > want - got)
+			n = want - got;
+		memcpy(k->data + got, (const uint8_t *)iov[i].iov_base + off, n);
+		got += n;
+	}
+	if (c->bl_tail)
+		c->bl_tail->next = k;
+	else
+		c->bl_head = k;
+	c->bl_tail = k;
+	c->tx_queued_bytes += want;
+	return want;
+}
+
+/* Move the backlog into the ring while it has room. */
+static void bl_drain(struct sdp_conn *c)
+{
+	while (c->bl_head) {
+		struct sdp_tx_chunk *k = c->bl_head;
+		uint32_t slot;
+
+		if (tail_open(c)) {
+			slot = (c->tx_filled - 1) % c->ntx;
+		} else if (c->tx_filled - c->tx_done < c->ntx && !c->tx_next_size) {
+			slot = c->tx_filled % c->ntx;
+			c->tx_len[slot] = 0;
+			c->tx_urg[slot] = false;
+			c->tx_filled++;
+		} else {
+			return;
+		}
+		uint32_t n = tx_payload_max(c) - c->tx_len[slot];
+
+		if (n > k->len - k->off)
+			n = k->len - k->off;
+		memcpy(tx_buf(c, slot) + SDP_BSDH_LEN + c->tx_len[slot], k->data + k->off, n);
+		c->tx_len[slot] += n;
+		k->off += n;
+		if (k->off < k->len)
+			continue;
+		c->tx_urg[slot] = k->urg;
+		c->bl_head = k->next;
+		if (!c->bl_head)
+			c->bl_tail = NULL;
+		free(k);
+	}
+}
+
+/* --- growing buffers ---------------------------------------------------------
+ * On a transport whose registrations pin memory (ib, iwarp) a connection
+ * starts with small buffers (buf_size_start: 5136 bytes, so that 16 + 16
+ * of them and the control slots pin about 164 KiB, not 8 MiB), and they
+ * grow as TCP's autotuned buffers do, with the SDP message made for it:
+ *
+ * - The sender (tx_maybe_ask()): once SDP_GROW_FULL sends since its last
+ *   ask found every buffer of its ring in use (or the backlog behind it
+ *   not empty), a stream is waiting on the buffers (a request of a few
+ *   KiB fills a few of them and leaves); it
+ *   asks the peer with ChRcvBuf for SDP_GROW_STEP times its buffers'
+ *   size, up to buf_size, one ask at a time.
+ * - The receiver (conn_grow_rx()) makes and registers a ring of the new
+ *   size at once and from then on posts its buffers in place of the
+ *   old ones as those are consumed: every receive posted earlier still
+ *   takes only a small message.  Once the transport holds no old buffer
+ *   it answers with ChRcvBufAck and the new size (the rule OFED's
+ *   receiver follows), and once no old buffer holds unread data either,
+ *   the old ring goes.  It answers at once, with the size it has, when
+ *   it will not grow: SO_RCVBUF set before the handshake (fixed buffers,
+ *   as Linux's SOCK_RCVBUF_LOCK stops autotuning), already at buf_size,
+ *   or the registration failed.  SO_RCVBUF set later bounds how many
+ *   buffers are posted, not their size: fewer of the larger ones.
+ * - The sender, answered with a larger size, stops starting buffers until
+ *   its ring has drained, then swaps it for one of the new size
+ *   (conn_tx_regrow()); an answer that is not larger means the peer will
+ *   not grow, and it asks no more.  Nor does it ask when SO_SNDBUF was
+ *   set before the handshake.
+ *
+ * So a connection that carries requests and replies of a few KiB keeps
+ * small buffers, a bulk stream reaches buf_size after four steps, and the
+ * slots' count (the credits) never changes.  A peer that never asks (OFED
+ * never sends ChRcvBuf) keeps ours small.  Shrinking again when the
+ * connection idles is not done: the receive buffers are posted, and a
+ * posted receive cannot be taken back from a QP.
+ */
+/* 5120 bytes of payload: the 14 of 16 buffers the peer may fill with data
+ * (2 are kept for control messages) take 70 KiB, above the 64 KiB a
+ * Linux TCP receiver takes at first without being read. */
+#define SDP_RX_SIZE_PINNED 5136
+#define SDP_GROW_FULL 2
+#define SDP_GROW_STEP 4
+
+static uint32_t rx_start_size(const struct sdp_conn *c)
+{
+	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
+	uint32_t size = (uint32_t)tun_int(TUN_buf_size_start);
+
+	if (!size)
+		size = (c->caps.flags & OTI_CAP_SOFTWARE) ? cap : SDP_RX_SIZE_PINNED;
+	if (size < SDP_RX_SIZE_MIN)
+		size = SDP_RX_SIZE_MIN;
+	return size < cap ? size : cap;
+}
+
+static void rx_old_free(struct sdp_conn *c)
+{
+	if (!c->rx_old_mem)
+		return;
+	if (c->rx_old_mr)
+		c->t->mr_dereg(c->rx_old_mr);
+	ring_put(c->rx_old_mem, c->rx_old_len, false);	/* used: its pages are resident */
+	c->buf_bytes -= (uint64_t)c->nrx * c->rx_old_size;
+	SDP_STAT_INC(buf_bytes, -(uint64_t)c->nrx * c->rx_old_size);
+	free(c->rx_in_old);
+	c->rx_in_old = NULL;
+	c->rx_old_mem = NULL;
+	c->rx_old_mr = NULL;
+}
+
+/* Old buffer slot is done with (its message handled or read): it is a
+ * slot of the new ring from now on. */
+static void rx_old_release(struct sdp_conn *c, uint32_t slot)
+{
+	c->rx_in_old[slot] = false;
+	if (--c->rx_old_refs == 0)
+		rx_old_free(c);
+}
+
+/* The transport gave back an old buffer it held (consumed or flushed). */
+void conn_rx_old_done(struct sdp_sock *s, uint32_t slot)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c->rx_in_old || !c->rx_in_old[slot])
+		return;
+	if (--c->rx_old_posted == 0 && conn_fits(c, SDP_U32H_LEN))
+		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
+}
+
+/* The size our buffers would grow to for a ChRcvBuf asking `want`: 0 if
+ * they do not grow. */
+static uint32_t rx_grow_size(const struct sdp_conn *c, uint32_t want)
+{
+	uint64_t cap = (uint64_t)tun_int(TUN_buf_size);
+
+	if (c->rx_fixed || !c->rx_posted)
+		return 0;
+	if (c->caps.max_msg_size && cap > c->caps.max_msg_size)
+		cap = c->caps.max_msg_size;
+	if (want > cap)
+		want = (uint32_t)cap;
+	return want > c->rx_size ? want : 0;
+}
+
+void conn_grow_rx(struct sdp_sock *s, uint32_t want)
+{
+	struct sdp_conn *c = s->conn;
+
+	/* Asked again while growing: the answer that is due covers it. */
+	if (c->rx_old_mem)
+		return;
+	uint32_t size = rx_grow_size(c, want);
+	size_t len = ring_len(c->nrx, size);
+	uint8_t *mem = size ? ring_get(len) : NULL;
+	bool *in_old = mem ? calloc(c->nrx, sizeof(*in_old)) : NULL;
+	struct oti_mr *mr = NULL;
+	uint32_t refs = 0, posted = 0;
+
+	if (in_old && c->t->mr_reg(c->ep, mem, (size_t)c->nrx * size, OTI_ACCESS_LOCAL_WRITE,
+				   &mr) == 0) {
+		/* Old: what the transport holds, and what holds unread data.
+		 * The rest (consumed, waiting beyond SO_RCVBUF, the message
+		 * being handled now) is new already. */
+		for (uint32_t i = 0; i < c->rxq_count; i++) {
+			const struct sdp_rx_seg *seg = rxq_at(c, i);
+
+			if (seg->slot < c->nrx)
+				in_old[seg->slot] = true;
+		}
+		for (uint32_t i = 0; i < c->nrx; i++) {
+			posted += c->rx_posted[i];
+			in_old[i] = in_old[i] || c->rx_posted[i];
+			refs += in_old[i];
+		}
+		c->rx_old_mem = c->rx_mem;
+		c->rx_old_mr = c->rx_mr;
+		c->rx_old_size = c->rx_size;
+		c->rx_old_len = c->rx_mem_len;
+		c->rx_in_old = in_old;
+		c->rx_old_posted = posted;
+		c->rx_old_refs = refs;
+		c->rx_mem = mem;
+		c->rx_mr = mr;
+		c->rx_size = size;
+		c->rx_mem_len = len;
+		c->rx_max = rx_max_for(s, c);	/* a later SO_RCVBUF: fewer, larger */
+		c->buf_bytes += (uint64_t)c->nrx * size;
+		SDP_STAT_INC(buf_bytes, (uint64_t)c->nrx * size);
+		SDP_STAT_INC(buf_grows, 1);
+		sdp_dbg(LOGSYS, "sd %d: receive buffers grow from %u to %u bytes", s->sd,
+			c->rx_old_size, size);
+		if (!refs)
+			rx_old_free(c);
+		if (posted)
+			return;	/* answered once the last old buffer is consumed */
+	} else if (size) {
+		sdp_dbg(LOGSYS, "sd %d: receive buffers stay at %u bytes: no memory for %u",
+			s->sd, c->rx_size, size);
+		ring_put(mem, len, false);
+		free(in_old);
+	}
+	if (conn_fits(c, SDP_U32H_LEN))
+		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
+}
+
+/* A stream is waiting on the buffer size: ask the peer for larger ones. */
+static void tx_maybe_ask(const struct sdp_sock *s, struct sdp_conn *c)
+{
+	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
+
+	if (c->tx_full < SDP_GROW_FULL || c->tx_ask || c->tx_next_size || c->grow_refused ||
+	    c->tx_fixed || c->tx_size >= cap || c->disconn_sent || !conn_fits(c, SDP_U32H_LEN))
+		return;
+	uint64_t want = (uint64_t)c->tx_size * SDP_GROW_STEP;
+
+	c->tx_ask = want < cap ? (uint32_t)want : cap;
+	c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF;
+}
+
+/* Once the ring has drained, it takes the peer's new size. */
+void conn_tx_regrow(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c->tx_next_size || c->tx_filled != c->tx_done)
+		return;
+	uint32_t size = c->tx_next_size;
+	size_t len = ring_len(c->ntx, size);
+	uint8_t *mem = ring_get(len);
+	struct oti_mr *mr = NULL;
+
+	c->tx_next_size = 0;
+	if (!mem || c->t->mr_reg(c->ep, mem, (size_t)c->ntx * size, 0, &mr)) {
+		sdp_dbg(LOGSYS, "sd %d: send buffers stay at %u bytes: no memory for %u", s->sd,
+			c->tx_size, size);
+		ring_put(mem, len, false);
+		c->grow_refused = true;
+		return;
+	}
+	if (c->tx_mr)
+		c->t->mr_dereg(c->tx_mr);
+	ring_put(c->tx_mem, c->tx_mem_len, false);
+	c->buf_bytes += (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size;
+	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size);
+	c->tx_mem = mem;
+	c->tx_mr = mr;
+	c->tx_mem_len = len;
+	c->tx_size = size;
+}
+
+void conn_rcvbuf_acked(struct sdp_sock *s, uint32_t size)
+{
+	struct sdp_conn *c = s->conn;
+	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
+
+	if (!c->tx_ask)
+		return;	/* unasked: it changes nothing */
+	c->tx_ask = 0;
+	c->tx_full = 0;
+	if (size > cap)
+		size = cap;
+	if (size <= c->tx_size) {
+		c->grow_refused = true;
+		return;
+	}
+	c->tx_next_size = size;
+	conn_tx_regrow(s);
 }
 
 /* --- idle buffers -------------------------------------------------------------
@@ -358,7 +698,13 @@ static void conn_give_back(struct sdp_conn *c)
 {
 	uint32_t run = 0;
 
-	for (uint32_t i = 0; i <= c->nrx; i++) {
+	/* Growing: each posted buffer is in one ring or the other. */
+	for (uint32_t i = 0; c->rx_old_mem && i < c->nrx; i++) {
+		if (c->rx_posted[i])
+			c->t->mem_idle(c->ep, rx_buf(c, i),
+				       c->rx_in_old[i] ? c->rx_old_size : c->rx_size);
+	}
+	for (uint32_t i = 0; !c->rx_old_mem && i <= c->nrx; i++) {
 		if (i < c->nrx && c->rx_posted[i])
 			continue;
 		give_back_run(c, c->rx_mem, c->rx_size, run, i);
@@ -722,6 +1068,7 @@ static int flush_data(struct sdp_sock *s, struct sdp_conn *c)
 {
 	int sent = 0;
 
+	bl_drain(c);
 	while (c->tx_posted != c->tx_filled && !c->tx_sa.active) {
 		if (c->tx_posted + 1 == c->tx_filled && conn_hold_tail(s, c))
 			break;
@@ -829,14 +1176,19 @@ static int flush_ctrl(struct sdp_sock *s, struct sdp_conn *c)
 			sent = 1;
 		}
 	}
-	/* Our buffers have one fixed size: the answer is always it. */
+	sdp_u32h_encode(u32, c->tx_ask);
+	r = flush_pending(s, SDP_CTRL_CH_RCV_BUF, SDP_MID_CH_RCV_BUF, 0, u32, sizeof(u32));
+	if (r < 0)
+		return r;
+	sent |= r;
+	/* Due once no smaller buffer of ours is posted (conn_grow_rx()). */
 	sdp_u32h_encode(u32, c->rx_size);
 	r = flush_pending(s, SDP_CTRL_CH_RCV_BUF_ACK, SDP_MID_CH_RCV_BUF_ACK, 0, u32, sizeof(u32));
 	if (r < 0)
 		return r;
 	sent |= r;
 	/* DisConn only once all data is out. */
-	if (c->tx_posted == c->tx_filled && !c->tx_sa.active) {
+	if (!conn_tx_unposted(c) && !c->tx_sa.active) {
 		r = flush_pending(s, SDP_CTRL_DISCONN, SDP_MID_DISCONN, 0, NULL, 0);
 		if (r < 0)
 			return r;
@@ -930,10 +1282,14 @@ bool conn_writable(const struct sdp_sock *s)
 
 	if (!c || !c->tx_len || conn_sndbuf_low(s))
 		return false;
-	if (c->tx_filled - c->tx_done < c->ntx)
+	if (!c->bl_head && c->tx_filled - c->tx_done < c->ntx && !c->tx_next_size)
 		return true;
-	/* All buffers in use: room only in a last one still filling. */
-	return tail_open(c);
+	if (!c->bl_head && tail_open(c))
+		return true;
+	/* The ring is full, or waits to drain before it grows: the backlog
+	 * takes more once at most half of SO_SNDBUF is queued (as
+	 * sk_stream_is_writeable()). */
+	return c->tx_queued_bytes <= (uint64_t)s->sndbuf / 2;
 }
 
 /*
@@ -951,12 +1307,12 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 
 	if (limit > sndbuf_room)
 		limit = sndbuf_room;
-	while (i < iovcnt && taken < limit) {
+	while (i < iovcnt && taken < limit && !c->bl_head) {
 		uint32_t slot;
 
 		if (tail_open(c)) {
 			slot = (c->tx_filled - 1) % c->ntx;
-		} else if (c->tx_filled - c->tx_done < c->ntx) {
+		} else if (c->tx_filled - c->tx_done < c->ntx && !c->tx_next_size) {
 			slot = c->tx_filled % c->ntx;
 			c->tx_len[slot] = 0;
 			c->tx_urg[slot] = false;
@@ -982,9 +1338,19 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			i++;
 		}
 	}
-	/* sdp_sendv() gives MSG_OOB for the call's last byte alone. */
-	if ((flags & MSG_OOB) && taken)
+	if (i < iovcnt && taken < limit) {
+		/* The ring is full: a stream is waiting on the buffers. */
+		if (!c->tx_next_size)
+			c->tx_full++;
+		taken += bl_append(s, c, iov + i, iovcnt - i, off, limit - taken);
+	}
+	/* sdp_sendv() gives MSG_OOB for the call's last byte alone: the
+	 * backlog's last, if there is one. */
+	if ((flags & MSG_OOB) && taken && c->bl_tail)
+		c->bl_tail->urg = true;
+	else if ((flags & MSG_OOB) && taken)
 		c->tx_urg[(c->tx_filled - 1) % c->ntx] = true;
+	tx_maybe_ask(s, c);
 	bool more = flags & MSG_MORE;
 	int saved_cork = s->cork;
 

@@ -980,7 +980,7 @@ static bool orphan_flushed(struct sdp_sock *s)
 
 	if (!c || c->transport_down || c->post_failed || s->state != SDP_S_ESTABLISHED)
 		return true;
-	return c->disconn_sent && c->disconn_rcvd && c->tx_posted == c->tx_filled &&
+	return c->disconn_sent && c->disconn_rcvd && !conn_tx_unposted(c) &&
 	       c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted;
 }
 

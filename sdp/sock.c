@@ -729,7 +729,9 @@ static void trans_hold(struct sdp_sock *s, size_t more)
 		return;
 	}
 	uint32_t held = c->trans_held ? c->tx_len[(c->tx_filled - 1) % c->ntx] : 0;
-	bool alone = c->trans_held ? c->tx_posted + 1 == c->tx_filled : c->tx_posted == c->tx_filled;
+	bool alone = c->bl_head ? false
+		     : c->trans_held ? c->tx_posted + 1 == c->tx_filled
+				     : c->tx_posted == c->tx_filled;
 
 	if (!alone || held + more > conn_piggyback_max(c)) {
 		conn_end_hold(s);

@@ -327,7 +327,7 @@ bool wz_send_ready(const struct sdp_sock *s)
 
 	/* A socket with zero copy off sends by Bcopy, which drops the
 	 * advert. */
-	return c && s->zcopy_thresh && c->psnk.active && c->tx_posted == c->tx_filled &&
+	return c && s->zcopy_thresh && c->psnk.active && !conn_tx_unposted(c) &&
 	       !c->tx_sa.active &&
 	       ctrl_slot_free(c) && sdp_can_send_ctrl(&c->cr) && !zc_conn_dead(s);
 }

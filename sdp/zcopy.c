@@ -167,7 +167,7 @@ static uint64_t earliest(uint64_t a, uint64_t b)
  * (it is older), credits for a message with payload and a control slot. */
 static bool zc_can_offer(struct sdp_conn *c)
 {
-	return !c->tx_sa.active && c->tx_posted == c->tx_filled &&
+	return !c->tx_sa.active && !conn_tx_unposted(c) &&
 	       sdp_can_send_data(&c->cr) && ctrl_slot_free(c);
 }
 
@@ -203,7 +203,7 @@ static int zc_wait_turn(struct sdp_sock *s, struct sdp_conn *c, uint64_t deadlin
 		}
 		if (zc_can_offer(c))
 			return 1;
-		if (c->tx_posted != c->tx_filled)
+		if (conn_tx_unposted(c))
 			conn_push(s);
 		if (zc_can_offer(c))
 			return 1;
