@@ -112,7 +112,8 @@ static void usage(FILE *out)
 		"  --bidir              the server streams the same amount back concurrently\n"
 		"  --nonblock           client uses a non-blocking socket and poll\n"
 		"  --timeout SEC        give up after SEC seconds without progress\n"
-		"  -v, --verbose        report each connection on stderr\n"
+		"  -v, --verbose        report each connection on stderr; twice: and\n"
+		"                       the engine's buf_grows and buf_bytes at exit\n"
 		"  -h, --help           this text\n"
 		"\n"
 		"The client prints one summary line and exits 0 only if the server\n"
@@ -733,5 +734,14 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	return mode == 'l' ? run_server() : run_client();
+	int status = mode == 'l' ? run_server() : run_client();
+
+	if (opt.verbose > 1) {
+		struct sdp_stats st;
+
+		sdp_get_stats(&st);
+		msg("engine: buf_grows=%" PRIu64 " buf_bytes=%" PRIu64, st.buf_grows,
+		    st.buf_bytes);
+	}
+	return status;
 }

@@ -2172,7 +2172,10 @@ static int wz_write(struct hconn *h, uint64_t raddr, uint32_t rkey, uint32_t len
 		snprintf(how, cap, "rdma_write: %s", strerror(-r));
 		return r;
 	}
-	sdp_u32h_encode(ext, RECV_SIZE);
+	/* No more than the victim has (SDP's smallest buffers), so that it
+	 * answers at once: asked for more, it grows its buffers and answers
+	 * once those it posted before are used up (sdp/post.c). */
+	sdp_u32h_encode(ext, 1040);
 	r = send_msg(h, SDP_MID_CH_RCV_BUF, 0, ext, sizeof(ext), NULL, 0);
 	if (r) {
 		snprintf(how, cap, "posting ChRcvBuf: %s", strerror(-r));

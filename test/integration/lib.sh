@@ -327,7 +327,7 @@ xfer_case() {
 	wait_pid "$SERVER_PID" 20
 	src=$?
 	if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q "^sdpcat: $want.*checksum ok" "$cout"; then
-		log "ok   $desc: $(sed -n 's/^sdpcat: //p' "$cout" | tail -n 1)"
+		log "ok   $desc: $(grep -v '^sdpcat: engine:' "$cout" | sed -n 's/^sdpcat: //p' | tail -n 1)"
 		return 0
 	fi
 	if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'checksum ok' "$cout"; then

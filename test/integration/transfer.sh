@@ -51,6 +51,35 @@ else
 	log "no global or site-local IPv6 address on $TEST_HOST's interface: IPv6 cases not run"
 fi
 
+# Buffers that grow with use (sdp/post.c, "Growing buffers"): receive
+# buffers that start small (the default on ib and iwarp, buf_size_start
+# elsewhere) grow four times larger at a time, up to buf_size, once a
+# stream fills them: 1040 becomes 262160 in four steps (5136, ib and
+# iwarp's start, in three), on each receiving end, and the bytes arrive
+# intact while the rings are swapped.
+# A request-sized exchange (4 KiB each way, in one write) grows nothing.
+grow_case() {
+	local desc=$1 want=$2 sargs=$3 cargs=$4 g
+	# shellcheck disable=SC2086
+	run "$desc" 120 "-vv $sargs" "-vv $cargs" || return
+	for g in server client; do
+		case " $cargs " in *" --bidir "*) ;; *) [ $g = client ] && continue ;; esac
+		n=$(grep -o 'buf_grows=[0-9]*' "$TMP/$g.out" | cut -d= -f2)
+		if [ "$n" != "$want" ]; then
+			log "FAIL $desc: the $g's buffers grew ${n:-?} times, not $want"
+			failures=$((failures + 1))
+		fi
+	done
+}
+start=0 from=5136 steps=3
+case $TEST_TRANSPORT in ib | iwarp) ;; *) start=1040 from=1040 steps=4 ;; esac
+SDP_BUF_SIZE_START=$start grow_case "$big B, buffers grow from $from" $steps "--rsize 1-256K" \
+	"--bytes $big --seed 81 --wsize 1-300K"
+SDP_BUF_SIZE_START=$start grow_case "$((big / 4)) B each way, buffers grow from $from" $steps \
+	"--rsize 1-64K" "--bytes $((big / 4)) --seed 82 --wsize 1-64K --bidir"
+SDP_BUF_SIZE_START=$start grow_case "4 KiB each way, buffers stay" 0 "" \
+	"--bytes 4K --seed 83 --wsize 4K --bidir"
+
 # The same tool over the kernel's TCP: if this fails the tool is wrong,
 # not the engine.
 run "TCP reference, 4 MiB" 60 "--tcp --rsize 1-64K" "--tcp --bytes 4M --wsize 1-64K"

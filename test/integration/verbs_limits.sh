@@ -8,12 +8,16 @@
 #    has at most 5 descriptors per connection beyond the first's (the
 #    application's socket, the engine's, the endpoint's epoll set, its
 #    rdma_cm event channel and completion channel; doc/scale.md), and
-#    every connection is on SDP.  The server's, because on iWARP the
+#    every connection is on SDP; and at most 176 KiB pinned per connection
+#    beyond the first's, on each side: the buffers a connection starts
+#    with (16 + 16 of 5136 bytes, 80 + 80 KiB, sdp/post.c "Growing
+#    buffers"), its control slots' page and on iWARP the start rule's
+#    word's page.  The server's descriptors, because on iWARP the
 #    connecting side keeps a timerfd for about a second after a connection
 #    is up (the start rule's repeated write, transports/verbs/verbs.c); the
 #    accepting side's is closed before accept() returns the connection.
 # 2. RLIMIT_MEMLOCK: a client whose limit holds one connection's buffers
-#    and not a second's (8 MiB each with the default tunables) makes two
+#    and not a second's (8 MiB each with buf_size_start=262160) makes two
 #    connections: the first on SDP, the second on TCP with the fallback
 #    reason "resource", both carrying their bytes.  The kernel refuses the
 #    registration (ENOMEM), the engine names the reason.  A process with
@@ -45,7 +49,7 @@ read -ra penv <<<"$(preload_env "$conf")"
 # $TMP/NAME.client, sdpstat's line of the client in $TMP/NAME.stat.
 hold() {
 	local name=$1 n=$2 lim=${3:-unlimited} side=${4:-client} spid cpid drop=()
-	local slim=unlimited clim=$lim
+	local slim=unlimited clim=$lim env=("${penv[@]}" "${HOLD_ENV[@]}")
 	if [ "$lim" != unlimited ] && [ "$(id -u)" = 0 ]; then
 		drop=(setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock --)
 	fi
@@ -55,13 +59,13 @@ hold() {
 	rm -f "$TMP/$name.port"
 	# shellcheck disable=SC2016
 	start_bg "$TMP/$name.server" bash -c '{ [ "$1" = unlimited ] || ulimit -l "$1"; } && shift && exec "$@"' limit "$slim" \
-		"${sdrop[@]}" env "${penv[@]}" python3 "$HOLD" server "$TEST_HOST" \
+		"${sdrop[@]}" env "${env[@]}" python3 "$HOLD" server "$TEST_HOST" \
 		"$TMP/$name.port" "$n" "$secs"
 	spid=$BG_PID
 	wait_for_file "$TMP/$name.port" 30 || fail "$name: the server did not listen: $(cat "$TMP/$name.server")"
 	# shellcheck disable=SC2016
 	start_bg "$TMP/$name.client" bash -c '{ [ "$1" = unlimited ] || ulimit -l "$1"; } && shift && exec "$@"' limit "$clim" \
-		"${cdrop[@]}" env "${penv[@]}" python3 "$HOLD" client "$TEST_HOST" "$(cat "$TMP/$name.port")" "$n" "$secs"
+		"${cdrop[@]}" env "${env[@]}" python3 "$HOLD" client "$TEST_HOST" "$(cat "$TMP/$name.port")" "$n" "$secs"
 	cpid=$BG_PID
 	if ! wait_for_text "$TMP/$name.client" '^ok=' 60 ||
 		! wait_for_text "$TMP/$name.server" '^ok=' 30; then
@@ -74,6 +78,7 @@ hold() {
 }
 kv() { grep -o "$2=[^ ]*" "$1" | head -1 | cut -d= -f2; }
 
+HOLD_ENV=()
 hold fds 6
 for side in client server; do
 	grep -q '^ok=6 err=0' "$TMP/fds.$side" || bad "fds: not 6 connections: $(cat "$TMP/fds.$side")"
@@ -86,7 +91,19 @@ else
 	log "fds: the server's $((after - first)) descriptors for the 5 connections after the first (at most 25)"
 	[ $((after - first)) -le 25 ] || bad "fds: $((after - first)) descriptors for 5 connections"
 fi
+for side in server client; do
+	first=$(kv "$TMP/fds.$side" first_pin_kb) after=$(kv "$TMP/fds.$side" after_pin_kb)
+	if [ -z "$first" ] || [ -z "$after" ]; then
+		bad "pinned: no figures from the $side: $(cat "$TMP/fds.$side")"
+		continue
+	fi
+	log "pinned: the $side's 5 connections after the first pin $((after - first)) KiB, $(((after - first) / 5)) KiB each (at most 176)"
+	[ $((after - first)) -le $((5 * 176)) ] || bad "pinned: $((after - first)) KiB for 5 idle connections on the $side"
+done
 
+# The limit cases need connections of 8 MiB each: the buffers of before
+# they started small.
+HOLD_ENV=(SDP_BUF_SIZE_START=262160)
 # 10 MiB: one connection's 8 MiB fits, a second's does not.
 if [ "$(id -u)" = 0 ] && ! have setpriv; then
 	log "memlock: not run: setpriv (util-linux) is missing, and root cannot drop CAP_IPC_LOCK without it"
