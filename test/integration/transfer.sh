@@ -59,22 +59,33 @@ fi
 # intact while the rings are swapped.
 # A request-sized exchange (4 KiB each way, in one write) grows nothing.
 grow_case() {
-	local desc=$1 want=$2 sargs=$3 cargs=$4 g
+	local desc=$1 want=$2 sargs=$3 cargs=$4 g n range="1 to $2"
+	[ "$want" = 0 ] && range=0
 	# shellcheck disable=SC2086
 	run "$desc" 120 "-vv $sargs" "-vv $cargs" || return
 	for g in server client; do
 		case " $cargs " in *" --bidir "*) ;; *) [ $g = client ] && continue ;; esac
 		n=$(grep -o 'buf_grows=[0-9]*' "$TMP/$g.out" | cut -d= -f2)
-		if [ "$n" != "$want" ]; then
-			log "FAIL $desc: the $g's buffers grew ${n:-?} times, not $want"
+		# Growing takes the sender's asks and the receiver's old
+		# buffers used up, step by step: how far a stream gets before
+		# it ends depends on the pace (on rxe in the guest, 1 to 3
+		# steps of 3 in 64 MiB).  Not growing at all, or growing for
+		# a request, is what must not happen.
+		if [ "${n:-x}" = x ] || { [ "$want" = 0 ] && [ "$n" != 0 ]; } ||
+			{ [ "$want" != 0 ] && { [ "$n" -lt 1 ] || [ "$n" -gt "$want" ]; }; }; then
+			log "FAIL $desc: the $g's buffers grew ${n:-?} times (want $range)"
 			failures=$((failures + 1))
+		else
+			log "     the $g's buffers grew $n times"
 		fi
 	done
 }
 start=0 from=5136 steps=3
 case $TEST_TRANSPORT in ib | iwarp) ;; *) start=1040 from=1040 steps=4 ;; esac
+# (Writes below zcopy_thresh: a write that goes by zero copy uses no
+# buffer, and a stream of them may never find the ring full.)
 SDP_BUF_SIZE_START=$start grow_case "$big B, buffers grow from $from" $steps "--rsize 1-256K" \
-	"--bytes $big --seed 81 --wsize 1-300K"
+	"--bytes $big --seed 81 --wsize 1-200K"
 SDP_BUF_SIZE_START=$start grow_case "$((big / 4)) B each way, buffers grow from $from" $steps \
 	"--rsize 1-64K" "--bytes $((big / 4)) --seed 82 --wsize 1-64K --bidir"
 SDP_BUF_SIZE_START=$start grow_case "4 KiB each way, buffers stay" 0 "" \
