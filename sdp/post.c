@@ -462,7 +462,8 @@ static void bl_drain(struct sdp_conn *c)
  *   set before the handshake.
  *
  * So a connection that carries requests and replies of a few KiB keeps
- * small buffers, a bulk stream reaches buf_size after four steps, and the
+ * small buffers, a bulk stream reaches buf_size in steps (three from
+ * 5136), and the
  * slots' count (the credits) never changes.  A peer that never asks (OFED
  * never sends ChRcvBuf) keeps ours small.  Shrinking again when the
  * connection idles is not done: the receive buffers are posted, and a
@@ -541,8 +542,10 @@ void conn_grow_rx(struct sdp_sock *s, uint32_t want)
 {
 	struct sdp_conn *c = s->conn;
 
-	/* Asked again while growing: the answer that is due covers it. */
-	if (c->rx_old_mem)
+	/* Asked again while growing, or before the answer went: the answer
+	 * that is due covers it (a second growth now would change the size
+	 * it carries while buffers of the first are still posted). */
+	if (c->rx_old_mem || (c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK))
 		return;
 	uint32_t size = rx_grow_size(c, want);
 	size_t len = ring_len(c->nrx, size);
