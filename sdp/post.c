@@ -60,6 +60,7 @@ static uint32_t tx_payload_max(const struct sdp_conn *c)
 }
 
 static bool tail_open(const struct sdp_conn *c);
+static bool tx_next_slot(struct sdp_conn *c, uint32_t *slot);
 static uint32_t rx_start_size(const struct sdp_conn *c);
 static void rx_old_release(struct sdp_conn *c, uint32_t slot);
 static void rx_old_free(struct sdp_conn *c);
@@ -405,16 +406,8 @@ static void bl_drain(struct sdp_conn *c)
 		struct sdp_tx_chunk *k = c->bl_head;
 		uint32_t slot;
 
-		if (tail_open(c)) {
-			slot = (c->tx_filled - 1) % c->ntx;
-		} else if (c->tx_filled - c->tx_done < c->ntx && !c->tx_next_size) {
-			slot = c->tx_filled % c->ntx;
-			c->tx_len[slot] = 0;
-			c->tx_urg[slot] = false;
-			c->tx_filled++;
-		} else {
+		if (!tx_next_slot(c, &slot))
 			return;
-		}
 		uint32_t n = tx_payload_max(c) - c->tx_len[slot];
 
 		if (n > k->len - k->off)
@@ -1279,6 +1272,23 @@ static bool tail_open(const struct sdp_conn *c)
 	       !c->tx_urg[slot];
 }
 
+/* The buffer the next bytes go into: the open tail, or a new one while
+ * the ring has room and does not wait to grow.  false: none. */
+static bool tx_next_slot(struct sdp_conn *c, uint32_t *slot)
+{
+	if (tail_open(c)) {
+		*slot = (c->tx_filled - 1) % c->ntx;
+	} else if (c->tx_filled - c->tx_done < c->ntx && !c->tx_next_size) {
+		*slot = c->tx_filled % c->ntx;
+		c->tx_len[*slot] = 0;
+		c->tx_urg[*slot] = false;
+		c->tx_filled++;
+	} else {
+		return false;
+	}
+	return true;
+}
+
 bool conn_writable(const struct sdp_sock *s)
 {
 	const struct sdp_conn *c = s->conn;
@@ -1313,16 +1323,8 @@ ssize_t conn_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 	while (i < iovcnt && taken < limit && !c->bl_head) {
 		uint32_t slot;
 
-		if (tail_open(c)) {
-			slot = (c->tx_filled - 1) % c->ntx;
-		} else if (c->tx_filled - c->tx_done < c->ntx && !c->tx_next_size) {
-			slot = c->tx_filled % c->ntx;
-			c->tx_len[slot] = 0;
-			c->tx_urg[slot] = false;
-			c->tx_filled++;
-		} else {
+		if (!tx_next_slot(c, &slot))
 			break;
-		}
 		uint32_t room = tx_payload_max(c) - c->tx_len[slot];
 		size_t n = iov[i].iov_len - off;
 
