@@ -168,6 +168,7 @@ struct sdp_conn {
 	bool *rx_in_old;
 	uint32_t rx_old_posted;	/* old buffers the transport still holds */
 	uint32_t rx_old_refs;	/* old buffers posted or holding data */
+	uint32_t rx_want;	/* an ask that came while growing: taken after */
 	/* Send side. */
 	uint32_t tx_full;	/* sends that found the ring full since the last ask */
 	uint32_t tx_ask;	/* the size our ChRcvBuf asks for; 0: none out */

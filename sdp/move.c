@@ -57,6 +57,7 @@ struct move_rec {
 	uint32_t nrx, rx_size, rx_max, nidle, rxq_count;
 	uint32_t ntx, tx_size, tx_count;	/* tx_count buffers waiting for credits */
 	uint32_t bl_count;	/* chunks of the send backlog (post.c) */
+	uint32_t rx_want;	/* the peer's ask that waits (post.c) */
 	uint64_t rx_bytes, tx_queued_bytes;
 	uint8_t urg, urg_byte, peer_max_adverts, disconn_rcvd;
 	uint8_t disconn_sent, disconn_last;
@@ -178,7 +179,7 @@ static void put_conn(struct wbuf *w, const struct sdp_sock *s)
 		.nrx = c->nrx, .rx_size = c->rx_size, .rx_max = c->rx_max, .nidle = c->nidle,
 		.rxq_count = c->rxq_count,
 		.ntx = c->ntx, .tx_size = c->tx_size, .tx_count = c->tx_filled - c->tx_posted,
-		.bl_count = bl_count(c),
+		.bl_count = bl_count(c), .rx_want = c->rx_want,
 		.rx_bytes = c->rx_bytes, .tx_queued_bytes = c->tx_queued_bytes,
 		.urg = (uint8_t)c->urg, .urg_byte = c->urg_byte,
 		.peer_max_adverts = c->peer_max_adverts, .disconn_rcvd = c->disconn_rcvd,
@@ -472,6 +473,7 @@ int conn_import(const void *blob, size_t len, int fd, int flags, struct sdp_sock
 		goto fail;
 	if (m.rcvbuf_ack_due && conn_fits(c, SDP_U32H_LEN))
 		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
+	c->rx_want = m.rx_want;	/* taken once that answer is out */
 	ret = -EINVAL;
 	if (!get_rings(&r, c, &m))
 		goto fail;

@@ -64,6 +64,7 @@ static bool tx_next_slot(struct sdp_conn *c, uint32_t *slot);
 static uint32_t rx_start_size(const struct sdp_conn *c);
 static void rx_old_release(struct sdp_conn *c, uint32_t slot);
 static void rx_old_free(struct sdp_conn *c);
+static void rx_grow_deferred(struct sdp_sock *s);
 
 /* --- set-up ------------------------------------------------------------- */
 
@@ -110,7 +111,7 @@ static int conn_post_again(struct sdp_sock *s, uint32_t slot)
  * the buffer just retires.  Beyond SO_RCVBUF's count it waits, unposted,
  * until the option grows again.
  */
-int conn_repost(struct sdp_sock *s, uint32_t slot)
+static int repost_one(struct sdp_sock *s, uint32_t slot)
 {
 	struct sdp_conn *c = s->conn;
 
@@ -123,6 +124,14 @@ int conn_repost(struct sdp_sock *s, uint32_t slot)
 		return 0;
 	}
 	return conn_post_again(s, slot);
+}
+
+int conn_repost(struct sdp_sock *s, uint32_t slot)
+{
+	int ret = repost_one(s, slot);
+
+	rx_grow_deferred(s);	/* the old ring may have gone just now */
+	return ret;
 }
 
 /*
@@ -535,11 +544,16 @@ void conn_grow_rx(struct sdp_sock *s, uint32_t want)
 {
 	struct sdp_conn *c = s->conn;
 
-	/* Asked again while growing, or before the answer went: the answer
-	 * that is due covers it (a second growth now would change the size
-	 * it carries while buffers of the first are still posted). */
-	if (c->rx_old_mem || (c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK))
+	/* Asked while still growing, or before the answer went (a second
+	 * growth now would change the size that answer carries while
+	 * buffers of the first are still posted): the ask waits, and is
+	 * taken once the old ring is gone and the answer sent.  Left
+	 * unanswered, it would stop the peer's growth for good. */
+	if (c->rx_old_mem || (c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK)) {
+		if (want > c->rx_want)
+			c->rx_want = want;
 		return;
+	}
 	uint32_t size = rx_grow_size(c, want);
 	size_t len = ring_len(c->nrx, size);
 	uint8_t *mem = size ? ring_get(len) : NULL;
@@ -594,6 +608,18 @@ void conn_grow_rx(struct sdp_sock *s, uint32_t want)
 		c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF_ACK;
 }
 
+/* An ask that had to wait (conn_grow_rx()), once it can be taken. */
+static void rx_grow_deferred(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+	uint32_t want = c->rx_want;
+
+	if (!want || c->rx_old_mem || (c->ctrl_pending & SDP_CTRL_CH_RCV_BUF_ACK))
+		return;
+	c->rx_want = 0;
+	conn_grow_rx(s, want);
+}
+
 /* A stream is waiting on the buffer size: ask the peer for larger ones. */
 static void tx_maybe_ask(const struct sdp_sock *s, struct sdp_conn *c)
 {
@@ -606,6 +632,7 @@ static void tx_maybe_ask(const struct sdp_sock *s, struct sdp_conn *c)
 
 	c->tx_ask = want < cap ? (uint32_t)want : cap;
 	c->ctrl_pending |= SDP_CTRL_CH_RCV_BUF;
+	sdp_dbg(LOGSYS, "sd %d: asks the peer for buffers of %u bytes", s->sd, c->tx_ask);
 }
 
 /* Once the ring has drained, it takes the peer's new size. */
@@ -633,6 +660,7 @@ void conn_tx_regrow(struct sdp_sock *s)
 	ring_put(c->tx_mem, c->tx_mem_len, false);
 	c->buf_bytes += (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size;
 	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size);
+	sdp_dbg(LOGSYS, "sd %d: send buffers grow from %u to %u bytes", s->sd, c->tx_size, size);
 	c->tx_mem = mem;
 	c->tx_mr = mr;
 	c->tx_mem_len = len;
@@ -648,6 +676,7 @@ void conn_rcvbuf_acked(struct sdp_sock *s, uint32_t size)
 		return;	/* unasked: it changes nothing */
 	c->tx_ask = 0;
 	c->tx_full = 0;
+	sdp_dbg(LOGSYS, "sd %d: the peer's buffers are %u bytes", s->sd, size);
 	if (size > cap)
 		size = cap;
 	if (size <= c->tx_size) {
@@ -1182,6 +1211,8 @@ static int flush_ctrl(struct sdp_sock *s, struct sdp_conn *c)
 	r = flush_pending(s, SDP_CTRL_CH_RCV_BUF_ACK, SDP_MID_CH_RCV_BUF_ACK, 0, u32, sizeof(u32));
 	if (r < 0)
 		return r;
+	if (r)
+		rx_grow_deferred(s);	/* its answer is queued: it goes next time */
 	sent |= r;
 	/* DisConn only once all data is out. */
 	if (!conn_tx_unposted(c) && !c->tx_sa.active) {

@@ -66,11 +66,10 @@ grow_case() {
 	for g in server client; do
 		case " $cargs " in *" --bidir "*) ;; *) [ $g = client ] && continue ;; esac
 		n=$(grep -o 'buf_grows=[0-9]*' "$TMP/$g.out" | cut -d= -f2)
-		# Growing takes the sender's asks and the receiver's old
-		# buffers used up, step by step: how far a stream gets before
-		# it ends depends on the pace (on rxe in the guest, 1 to 3
-		# steps of 3 in 64 MiB).  Not growing at all, or growing for
-		# a request, is what must not happen.
+		# A sender asks only when its ring is found full: where the
+		# CPU and not the buffers holds a stream back (rxe in the
+		# guest: 1 to 3 steps of 3 in 64 MiB) it stops asking.  Not
+		# growing at all, or growing for a request, must not happen.
 		if [ "${n:-x}" = x ] || { [ "$want" = 0 ] && [ "$n" != 0 ]; } ||
 			{ [ "$want" != 0 ] && { [ "$n" -lt 1 ] || [ "$n" -gt "$want" ]; }; }; then
 			log "FAIL $desc: the $g's buffers grew ${n:-?} times (want $range)"
