@@ -159,12 +159,17 @@ static uint32_t bufs_for(uint64_t budget, uint32_t size, uint32_t extra)
 	return n < SDP_BUFS_MIN ? SDP_BUFS_MIN : n > SDP_BUFS_MAX ? SDP_BUFS_MAX : (uint32_t)n;
 }
 
-static uint32_t rx_size_for(uint64_t budget)
+/* A receive buffer size within SDP_RX_SIZE_MIN and buf_size. */
+static uint32_t rx_size_clamp(uint64_t size)
 {
-	uint64_t size = budget / SDP_RX_SMALL_DATA_BUFS + SDP_BSDH_LEN;
 	uint64_t cap = (uint64_t)tun_int(TUN_buf_size);
 
 	return size < SDP_RX_SIZE_MIN ? SDP_RX_SIZE_MIN : size > cap ? (uint32_t)cap : (uint32_t)size;
+}
+
+static uint32_t rx_size_for(uint64_t budget)
+{
+	return rx_size_clamp(budget / SDP_RX_SMALL_DATA_BUFS + SDP_BSDH_LEN);
 }
 
 /* Buffers to keep posted for s's SO_RCVBUF, at most the ring. */
@@ -480,14 +485,12 @@ static void bl_drain(struct sdp_conn *c)
 
 static uint32_t rx_start_size(const struct sdp_conn *c)
 {
-	uint32_t cap = (uint32_t)tun_int(TUN_buf_size);
-	uint32_t size = (uint32_t)tun_int(TUN_buf_size_start);
+	uint64_t size = (uint64_t)tun_int(TUN_buf_size_start);
 
 	if (!size)
-		size = (c->caps.flags & OTI_CAP_SOFTWARE) ? cap : SDP_RX_SIZE_PINNED;
-	if (size < SDP_RX_SIZE_MIN)
-		size = SDP_RX_SIZE_MIN;
-	return size < cap ? size : cap;
+		size = (c->caps.flags & OTI_CAP_SOFTWARE) ? (uint64_t)tun_int(TUN_buf_size)
+							 : SDP_RX_SIZE_PINNED;
+	return rx_size_clamp(size);
 }
 
 static void rx_old_free(struct sdp_conn *c)
