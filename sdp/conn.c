@@ -273,7 +273,8 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 	if (kind == SDP_CTX_RX) {
 		c->rx_posted[SDP_CTX_SLOT(wc->ctx)] = false;
 		c->ring_bytes += wc->len;
-		conn_rx_old_done(s, SDP_CTX_SLOT(wc->ctx));
+		if (c->rx_in_old)
+			conn_rx_old_done(s, SDP_CTX_SLOT(wc->ctx));
 	}
 	if ((kind == SDP_CTX_RX || kind == SDP_CTX_TX) && !wc->status)
 		conn_moved(s);
@@ -303,7 +304,8 @@ static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)
 		c->tx_queued_bytes -= c->tx_len[slot];
 		c->ring_bytes += c->tx_len[slot];
 		c->tx_done++;
-		conn_tx_regrow(s);
+		if (c->tx_next_size)
+			conn_tx_regrow(s);
 		sock_changed(s, false);
 		if (s->tx_nospace && conn_writable(s)) {
 			s->tx_nospace = false;

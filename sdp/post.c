@@ -130,7 +130,8 @@ int conn_repost(struct sdp_sock *s, uint32_t slot)
 {
 	int ret = repost_one(s, slot);
 
-	rx_grow_deferred(s);	/* the old ring may have gone just now */
+	if (s->conn->rx_want)
+		rx_grow_deferred(s);	/* the old ring may have gone just now */
 	return ret;
 }
 
