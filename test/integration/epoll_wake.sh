@@ -129,9 +129,11 @@ busy_run() {
 	'' | *[!0-9]*) fail "busy: sdpstat gave no counters for the server: $n $waits $skips" ;;
 	esac
 	# A ratio of a handful says nothing: under load (ASan, a guest
-	# alongside) the run had 1 wake and 1 wait once.
-	if [ "$waits" -gt 2 ] && [ $((waits * 4)) -gt $((n + skips)) ]; then
-		fail "busy: the server's progress thread waited for a socket lock $waits times in $((n + skips)) fd wakes (drives $n, skips $skips; wanted at most one in four)"
+	# alongside) runs had 1 wait in 1 wake, and 3 in 11.  The fault this
+	# guards against waits on nearly every wake (92 of 95), so the bar is
+	# half, judged past 4 waits.
+	if [ "$waits" -gt 4 ] && [ $((waits * 2)) -gt $((n + skips)) ]; then
+		fail "busy: the server's progress thread waited for a socket lock $waits times in $((n + skips)) fd wakes (drives $n, skips $skips; wanted at most one in two)"
 	fi
 	log "ok   busy: $((ROUNDS * 5)) round trips, the server's progress thread drove $n, left $skips to the lock's holder, waited for the lock $waits times"
 }
