@@ -58,12 +58,30 @@ int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen);
 int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 		const sigset_t *sigmask, size_t fdslen);
 
+/*
+ * errno as the application's call found it.  Linux leaves errno alone on
+ * success; the switch's work under a call (a nonblocking read that found
+ * nothing, a lookup that failed) must not show through it.  Taken when a
+ * call of the application's enters (bypass() false), put back when the
+ * call succeeds (ret()) or is handed on to libc (errno_back()).
+ */
+static __thread int app_errno __attribute__((tls_model("initial-exec")));
+
 /* libc, directly: nothing of the switch's is involved. */
 static inline bool bypass(void)
 {
 	if (__builtin_expect(!sys.close, 0))
 		sys_resolve();
-	return libsdp_internal != 0;
+	if (libsdp_internal)
+		return true;
+	app_errno = errno;
+	return false;
+}
+
+static inline void errno_back(void)
+{
+	if (!libsdp_internal)
+		errno = app_errno;
 }
 
 static inline bool fd_bypass(int fd)
@@ -77,6 +95,7 @@ static inline long ret(long r)
 		errno = (int)-r;
 		return -1;
 	}
+	errno_back();
 	return r;
 }
 
@@ -188,8 +207,10 @@ EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 #define PASS_OR(call, native_call)              \
 	do {                                    \
 		long r_ = (call);               \
-		if (r_ == OPS_PASS)             \
+		if (r_ == OPS_PASS) {           \
+			errno_back();           \
 			return native_call;     \
+		}                               \
 		return ret(r_);                 \
 	} while (0)
 
@@ -425,8 +446,10 @@ EXPORT int epoll_create(int size)
 		return own(sys.epoll_create(size));
 	int fd = FDSPACE_APP(sys.epoll_create(size));
 
-	if (fd >= 0)
+	if (fd >= 0) {
 		ops_epoll_created(fd);
+		errno_back();
+	}
 	return fd;
 }
 
@@ -436,8 +459,10 @@ EXPORT int epoll_create1(int flags)
 		return own(sys.epoll_create1(flags | EPOLL_CLOEXEC));
 	int fd = FDSPACE_APP(sys.epoll_create1(flags));
 
-	if (fd >= 0)
+	if (fd >= 0) {
 		ops_epoll_created(fd);
+		errno_back();
+	}
 	return fd;
 }
 
@@ -602,8 +627,10 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKADDR_ARG
 		return sys.recvfrom(fd, buf, len, flags, SA(addr), alen);
 	long r = ops_recvv(fd, IOV1(buf, len), 1, flags);
 
-	if (r == OPS_PASS)
+	if (r == OPS_PASS) {
+		errno_back();
 		return sys.recvfrom(fd, buf, len, flags, SA(addr), alen);
+	}
 	if (r >= 0 && SA(addr) && alen)
 		*alen = 0;	/* TCP gives no source address */
 	return ret(r);
@@ -633,8 +660,10 @@ EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 	for (i = 0; i < vlen; i++) {
 		long r = ops_sendmsg(fd, &vec[i].msg_hdr, flags);
 
-		if (r == OPS_PASS)
+		if (r == OPS_PASS) {
+			errno_back();
 			return sys.sendmmsg(fd, vec, vlen, flags);
+		}
 		if (r < 0) {
 			if (i)
 				break;
@@ -657,8 +686,10 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 		int f = i ? (flags & ~MSG_WAITFORONE) | MSG_DONTWAIT : flags & ~MSG_WAITFORONE;
 		long r = ops_recvmsg(fd, &vec[i].msg_hdr, f);
 
-		if (r == OPS_PASS)
+		if (r == OPS_PASS) {
+			errno_back();
 			return sys.recvmmsg(fd, vec, vlen, flags, timeout);
+		}
 		if (r <= 0) {
 			if (i)
 				break;
@@ -749,8 +780,10 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 	}
 	long r = ops_pselect(nfds, rd, wr, ex, tsp, NULL);
 
-	if (r == OPS_PASS)
+	if (r == OPS_PASS) {
+		errno_back();
 		return sys.select(nfds, rd, wr, ex, tv);
+	}
 	if (tv) {
 		tv->tv_sec = ts.tv_sec;
 		tv->tv_usec = ts.tv_nsec / 1000;
@@ -777,8 +810,10 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	if (bypass())
 		return sys.epoll_ctl(epfd, op, fd, ev);
-	if (op == EPOLL_CTL_ADD)
+	if (op == EPOLL_CTL_ADD) {
 		ops_epoll_added(fd);
+		errno_back();
+	}
 	if (!ops_fd_is_ours(fd) && !ops_fd_is_emulated_epoll(epfd))
 		return sys.epoll_ctl(epfd, op, fd, ev);
 	PASS_OR(ops_epoll_ctl(epfd, op, fd, ev), sys.epoll_ctl(epfd, op, fd, ev));

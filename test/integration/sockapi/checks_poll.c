@@ -8,10 +8,15 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* The mixed set: a pipe with data, a socket with data, an idle socket
@@ -373,6 +378,72 @@ static int check_eintr_pselect(void)
 	return eintr(3);
 }
 
+/* errno after a call that succeeded is what it was before (Linux's
+ * calls leave it alone).  The calls run with the sender's buffers full,
+ * where a stack's own nonblocking attempts fail with EAGAIN under them. */
+#define KEPT EHWPOISON
+#define KEPT_AFTER(what, call)                                                  \
+	do {                                                                    \
+		errno = KEPT;                                                   \
+		long r_ = (long)(call);                                         \
+		if (r_ < 0)                                                     \
+			FAIL("%s failed: %s", (what), errname(errno));          \
+		if (errno != KEPT)                                              \
+			FAIL("%s gave %ld and changed errno to %s", (what), r_, \
+			     errname(errno));                                   \
+	} while (0)
+
+static int check_errno_kept(void)
+{
+	static char buf[65536];
+	struct pair p = { -1, -1 };
+	struct pollfd pf;
+	struct timeval tv = { 0, 20000 };
+	struct timespec ts = { 0, 20000000 };
+	struct epoll_event ev = { .events = EPOLLOUT }, out;
+	fd_set w;
+	int rc = -1, ep = -1, one = 1;
+	long total = 0;
+	ssize_t n;
+
+	if (pair_open(&p) < 0)
+		goto out;
+	if (fcntl(p.c, F_SETFL, O_NONBLOCK) < 0)
+		FAIL_ERRNO("fcntl");
+	while ((n = send(p.c, buf, sizeof(buf), 0)) > 0 && total < (64L << 20))
+		total += n;
+	if (n >= 0 || errno != EAGAIN)
+		FAIL("filling the sender: %s", n < 0 ? errname(errno) : "no EAGAIN");
+	pf.fd = p.c;
+	pf.events = POLLOUT;
+	KEPT_AFTER("poll(POLLOUT, 20 ms) on a full socket", poll(&pf, 1, 20));
+	KEPT_AFTER("ppoll(POLLOUT, 20 ms) on a full socket", ppoll(&pf, 1, &ts, NULL));
+	FD_ZERO(&w);
+	FD_SET(p.c, &w);
+	KEPT_AFTER("select(write, 20 ms) on a full socket", select(p.c + 1, NULL, &w, NULL, &tv));
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0)
+		FAIL_ERRNO("epoll_create1");
+	KEPT_AFTER("epoll_ctl(ADD) of a full socket", epoll_ctl(ep, EPOLL_CTL_ADD, p.c, &ev));
+	KEPT_AFTER("epoll_wait(EPOLLOUT, 20 ms) on a full socket", epoll_wait(ep, &out, 1, 20));
+	KEPT_AFTER("setsockopt(TCP_NODELAY)",
+		   setsockopt(p.c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
+	KEPT_AFTER("recv() of the first bytes", recv(p.s, buf, 1000, 0));
+	pf.fd = p.s;
+	pf.events = POLLIN;
+	KEPT_AFTER("poll(POLLIN) on a socket with data", poll(&pf, 1, 1000));
+	KEPT_AFTER("send() of a byte the other way", send(p.s, "x", 1, 0));
+	pf.fd = p.c;
+	KEPT_AFTER("poll(POLLIN, 1 s) for that byte", poll(&pf, 1, 1000));
+	KEPT_AFTER("recv() of that byte", recv(p.c, buf, 1, 0));
+	note("errno kept through 12 calls");
+	rc = 0;
+out:
+	xclose(&ep);
+	pair_close(&p);
+	return rc;
+}
+
 const struct check checks_poll[] = {
 	{ "poll_mixed", check_poll_mixed, "poll over a pipe and sockets" },
 	{ "ppoll_mixed", check_ppoll_mixed, "ppoll over a pipe and sockets" },
@@ -390,5 +461,7 @@ const struct check checks_poll[] = {
 	  "select interrupted by a signal: EINTR" },
 	{ "eintr_pselect", check_eintr_pselect,
 	  "pselect interrupted by a signal: EINTR" },
+	{ "errno_kept", check_errno_kept,
+	  "calls that succeed leave errno as it was" },
 	{ NULL, NULL, NULL },
 };
