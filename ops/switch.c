@@ -411,6 +411,9 @@ static int direct_take_family(int fd, struct ops_sock *s, const struct sockaddr 
 	return new_engine_socket(s);
 }
 
+static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_storage *l,
+				socklen_t *ll, int backlog);
+
 int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	struct ops_sock *s = ops_fd_get(fd);
@@ -436,8 +439,11 @@ int ops_bind(int fd, const struct sockaddr *addr, socklen_t len)
 		struct sockaddr_storage l;
 		socklen_t ll = sizeof(l);
 
+		/* Port 0: the kernel's port may be free where the
+		 * transport's is not; Linux's bind() never fails for that. */
 		if (sys.getsockname(fd, (void *)&l, &ll) == 0)
-			r = sdp_bind(s->sd, (void *)&l, ll);
+			r = s->any_port ? sdp_listen_same_port(fd, s, &l, &ll, -1)
+					: sdp_bind(s->sd, (void *)&l, ll);
 	}
 	pthread_mutex_unlock(&s->lock);
 	ops_sock_put(s);
@@ -492,6 +498,8 @@ static int sdp_listen_on(int fd, struct ops_sock *s, const struct sockaddr_stora
 			(void)sdp_setsockopt(s->sd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, vl);
 	}
 	r = sdp_bind(s->sd, (const void *)l, ll);
+	if (backlog < 0)
+		return r;	/* bind() of a direct socket */
 	if (r == 0 || r == -EINVAL)	/* -EINVAL: bound already (direct) */
 		r = sdp_listen(s->sd, backlog);
 	return r;
@@ -506,7 +514,8 @@ static int sdp_listen_on(int fd, struct ops_sock *s, const struct sockaddr_stora
  * given.  The ports tried stay bound until the end, so that the kernel
  * offers a new one each time.  A program that has seen its port keeps
  * it: the listener then serves TCP only, like any listener whose SDP
- * side cannot be had.
+ * side cannot be had.  A direct socket's SDP side is bound at bind()
+ * (its errors are bind's): there backlog is -1 and nothing listens yet.
  */
 #define REBIND_TRIES 32
 

@@ -12,6 +12,14 @@
  *                                  that with 27: getaddrinfo gives :: first),
  *                                  a client on TEST_HOST and, on loopback,
  *                                  one on [::1]
+ *   direct_sdp anyport [FAMILY]    with many kernel TCP listeners held on
+ *                                  TEST_HOST, bind and listen FAMILY
+ *                                  sockets to port 0, ANYPORT_TRIES times
+ *                                  (default 300): the kernel's port P may
+ *                                  be free where the transport's (P plus
+ *                                  an offset) is taken, and Linux's
+ *                                  bind(port 0) never fails for that;
+ *                                  prints "anyport: ok" or the failures
  *   direct_sdp socket [FAMILY]     print socket()'s result: "ok" or the
  *                                  errno name (EAFNOSUPPORT...)
  *   direct_sdp dgram [FAMILY]      the same for SOCK_DGRAM
@@ -23,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -175,10 +184,62 @@ static int wildcard6(void)
 	return r;
 }
 
+/* As many TCP listeners as the descriptor limit allows (up to 4000) held
+ * on the test host while port-0 listeners of `family` come and go: each
+ * has a few per cent of chances that its transport port is one of them. */
+static int anyport(void)
+{
+	struct rlimit rl;
+	struct sockaddr_in a;
+	const char *t = getenv("ANYPORT_TRIES");
+	int tries = t ? atoi(t) : 300, nheld = 0, bad = 0, *held;
+
+	if (test_host(&a) < 0)
+		return 1;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	int want = rl.rlim_cur > 4200 ? 4000 : (int)rl.rlim_cur - 200;
+
+	held = calloc(want > 0 ? (size_t)want : 1, sizeof(*held));
+	for (int i = 0; held && i < want; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		a.sin_port = 0;
+		if (fd < 0)
+			break;
+		if (bind(fd, (void *)&a, sizeof(a)) < 0 || listen(fd, 1) < 0) {
+			close(fd);
+			break;
+		}
+		held[nheld++] = fd;
+	}
+	for (int i = 0; i < tries; i++) {
+		int fd = socket(family, SOCK_STREAM, 0);
+
+		a.sin_port = 0;
+		if (fd < 0 || bind(fd, (void *)&a, sizeof(a)) < 0 || listen(fd, 4) < 0) {
+			if (bad++ < 3)
+				printf("anyport: try %d: %s\n", i, errname(errno));
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	while (nheld)
+		close(held[--nheld]);
+	free(held);
+	if (bad)
+		printf("anyport: %d of %d port-0 listeners failed\n", bad, tries);
+	else
+		printf("anyport: ok\n");
+	return bad != 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: direct_sdp transfer|wildcard6|socket|dgram [FAMILY]\n");
+		fprintf(stderr, "usage: direct_sdp transfer|wildcard6|anyport|socket|dgram [FAMILY]\n");
 		return 2;
 	}
 	if (argc > 2)
@@ -187,6 +248,8 @@ int main(int argc, char **argv)
 		return transfer();
 	if (!strcmp(argv[1], "wildcard6"))
 		return wildcard6();
+	if (!strcmp(argv[1], "anyport"))
+		return anyport();
 	int type = !strcmp(argv[1], "dgram") ? SOCK_DGRAM : SOCK_STREAM;
 	int fd = socket(family, type, 0);
 
