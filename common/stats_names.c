@@ -97,6 +97,7 @@ const char *sdp_stats_counter_name(unsigned v)
 	case OPS_C_PROGRESS_SET_CHANGES: return "progress_set_changes";
 	case OPS_C_RING_ALLOCS: return "ring_allocs";
 	case OPS_C_BUF_GROWS: return "buf_grows";
+	case OPS_C_RX_COPIED_OUT: return "rx_copied_out";
 	case OPS_C_EPOLL_LOOKS: return "epoll_looks";
 	case OPS_C_WATCH_WRITES: return "watch_writes";
 	case OPS_C_EPOLL_RINGS: return "epoll_rings";

@@ -113,6 +113,7 @@ enum ops_counter {
 	OPS_C_MOVES_IN,		/* SDP connections taken from another process */
 	OPS_C_MOVES_REFUSED,	/* claims answered with a relay instead (the log says why) */
 	OPS_C_BUF_GROWS,	/* the engine's buf_grows */
+	OPS_C_RX_COPIED_OUT,	/* the engine's rx_copied_out */
 	OPS_C_MAX
 };
 

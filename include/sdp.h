@@ -427,6 +427,9 @@ struct sdp_stats {
 						 * (no system call, no sleep: shm) */
 	uint64_t buf_grows;			/* receive rings enlarged at the peer's
 						 * ChRcvBuf (buffers that grow with use) */
+	uint64_t rx_copied_out;			/* receive buffers whose unread bytes
+						 * were copied to memory of the heap
+						 * and the buffer posted again */
 };
 void sdp_get_stats(struct sdp_stats *st);
 

@@ -304,6 +304,7 @@ static const struct {
 	STATS_ENGINE(OPS_C_WATCH_WRITES, watch_writes),
 	STATS_ENGINE(OPS_C_TRANSPORT_EMPTY_READS, transport_empty_reads),
 	STATS_ENGINE(OPS_C_BUF_GROWS, buf_grows),
+	STATS_ENGINE(OPS_C_RX_COPIED_OUT, rx_copied_out),
 #undef STATS_ENGINE
 };
 #define STATS_N_ENGINE (sizeof(stats_engine_map) / sizeof(stats_engine_map[0]))

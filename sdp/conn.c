@@ -47,6 +47,7 @@ void conn_free(struct sdp_sock *s)
 		c->t->mr_dereg(c->ctrl_mr);
 	conn_free_rings(c);
 	SDP_STAT_INC(buf_bytes, -c->buf_bytes);
+	conn_rx_free_heap(c);
 	free(c->rxq);
 	free(c->rx_idle);
 	free(c->rx_posted);
@@ -255,6 +256,8 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 
 	if (!keep)
 		conn_repost(s, slot);
+	else if (s->conn)
+		conn_rx_spill_maybe(s);
 }
 
 static void conn_handle_wc(struct sdp_sock *s, const struct oti_wc *wc)

@@ -57,6 +57,7 @@ struct sdp_rx_seg {
 	uint32_t off;		/* first unread byte in that buffer */
 	uint32_t len;		/* unread bytes */
 	bool urg;		/* its last byte is the urgent byte: the mark */
+	uint8_t *heap;		/* SDP_SLOT_HEAP: the copy's memory (malloc) */
 };
 
 /* The urgent byte (post.c, "Urgent data"), as Linux's tp->urg_data. */
@@ -82,6 +83,13 @@ enum {
 /* Segments of the receive queue that are not in a receive buffer. */
 #define SDP_SLOT_SA 0xffffffffu		/* the unread rest of the peer's SrcAvail */
 #define SDP_SLOT_STAGE 0xfffffffeu	/* bytes read into the staging buffer */
+#define SDP_SLOT_HEAP 0xfffffffdu	/* unread bytes copied out of their buffer */
+/* Heap segments at most in the receive queue (post.c, "Unread data
+ * copied out"): with one SrcAvail and one staging segment, rxq_cap is
+ * nrx + SDP_RXQ_EXTRA. */
+#define SDP_RX_HEAP_SEGS 4
+#define SDP_RX_HEAP_MAX (64u * 1024)	/* bytes in them at most */
+#define SDP_RXQ_EXTRA (2 + SDP_RX_HEAP_SEGS)
 
 /* Bytes of the stream a SrcAvail of ours carries inline (Combined mode
  * wants at least one); BSDH + SrcAH + these fill one control slot. */
@@ -127,9 +135,11 @@ struct sdp_conn {
 	uint32_t rx_max;
 	uint32_t *rx_idle, nidle;
 	struct sdp_rx_seg *rxq;	/* ring of rxq_cap: data not yet read */
-	uint32_t rxq_cap;	/* nrx + the SrcAvail and staging segments */
+	uint32_t rxq_cap;	/* nrx + SDP_RXQ_EXTRA */
 	uint32_t rxq_head, rxq_count;
 	uint64_t rx_bytes;	/* sum of rxq lengths */
+	uint32_t rx_heap_bytes;	/* of which in SDP_SLOT_HEAP segments */
+	uint32_t rx_heap_segs;	/* SDP_SLOT_HEAP segments in rxq */
 	enum sdp_urg urg;	/* the one rxq segment with .urg set iff not NONE */
 	uint8_t urg_byte;
 
@@ -694,6 +704,14 @@ void conn_tx_regrow(struct sdp_sock *s);
 bool conn_idle_sweep(struct sdp_sock *s);
 /* Receive buffer slot's memory. */
 uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot);
+/* Unread data copied out of the receive buffers (post.c): a message
+ * just queued in one; a heap segment read to its end (taken out of rxq
+ * by the caller); every heap segment, when the connection goes. */
+void conn_rx_spill_maybe(struct sdp_sock *s);
+void rx_heap_seg_free(struct sdp_conn *c, struct sdp_rx_seg *seg);
+void conn_rx_free_heap(struct sdp_conn *c);
+/* Remove queue entry i (0 = head) of c's receive queue. */
+void rxq_remove(struct sdp_conn *c, uint32_t i);
 /* A consumed receive buffer goes back (or waits, beyond SO_RCVBUF). */
 int conn_repost(struct sdp_sock *s, uint32_t slot);
 /* The transport reports nothing more on c's ep: out of the progress set. */
@@ -871,8 +889,6 @@ ssize_t wz_send(struct sdp_sock *s, const struct iovec *iov, int iovcnt, size_t 
 void wz_write_done(struct sdp_sock *s, const struct oti_wc *wc);
 /* Free the Write Zcopy state; after ep_close(). */
 void wz_conn_free(struct sdp_conn *c);
-/* Remove queue entry i (0 = head) of c's receive queue. */
-void rxq_remove(struct sdp_conn *c, uint32_t i);
 
 /* --- conn.c: handshake, listeners, receive dispatch, driving --------------- */
 

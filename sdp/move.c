@@ -144,7 +144,7 @@ static int move_quiet(const struct sdp_sock *s)
 	    c->snk_acks_due || c->psnk_cancels || c->rdcompl_bytes || c->trans_held)
 		return -EBUSY;
 	for (uint32_t i = 0; i < c->rxq_count; i++)
-		if (rxq_at(c, i)->slot >= c->nrx)
+		if (rxq_at(c, i)->slot >= c->nrx && rxq_at(c, i)->slot != SDP_SLOT_HEAP)
 			return -EBUSY;	/* staged or zero-copy bytes */
 	return 0;
 }
@@ -207,7 +207,8 @@ static void put_conn(struct wbuf *w, const struct sdp_sock *s)
 	for (uint32_t i = 0; i < c->rxq_count; i++) {
 		const struct sdp_rx_seg *g = rxq_at(c, i);
 
-		put(w, rx_buf((struct sdp_conn *)c, g->slot) + g->off, g->len);
+		put(w, (g->slot == SDP_SLOT_HEAP ? g->heap : rx_buf((struct sdp_conn *)c, g->slot)) +
+			       g->off, g->len);
 	}
 	for (uint32_t k = c->tx_posted; k != c->tx_filled; k++) {
 		uint32_t slot = k % c->ntx;
@@ -272,6 +273,7 @@ int conn_export(struct sdp_sock *s, void **blob, size_t *len, int *fd)
 		     s->sd, (size_t)c->rx_bytes, c->tx_filled - c->tx_posted);
 	/* No DisConn, no reset: the connection lives on elsewhere. */
 	c->rx_bytes = 0;
+	conn_rx_free_heap(c);
 	c->rxq_count = 0;
 	conn_free(s);
 	s->state = SDP_S_CLOSED;
@@ -358,23 +360,44 @@ static bool get_rings(struct rbuf *r, struct sdp_conn *c, const struct move_rec 
 		if (c->rx_idle[i] >= m->nrx || c->rx_posted[c->rx_idle[i]])
 			return false;
 	uint64_t bytes = 0;
+	uint32_t heap = 0;
 
+	if (m->rxq_count > c->rxq_cap)
+		return false;
 	for (uint32_t i = 0; i < m->rxq_count; i++) {
 		struct sdp_rx_seg *g = &c->rxq[i];
 
-		if (!get(r, g, sizeof(*g)) || g->slot >= m->nrx || c->rx_posted[g->slot] ||
-		    g->off > m->rx_size || g->len > m->rx_size - g->off)
+		if (!get(r, g, sizeof(*g)))
 			return false;
+		g->heap = NULL;	/* the exporter's address */
+		if (g->slot == SDP_SLOT_HEAP) {
+			/* Copied out (post.c): at most SDP_RX_HEAP_MAX in all. */
+			if (g->len == 0 || g->len > SDP_RX_HEAP_MAX - heap ||
+			    ++c->rx_heap_segs > SDP_RX_HEAP_SEGS)
+				return false;
+			g->off = 0;
+			heap += g->len;
+		} else if (g->slot >= m->nrx || c->rx_posted[g->slot] || g->off > m->rx_size ||
+			   g->len > m->rx_size - g->off) {
+			return false;
+		}
 		bytes += g->len;
 	}
 	if (bytes != m->rx_bytes)
 		return false;
-	for (uint32_t i = 0; i < m->rxq_count; i++)
-		if (!get(r, rx_buf(c, c->rxq[i].slot) + c->rxq[i].off, c->rxq[i].len))
-			return false;
+	c->rx_heap_bytes = heap;
 	c->rxq_head = 0;
-	c->rxq_count = m->rxq_count;
+	c->rxq_count = m->rxq_count;	/* from here, conn_free() frees the heap's */
 	c->rx_bytes = m->rx_bytes;
+	for (uint32_t i = 0; i < m->rxq_count; i++) {
+		struct sdp_rx_seg *g = &c->rxq[i];
+
+		if (g->slot == SDP_SLOT_HEAP && !(g->heap = malloc(g->len)))
+			return false;
+		if (!get(r, g->slot == SDP_SLOT_HEAP ? g->heap : rx_buf(c, g->slot) + g->off,
+			 g->len))
+			return false;
+	}
 	for (uint32_t k = 0; k < m->tx_count; k++) {
 		uint8_t urg;
 

@@ -46,6 +46,8 @@ static uint8_t *seg_buf(struct sdp_conn *c, const struct sdp_rx_seg *seg)
 {
 	if (seg->slot == SDP_SLOT_STAGE)
 		return c->stage_mem;
+	if (seg->slot == SDP_SLOT_HEAP)
+		return seg->heap;
 	return rx_buf(c, seg->slot);
 }
 
@@ -308,7 +310,7 @@ int conn_make_rx(struct sdp_conn *c, const bool *post)
 
 	c->rx_mem_len = ring_len(c->nrx, c->rx_size);
 	c->rx_mem = ring_get(c->rx_mem_len);
-	c->rxq_cap = c->nrx + 2;
+	c->rxq_cap = c->nrx + SDP_RXQ_EXTRA;
 	c->rxq = calloc(c->rxq_cap, sizeof(*c->rxq));
 	c->rx_idle = calloc(c->nrx, sizeof(*c->rx_idle));
 	c->rx_posted = calloc(c->nrx, sizeof(*c->rx_posted));
@@ -442,8 +444,8 @@ static void bl_drain(struct sdp_conn *c)
 
 /* --- growing buffers ---------------------------------------------------------
  * On a transport whose registrations pin memory (ib, iwarp) a connection
- * starts with small buffers (buf_size_start: 5136 bytes, so that 16 + 16
- * of them and the control slots pin about 164 KiB, not 8 MiB), and they
+ * starts with small buffers (buf_size_start: 1536 bytes, so that 16 + 16
+ * of them and the control slots pin about 56 KiB, not 8 MiB), and they
  * grow as TCP's autotuned buffers do, with the SDP message made for it:
  *
  * - The sender (tx_maybe_ask()): once SDP_GROW_FULL sends since its last
@@ -470,17 +472,18 @@ static void bl_drain(struct sdp_conn *c)
  *   set before the handshake.
  *
  * So a connection that carries requests and replies of a few KiB keeps
- * small buffers, a bulk stream reaches buf_size in steps (three from
- * 5136), and the
- * slots' count (the credits) never changes.  A peer that never asks (OFED
+ * small buffers, a bulk stream reaches buf_size in steps (four from
+ * 1536), and the slots' count (the credits) never changes.  What the
+ * application has not read yet is copied out of the small buffers
+ * (below, "Unread data copied out"), so that it may leave 64 KiB unread
+ * as on TCP.  A peer that never asks (OFED
  * never sends ChRcvBuf) keeps ours small.  Shrinking again when the
  * connection idles is not done: the receive buffers are posted, and a
  * posted receive cannot be taken back from a QP.
  */
-/* 5120 bytes of payload: the 14 of 16 buffers the peer may fill with data
- * (2 are kept for control messages) take 70 KiB, above the 64 KiB a
- * Linux TCP receiver takes at first without being read. */
-#define SDP_RX_SIZE_PINNED 5136
+/* 1520 bytes of payload, an Ethernet frame's worth: 16 + 16 buffers fill
+ * 12 pages, and an idle connection end pins less than 64 KiB. */
+#define SDP_RX_SIZE_PINNED 1536
 #define SDP_GROW_FULL 2
 #define SDP_GROW_STEP 4
 
@@ -689,6 +692,129 @@ void conn_rcvbuf_acked(struct sdp_sock *s, uint32_t size)
 	}
 	c->tx_next_size = size;
 	conn_tx_regrow(s);
+}
+
+/* --- unread data copied out -----------------------------------------------------
+ * A TCP receiver takes about 64 KiB that the application has not read yet
+ * before its window closes, and more as autotuning grows it.  SDP's is
+ * its posted buffers: with the small ones a pinning transport starts
+ * with (above), a receiver that does not read at once would stop the
+ * sender after a few KiB, and a program that sends a request of some
+ * tens of KiB and only then reads its peer's (or sendfile()s a file into
+ * a peer that reads later) would see it stall where TCP does not.
+ *
+ * So, while its buffers are still small, a connection whose posted
+ * buffers have fallen to half copies the unread bytes of the oldest
+ * filled buffers to the heap and posts those buffers again: up to
+ * SDP_RX_HEAP_MAX bytes, the window TCP starts with.  The copy keeps its
+ * place in the receive queue (an SDP_SLOT_HEAP segment; consecutive
+ * ones are merged, so there are at most SDP_RX_HEAP_SEGS), so the
+ * stream's order, the urgent mark and MSG_PEEK are those of the buffers.
+ * A reader that keeps up never triggers it; one that lags pays one more
+ * copy of what it reads late, and the sender, still waiting, asks for
+ * larger buffers as before.  Not on a connection whose buffers are at
+ * buf_size (the software transports, or grown), nor past a set
+ * SO_RCVBUF's bytes unread.
+ */
+/* Segment i of the receive queue taken out (zcopy.c's too). */
+void rxq_remove(struct sdp_conn *c, uint32_t i)
+{
+	for (; i + 1 < c->rxq_count; i++)
+		*rxq_at(c, i) = *rxq_at(c, i + 1);
+	c->rxq_count--;
+}
+
+void rx_heap_seg_free(struct sdp_conn *c, struct sdp_rx_seg *seg)
+{
+	free(seg->heap);
+	seg->heap = NULL;
+	c->rx_heap_segs--;
+}
+
+void conn_rx_free_heap(struct sdp_conn *c)
+{
+	for (uint32_t i = 0; i < c->rxq_count; i++) {
+		struct sdp_rx_seg *seg = rxq_at(c, i);
+
+		if (seg->slot == SDP_SLOT_HEAP) {
+			free(seg->heap);
+			seg->heap = NULL;
+		}
+	}
+	c->rx_heap_segs = 0;
+	c->rx_heap_bytes = 0;
+}
+
+/* seg's bytes appended to prev, a heap segment before it: false if there
+ * is no memory. */
+static bool rx_heap_append(struct sdp_rx_seg *prev, const uint8_t *src, uint32_t len)
+{
+	if (prev->off >= prev->len) {
+		/* Mostly read: its rest to the front, so that it stays small. */
+		memmove(prev->heap, prev->heap + prev->off, prev->len);
+		prev->off = 0;
+	}
+	uint8_t *m = realloc(prev->heap, (size_t)prev->off + prev->len + len);
+
+	if (!m)
+		return false;
+	memcpy(m + prev->off + prev->len, src, len);
+	prev->heap = m;
+	prev->len += len;
+	return true;
+}
+
+static void rx_spill(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	for (uint32_t i = 0; i < c->rxq_count; i++) {
+		struct sdp_rx_seg *seg = rxq_at(c, i);
+		uint32_t slot = seg->slot;
+
+		if (slot >= c->nrx)
+			continue;	/* the peer's SrcAvail, staged or heap bytes */
+		if (c->rx_heap_bytes + seg->len > SDP_RX_HEAP_MAX)
+			break;
+		const uint8_t *src = rx_buf(c, slot) + seg->off;
+		struct sdp_rx_seg *prev = i ? rxq_at(c, i - 1) : NULL;
+
+		if (prev && prev->slot == SDP_SLOT_HEAP && !prev->urg) {
+			if (!rx_heap_append(prev, src, seg->len))
+				break;
+			prev->urg = seg->urg;	/* the mark, if it was here */
+			c->rx_heap_bytes += seg->len;
+			rxq_remove(c, i);
+			i--;
+		} else {
+			if (c->rx_heap_segs >= SDP_RX_HEAP_SEGS)
+				break;
+			uint8_t *m = malloc(seg->len ? seg->len : 1);
+
+			if (!m)
+				break;
+			memcpy(m, src, seg->len);
+			seg->slot = SDP_SLOT_HEAP;
+			seg->heap = m;
+			seg->off = 0;
+			c->rx_heap_segs++;
+			c->rx_heap_bytes += seg->len;
+		}
+		SDP_STAT_INC(rx_copied_out, 1);
+		if (conn_repost(s, slot))
+			break;
+	}
+}
+
+void conn_rx_spill_maybe(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (c->cr.posted > c->rx_max / 2 || c->rx_heap_bytes >= SDP_RX_HEAP_MAX ||
+	    (s->rcvbuf_set && c->rx_bytes >= (uint64_t)s->rcvbuf) ||
+	    c->rx_size >= (uint32_t)tun_int(TUN_buf_size) || c->transport_down || c->post_failed)
+		return;
+	rx_spill(s);
 }
 
 /* --- idle buffers -------------------------------------------------------------
@@ -1476,6 +1602,8 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		seg->off += (uint32_t)n;
 		seg->len -= (uint32_t)n;
 		c->rx_bytes -= n;
+		if (seg->slot == SDP_SLOT_HEAP)
+			c->rx_heap_bytes -= (uint32_t)n;
 		if (seg->len == 0) {
 			uint32_t slot = seg->slot;
 
@@ -1490,6 +1618,10 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			c->rxq_count--;
 			if (slot == SDP_SLOT_STAGE)
 				continue;	/* the staging buffer is free again */
+			if (slot == SDP_SLOT_HEAP) {
+				rx_heap_seg_free(c, seg);
+				continue;
+			}
 			if (conn_repost(s, slot))
 				break;
 			reposted = true;
@@ -1563,8 +1695,12 @@ void conn_urg_rcvd(struct sdp_sock *s)
 			c->rx_bytes--;
 			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
 			c->rxq_count--;
-			if (slot != SDP_SLOT_STAGE)
+			if (slot == SDP_SLOT_HEAP) {
+				c->rx_heap_bytes--;
+				rx_heap_seg_free(c, old);
+			} else if (slot != SDP_SLOT_STAGE) {
 				(void)conn_repost(s, slot);
+			}
 		}
 		old->urg = false;
 	}

@@ -407,13 +407,6 @@ void zc_send_sm_rcvd(struct sdp_sock *s, const struct sdp_bsdh *h)
 
 /* --- sink -------------------------------------------------------------------- */
 
-void rxq_remove(struct sdp_conn *c, uint32_t i)
-{
-	for (; i + 1 < c->rxq_count; i++)
-		*rxq_at(c, i) = *rxq_at(c, i + 1);
-	c->rxq_count--;
-}
-
 /* Queue index of the SA segment; there is at most one. */
 static int rxq_find_sa(struct sdp_conn *c)
 {
