@@ -5,7 +5,7 @@
  * arrived, in order, and how fast.
  *
  *   sdpcat [--tcp|--convert] -l [ADDR:]PORT [--port-file FILE] [--count N]
- *          [--echo]
+ *          [--echo] [--read-delay MS]
  *   sdpcat [--tcp|--convert] -c HOST:PORT [--bytes N] [--seed S]
  *          [--wsize MIN[-MAX]] [--rsize MIN[-MAX]] [--bidir] [--nonblock]
  *
@@ -53,6 +53,7 @@ struct opts {
 	bool bidir;
 	bool nonblock;
 	int timeout_ms;		/* -1: none */
+	int read_delay_ms;	/* the server reads the stream this late */
 	int verbose;
 };
 
@@ -94,7 +95,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: sdpcat [--tcp|--convert] -l [ADDR:]PORT [--port-file FILE] [--count N]\n"
-		"              [--echo]\n"
+		"              [--echo] [--read-delay MS]\n"
 		"       sdpcat [--tcp|--convert] -c HOST:PORT [--bytes N] [--seed S]\n"
 		"              [--wsize MIN[-MAX]] [--rsize MIN[-MAX]] [--bidir] [--nonblock]\n"
 		"\n"
@@ -112,8 +113,9 @@ static void usage(FILE *out)
 		"  --bidir              the server streams the same amount back concurrently\n"
 		"  --nonblock           client uses a non-blocking socket and poll\n"
 		"  --timeout SEC        give up after SEC seconds without progress\n"
+		"  --read-delay MS      server: read a stream MS milliseconds after its header\n"
 		"  -v, --verbose        report each connection on stderr; twice: and\n"
-		"                       the engine's buf_grows and buf_bytes at exit\n"
+		"                       the engine's buf_grows, rx_copied_out, buf_bytes at exit\n"
 		"  -h, --help           this text\n"
 		"\n"
 		"The client prints one summary line and exits 0 only if the server\n"
@@ -210,6 +212,9 @@ static int serve_stream(struct conn *c)
 		return 0;
 	}
 	bool bidir = h.magic == XFER_MAGIC_BIDIR;
+
+	if (opt.read_delay_ms)
+		usleep((useconds_t)opt.read_delay_ms * 1000u);
 
 	xfer_pump_init(&p, opt.ops, c->sd);
 	p.idle_timeout_ms = opt.timeout_ms;
@@ -602,7 +607,7 @@ out:
 
 enum {
 	OPT_TCP = 256, OPT_CONVERT, OPT_PORT_FILE, OPT_COUNT, OPT_ECHO, OPT_BYTES, OPT_SEED,
-	OPT_WSIZE, OPT_RSIZE, OPT_BIDIR, OPT_NONBLOCK, OPT_TIMEOUT,
+	OPT_WSIZE, OPT_RSIZE, OPT_BIDIR, OPT_NONBLOCK, OPT_TIMEOUT, OPT_READ_DELAY,
 };
 
 static const struct option longopts[] = {
@@ -620,6 +625,7 @@ static const struct option longopts[] = {
 	{ "bidir", no_argument, NULL, OPT_BIDIR },
 	{ "nonblock", no_argument, NULL, OPT_NONBLOCK },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "read-delay", required_argument, NULL, OPT_READ_DELAY },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
@@ -699,6 +705,14 @@ int main(int argc, char **argv)
 			opt.timeout_ms = (int)(s * 1000);
 			break;
 		}
+		case OPT_READ_DELAY: {
+			long ms = strtol(optarg, &end, 10);
+
+			if (*end || ms < 0 || ms > 600000)
+				return bad_arg("--read-delay", optarg);
+			opt.read_delay_ms = (int)ms;
+			break;
+		}
 		case 'v':
 			opt.verbose++;
 			break;
@@ -740,8 +754,8 @@ int main(int argc, char **argv)
 		struct sdp_stats st;
 
 		sdp_get_stats(&st);
-		msg("engine: buf_grows=%" PRIu64 " buf_bytes=%" PRIu64, st.buf_grows,
-		    st.buf_bytes);
+		msg("engine: buf_grows=%" PRIu64 " rx_copied_out=%" PRIu64 " buf_bytes=%" PRIu64,
+		    st.buf_grows, st.rx_copied_out, st.buf_bytes);
 	}
 	return status;
 }
