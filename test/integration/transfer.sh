@@ -54,8 +54,8 @@ fi
 # Buffers that grow with use (sdp/post.c, "Growing buffers"): receive
 # buffers that start small (the default on ib and iwarp, buf_size_start
 # elsewhere) grow four times larger at a time, up to buf_size, once a
-# stream fills them: 1040 becomes 262160 in four steps (5136, ib and
-# iwarp's start, in three), on each receiving end, and the bytes arrive
+# stream fills them: 1040 becomes 262160 in four steps (as 1536, ib and
+# iwarp's start, does), on each receiving end, and the bytes arrive
 # intact while the rings are swapped.
 # A request-sized exchange (4 KiB each way, in one write) grows nothing.
 grow_case() {
@@ -79,7 +79,7 @@ grow_case() {
 		fi
 	done
 }
-start=0 from=5136 steps=3
+start=0 from=1536 steps=4
 case $TEST_TRANSPORT in ib | iwarp) ;; *) start=1040 from=1040 steps=4 ;; esac
 # (Writes below zcopy_thresh: a write that goes by zero copy uses no
 # buffer, and a stream of them may never find the ring full.)
@@ -89,6 +89,32 @@ SDP_BUF_SIZE_START=$start grow_case "$((big / 4)) B each way, buffers grow from 
 	"--rsize 1-64K" "--bytes $((big / 4)) --seed 82 --wsize 1-64K --bidir"
 SDP_BUF_SIZE_START=$start grow_case "4 KiB each way, buffers stay" 0 "" \
 	"--bytes 4K --seed 83 --wsize 4K --bidir"
+
+# Unread data copied out (sdp/post.c): a server that reads 60 KiB only
+# 300 ms after they were sent, with small buffers (ib and iwarp's start,
+# 1536 forced elsewhere: 14 of them hold 21 KiB).  The bytes it had not
+# read were copied out of the buffers so that the client could go on
+# (rx_copied_out), as a TCP receiver holds 64 KiB unread, and arrive
+# intact; with buffers of buf_size from the start nothing is copied.
+copied_case() {
+	local desc=$1 want=$2 n
+	# shellcheck disable=SC2086
+	run "$desc" 60 "-vv --read-delay 300" "--bytes 60K --seed 84 --wsize 60K" || return
+	n=$(grep -o 'rx_copied_out=[0-9]*' "$TMP/server.out" | cut -d= -f2)
+	if [ "${n:-x}" = x ] || { [ "$want" = 0 ] && [ "$n" != 0 ]; } ||
+		{ [ "$want" != 0 ] && [ "$n" -lt 1 ]; }; then
+		log "FAIL $desc: the server copied out ${n:-?} buffers (want $([ "$want" = 0 ] && echo 0 || echo 'at least 1'))"
+		failures=$((failures + 1))
+	else
+		log "     the server copied out $n buffers"
+	fi
+}
+small=0
+case $TEST_TRANSPORT in ib | iwarp) ;; *) small=1536 ;; esac
+SDP_BUF_SIZE_START=$small copied_case "60 KiB read 300 ms late, small buffers" 1
+case $TEST_TRANSPORT in ib | iwarp) ;; *)
+	SDP_BUF_SIZE_START=0 copied_case "60 KiB read 300 ms late, buffers of buf_size" 0 ;;
+esac
 
 # The same tool over the kernel's TCP: if this fails the tool is wrong,
 # not the engine.
