@@ -848,6 +848,7 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	struct sdp_sock *child;
 	struct sdp_conn *c;
 	bool answered = false;
+	const char *step = "";
 	int ret, len;
 
 	if (s->acceptq_len + s->pending_children >= s->backlog) {
@@ -904,10 +905,12 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	child->keepintvl = s->keepintvl;
 	child->keepcnt = s->keepcnt;
 
+	step = "the transport's endpoint";
 	ret = c->t->ep_accept_open(l->l, req, &c->ep);
 	if (ret)
 		goto err_child;
 	c->ep_fd = c->t->ep_fd(c->ep);
+	step = "its buffers";
 	ret = conn_setup_rx(c, child);
 	if (!ret)
 		ret = conn_setup_tx(c, hello.localrcvsz, child);
@@ -917,11 +920,13 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	c->peer_max_adverts = hello.max_adverts;
 	ack.bsdh.bufs = (uint16_t)c->nrx;
 	ack.actrcvsz = c->rx_size;
+	step = "its HelloAck";
 	len = sdp_hello_ack_encode(out, c->caps.max_private_data, &ack);
 	if (len < 0) {
 		ret = len;
 		goto err_child;
 	}
+	step = "the transport's accept";
 	ret = c->t->accept(c->ep, out, (size_t)len);
 	if (ret)
 		goto err_child;
@@ -950,12 +955,14 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	if (established && !(c->t->ep_wait_events(c->ep) & POLLOUT)) {
 		c->prog_deferred = true;
 	} else {
+		step = "the progress thread's set";
 		ret = progress_add_ep(s, c);
 		if (ret)
 			goto err_child;
 		c->in_progress_set = true;
 	}
 
+	step = "the accept queue";
 	if (s->acceptq_len + s->pending_children + 1 > s->acceptq_cap) {
 		int cap = s->acceptq_cap ? s->acceptq_cap * 2 : 16;
 		struct sdp_sock **q = realloc(s->acceptq, (size_t)cap * sizeof(*q));
@@ -981,8 +988,8 @@ static void listener_take_request(struct sdp_sock *s, const struct sdp_lsn *l,
 	return;
 
 err_child:
-	sdp_warn(LOGSYS, "sd %d: could not set up an accepted connection: %s",
-		 s->sd, strerror(-ret));
+	sdp_warn(LOGSYS, "sd %d: could not set up an accepted connection: %s: %s",
+		 s->sd, step, strerror(-ret));
 	/* Out of memory, descriptors or registrations (RLIMIT_MEMLOCK on
 	 * verbs): said so, before the HelloAck, so that the active side's
 	 * fallback is "resource" and not a refusal it would remember. */
