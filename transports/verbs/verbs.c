@@ -34,12 +34,16 @@
  * moment it sees OTI_EV_ESTABLISHED, on either side.
  *
  * One pollable fd per endpoint: an epoll set holding the event channel's
- * fd, the completion channel's fd, the device's async-event fd, and while
- * the start rule's handshake runs its timerfd.  An async event that
- * another endpoint's thread read for this one rings the endpoint by
- * adding the process's doorbell (an eventfd that is always readable) to
- * its set, which the owner takes out again (vb_ring, take_async): no
- * descriptor of its own per endpoint for that.
+ * fd, the completion channel's fd, and while the start rule's handshake
+ * runs its timerfd.  The device's async-event fd is in the sets of
+ * VB_ASYNC_WATCHERS endpoints of the device only (the watchers, handed on
+ * when one closes): the kernel refuses (EINVAL) a file reachable through
+ * more than 500 nested epoll sets (fs/eventpoll.c, reverse_path_check),
+ * which capped a process at 500 verbs connections when every endpoint's
+ * set held it.  An async event that a watcher read for another endpoint
+ * rings that endpoint by adding the process's doorbell (an eventfd that
+ * is always readable) to its set, which the owner takes out again
+ * (vb_ring, take_async): no descriptor of its own per endpoint for that.
  *
  * Completions: the transport keeps the engine's context and the operation
  * of every posted request in two rings (send queue, receive queue) and
@@ -128,7 +132,11 @@ static const struct vc_fds vb_fds = { .making = fdspace_making, .made = vb_made_
 struct vb_dev {
 	struct ibv_context *ctx;
 	struct vb_dev *next;
+	int watchers;	/* eps whose set holds ctx->async_fd (vb_lock) */
 };
+
+/* Endpoints of a device whose epoll set holds its async fd (above). */
+#define VB_ASYNC_WATCHERS 2
 
 /* Protects vb_devs, vb_eps, the async-event dispatch and the rings of
  * the doorbell (vb_ring).  A leaf: taken under a socket's lock, never the
@@ -254,6 +262,7 @@ struct vb_ep {
 	unsigned sq_head, sq_tail, rq_head, rq_tail;
 
 	struct vb_ep *next_ep;	/* eps with a QP, for async events (vb_lock) */
+	atomic_bool async_watch;	/* its set holds the device's async fd (vb_lock) */
 };
 
 /*
@@ -740,14 +749,31 @@ void vb_listener_close(struct oti_listener *ol)
 
 /* --- endpoints ------------------------------------------------------------------- */
 
+/* e watches its device's async fd from now on (vb_lock held). */
+static void async_watch_add(struct vb_ep *e)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->dev->ctx->async_fd, &ev) == 0) {
+		atomic_store(&e->async_watch, true);
+		e->dev->watchers++;
+	}
+}
+
+/* A new ep with a QP: listed for async events, and one of the device's
+ * watchers while it has fewer than VB_ASYNC_WATCHERS. */
 static void ep_list_add(struct vb_ep *e)
 {
 	pthread_mutex_lock(&vb_lock);
 	e->next_ep = vb_eps;
 	vb_eps = e;
+	if (e->dev->watchers < VB_ASYNC_WATCHERS)
+		async_watch_add(e);
 	pthread_mutex_unlock(&vb_lock);
 }
 
+/* An ep that goes: a watcher hands its watch to another ep of the device
+ * (listed eps are closed only after this, so their sets are alive). */
 static void ep_list_del(struct vb_ep *e)
 {
 	pthread_mutex_lock(&vb_lock);
@@ -756,6 +782,15 @@ static void ep_list_del(struct vb_ep *e)
 			*p = e->next_ep;
 			break;
 		}
+	if (atomic_load(&e->async_watch)) {
+		sys.epoll_ctl(e->epfd, EPOLL_CTL_DEL, e->dev->ctx->async_fd, NULL);
+		atomic_store(&e->async_watch, false);
+		e->dev->watchers--;
+		for (struct vb_ep *o = vb_eps; o && e->dev->watchers < VB_ASYNC_WATCHERS;
+		     o = o->next_ep)
+			if (o->dev == e->dev && !atomic_load(&o->async_watch))
+				async_watch_add(o);
+	}
 	pthread_mutex_unlock(&vb_lock);
 }
 
@@ -827,7 +862,7 @@ static struct vb_ep *ep_alloc(int *err)
 	return e;
 }
 
-static void drain_async(struct vb_ep *self);
+static void drain_async(struct vb_ep *self, bool watcher_only);
 
 /* What a connection's set-up could not make (its fds, a verb the device
  * refused), as a warning (SDP_LOG_LEVEL 8): a connect or accept that fails
@@ -860,7 +895,7 @@ static int ep_make_qp(struct vb_ep *e)
 	 * queue (a listener between connections) would otherwise hit this
 	 * ep once it is listed, and reset a connection made after the
 	 * port came back.  Hand it to the eps that were there. */
-	drain_async(e);
+	drain_async(e, false);
 	errno = 0;
 	e->pd = vb_pd_new(ctx);
 	if (!e->pd)
@@ -911,7 +946,6 @@ static int ep_make_qp(struct vb_ep *e)
 	struct epoll_event ev = { .events = EPOLLIN };
 
 	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->cq.cc->fd, &ev);
-	sys.epoll_ctl(e->epfd, EPOLL_CTL_ADD, ctx->async_fd, &ev);
 	ep_list_add(e);
 	return 0;
 }
@@ -1346,15 +1380,18 @@ static void vb_ring(struct vb_ep *e)
 	}
 }
 
-/* Asynchronous device events: QP fatal, port down.  Any ep may read
- * them; each is handed to the ep it concerns (vb_ring), whose owner makes
- * it an OTI_EV_ERROR: the reader holds no lock of the others, so it must
- * not touch their event queues or state. */
-static void drain_async(struct vb_ep *self)
+/* Asynchronous device events: QP fatal, port down.  The device's
+ * watchers read them (and a new ep, once, what came before it); each is
+ * handed to the ep it concerns (vb_ring), whose owner makes it an
+ * OTI_EV_ERROR: the reader holds no lock of the others, so it must not
+ * touch their event queues or state.  Another ep does not look, which
+ * saves its drives a read() that finds nothing. */
+static void drain_async(struct vb_ep *self, bool watcher_only)
 {
 	struct ibv_async_event aev;
 
-	if (!self->dev)
+	if (!self->dev || (watcher_only && !atomic_load_explicit(&self->async_watch,
+								  memory_order_relaxed)))
 		return;
 	pthread_mutex_lock(&vb_lock);
 	while (vc_async_next(self->dev->ctx, &aev) == 0) {
@@ -1412,7 +1449,7 @@ int vb_get_event(struct oti_ep *oep, struct oti_event *ev)
 	if (!e->npending)
 		rtr_progress(e);
 	if (!e->npending)
-		drain_async(e);
+		drain_async(e, true);
 	if (!e->npending)
 		take_async(e);
 	if (!e->npending)
