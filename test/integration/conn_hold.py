@@ -12,6 +12,10 @@ The server stops accepting after N connections or SECONDS without a new one.
 Prints "key=value" lines: before (no connection), first (one held: what
 the first connection opens once per process is in it), after (all held), ok,
 err.
+With CONN_HOLD_BULK=K:MIB in the environment, once all are held the
+client then sends MIB MiB on each of the first K connections in turn and
+the server checks them (a pattern of the connection's number); both print
+"bulk_ok=COUNT bulk_mbit=RATE" (the rate over all K, in Mbit/s).
 Then both ends hold their connections for SECONDS, or until killed."""
 import os
 import socket
@@ -91,6 +95,40 @@ def main():
                     break
         print(f"setup_ms={int((time.monotonic() - t0) * 1000)}", flush=True)
     report('after', usage())
+    bulk = os.environ.get('CONN_HOLD_BULK')
+    if bulk and held:
+        k, mib = (int(x) for x in bulk.split(':'))
+        bulk_ok, t0, chunk = 0, time.monotonic(), 1 << 16
+        for i, s in enumerate(held[:k]):
+            pat = bytes((i + j) % 251 for j in range(251)) * (chunk // 251 + 2)
+            try:
+                left = mib << 20
+                if mode == 'client':
+                    while left:
+                        n = min(left, chunk)
+                        s.sendall(pat[left % 251:left % 251 + n])
+                        left -= n
+                else:
+                    buf = bytearray()
+                    while left:
+                        d = s.recv(min(left, chunk))
+                        if not d:
+                            raise OSError('end of stream')
+                        buf += d
+                        while len(buf) >= chunk or len(buf) == left:
+                            n = min(len(buf), chunk, left)
+                            if buf[:n] != pat[left % 251:left % 251 + n]:
+                                raise OSError('bytes differ')
+                            del buf[:n]
+                            left -= n
+                            if not left:
+                                break
+                bulk_ok += 1
+            except OSError as e:
+                first_err = first_err or repr(e)
+        secs_taken = max(time.monotonic() - t0, 1e-6)
+        print(f"bulk_ok={bulk_ok} bulk_mbit={int(min(k, len(held)) * mib * 8.388608 / secs_taken)}",
+              flush=True)
     print(f"ok={len(held)} err={err} first_err={first_err!r}", flush=True)
     time.sleep(secs)
 
