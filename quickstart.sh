@@ -262,6 +262,14 @@ run_cmd_tests() {
 		fi
 		summary+=("$(printf '%-11s FAILED  pass %d, fail %d, error %d, xpass %d, skip %d%s (%d s)' \
 			"$name" "$p" "$f" "$e" "$xp" "$s" "$note" $((SECONDS - t0)))")
+		# Which tests, and the first line of each log that says why:
+		# the summary is what survives when the transcript is cut.
+		local t why
+		while read -r t; do
+			why=$(grep -v -E '^(FAIL|ERROR|XPASS) ' "$dir/$t.log" 2>/dev/null |
+				grep -m1 -E 'FAIL|ERROR' | cut -c1-200 || true)
+			summary+=("$(printf '%-11s   %s%s' '' "$t" "${why:+: $why}")")
+		done < <(sed -n -E 's/^(FAIL|ERROR|XPASS): ([^ ]+).*/\2/p' "$out" | sort -u | head -n 8)
 		printf '\n===== %s failed: test logs =====\n' "$name"
 		show_logs "$dir" "$unfinished"
 	else
