@@ -58,30 +58,12 @@ int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen);
 int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 		const sigset_t *sigmask, size_t fdslen);
 
-/*
- * errno as the application's call found it.  Linux leaves errno alone on
- * success; the switch's work under a call (a nonblocking read that found
- * nothing, a lookup that failed) must not show through it.  Taken when a
- * call of the application's enters (bypass() false), put back when the
- * call succeeds (ret()) or is handed on to libc (errno_back()).
- */
-static __thread int app_errno __attribute__((tls_model("initial-exec")));
-
 /* libc, directly: nothing of the switch's is involved. */
 static inline bool bypass(void)
 {
 	if (__builtin_expect(!sys.close, 0))
 		sys_resolve();
-	if (libsdp_internal)
-		return true;
-	app_errno = errno;
-	return false;
-}
-
-static inline void errno_back(void)
-{
-	if (!libsdp_internal)
-		errno = app_errno;
+	return libsdp_internal != 0;
 }
 
 static inline bool fd_bypass(int fd)
@@ -89,15 +71,25 @@ static inline bool fd_bypass(int fd)
 	return bypass() || !ops_fd_is_ours(fd);
 }
 
-static inline long ret(long r)
+/*
+ * errno as the call found it (KEEP_ERRNO, first thing in a wrapper that
+ * answers for libc).  Linux leaves errno alone on success; the switch's
+ * work under a call (a non-blocking read that found nothing, a lookup
+ * that failed, and the calls of rdma-core that come back through these
+ * wrappers) must not show through it.  So a call that succeeds (ret())
+ * or is handed on to libc (errno_back()) puts it back.  A local, not a
+ * per-thread copy: a wrapper entered under another must not overwrite
+ * what the outer one keeps.
+ */
+#define KEEP_ERRNO const int errno_in_ = errno
+#define errno_back() (errno = errno_in_)
+
+static inline long ret_kept(long r, int errno_in)
 {
-	if (r < 0) {
-		errno = (int)-r;
-		return -1;
-	}
-	errno_back();
-	return r;
+	errno = r < 0 ? (int)-r : errno_in;
+	return r < 0 ? -1 : r;
 }
+#define ret(r) ret_kept((r), errno_in_)
 
 /* --- libsdp's own descriptors ------------------------------------------------------- */
 
@@ -109,6 +101,7 @@ static inline long ret(long r)
  * made in a window that this closes. */
 static int own_pair_made(int r, int fds[2])
 {
+	KEEP_ERRNO;
 	if (r < 0) {
 		fdspace_unmade();
 		return r;
@@ -147,6 +140,7 @@ static int app_pair(int r, int fds[2], unsigned long mark)
 
 EXPORT int socket(int domain, int type, int protocol)
 {
+	KEEP_ERRNO;
 	/* libsdp's own sockets (a transport's) never leak into an exec'd
 	 * program, even when the library that makes them forgets. */
 	if (bypass())
@@ -167,6 +161,7 @@ EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
 
 EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.bind(fd, SA(addr), len);
 	return (int)ret(ops_bind(fd, SA(addr), len));
@@ -174,6 +169,7 @@ EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 
 EXPORT int listen(int fd, int backlog)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.listen(fd, backlog);
 	return (int)ret(ops_listen(fd, backlog));
@@ -181,6 +177,7 @@ EXPORT int listen(int fd, int backlog)
 
 EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return own(sys.accept4(fd, SA(addr), len, SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
@@ -190,6 +187,7 @@ EXPORT int accept(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 
 EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return own(sys.accept4(fd, SA(addr), len, flags | SOCK_CLOEXEC));
 	if (!ops_fd_is_ours(fd))
@@ -199,6 +197,7 @@ EXPORT int accept4(int fd, __SOCKADDR_ARG addr, socklen_t *len, int flags)
 
 EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.connect(fd, SA(addr), len);
 	return (int)ret(ops_connect(fd, SA(addr), len));
@@ -244,6 +243,7 @@ static bool option_refused(int r)
 
 EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.getsockname(fd, SA(addr), len);
 	if (!ops_fd_is_ours(fd)) {
@@ -259,6 +259,7 @@ EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 
 EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.getpeername(fd, SA(addr), len);
 	if (!ops_fd_is_ours(fd)) {
@@ -274,6 +275,7 @@ EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 
 EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.getsockopt(fd, level, name, val, len);
 	if (!ops_fd_is_ours(fd)) {
@@ -295,6 +297,7 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+	KEEP_ERRNO;
 	/* Conversion also takes TCP sockets the preload has not seen. */
 	if (!bypass() && level == SOL_SDP &&
 	    (name == SDP_CONVERT_CONNECT || name == SDP_CONVERT_ACCEPT))
@@ -313,6 +316,7 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 
 EXPORT int shutdown(int fd, int how)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.shutdown(fd, how);
 	PASS_OR(ops_shutdown(fd, how), sys.shutdown(fd, how));
@@ -322,6 +326,7 @@ EXPORT int shutdown(int fd, int how)
 
 EXPORT int close(int fd)
 {
+	KEEP_ERRNO;
 	/* One of libsdp's: closed by the library that made it, or by an
 	 * application that closes numbers it never opened. */
 	fdspace_forget(fd);
@@ -332,6 +337,7 @@ EXPORT int close(int fd)
 
 EXPORT int dup(int fd)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return own(sys.dup(fd));
 	if (!ops_fd_is_ours(fd))
@@ -344,6 +350,7 @@ EXPORT int dup(int fd)
  * it, and it is the application's from then on. */
 EXPORT int dup2(int oldfd, int newfd)
 {
+	KEEP_ERRNO;
 	if (!libsdp_internal)
 		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
@@ -354,6 +361,7 @@ EXPORT int dup2(int oldfd, int newfd)
 
 EXPORT int dup3(int oldfd, int newfd, int flags)
 {
+	KEEP_ERRNO;
 	if (!libsdp_internal)
 		fdspace_forget(newfd);
 	if (bypass() || (!ops_fd_is_ours(oldfd) && !ops_fd_is_ours(newfd) &&
@@ -366,6 +374,7 @@ EXPORT int dup3(int oldfd, int newfd, int flags)
  * all travel in the same register on the ABIs Linux runs on. */
 static int fcntl_common(int (*libc)(int, int, ...), int fd, int cmd, long arg)
 {
+	KEEP_ERRNO;
 	/* fdspace_take() leaves a number at or above its floor where it is,
 	 * so the result still honours the minimum asked for. */
 	if (bypass() && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && arg < FDSPACE_MAX)
@@ -410,6 +419,7 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 
 EXPORT int ioctl(int fd, unsigned long req, ...)
 {
+	KEEP_ERRNO;
 	va_list ap;
 
 	va_start(ap, req);
@@ -425,6 +435,7 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
  * descriptors go, libsdp's stay (ops_close_range()). */
 EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.close_range(first, last, flags);
 	return (int)ret(ops_close_range(first, last, flags));
@@ -442,6 +453,7 @@ EXPORT void closefrom(int lowfd)
  * its region; the application's pass through. */
 EXPORT int epoll_create(int size)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return own(sys.epoll_create(size));
 	int fd = FDSPACE_APP(sys.epoll_create(size));
@@ -455,6 +467,7 @@ EXPORT int epoll_create(int size)
 
 EXPORT int epoll_create1(int flags)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return own(sys.epoll_create1(flags | EPOLL_CLOEXEC));
 	int fd = FDSPACE_APP(sys.epoll_create1(flags));
@@ -468,6 +481,7 @@ EXPORT int epoll_create1(int flags)
 
 EXPORT int eventfd(unsigned int count, int flags)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return own(sys.eventfd(count, flags | EFD_CLOEXEC));
 	return FDSPACE_APP(sys.eventfd(count, flags));
@@ -510,6 +524,7 @@ static mode_t open_mode(int flags, va_list ap)
 
 #define OPEN_WRAPPER(name, ...)                                                      \
 	do {                                                                         \
+		KEEP_ERRNO;                                                          \
 		va_list ap;                                                          \
 		va_start(ap, flags);                                                 \
 		mode_t mode = open_mode(flags, ap);                                  \
@@ -549,6 +564,7 @@ EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 
 EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.read(fd, buf, len);
 	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, 0), sys.read(fd, buf, len));
@@ -563,6 +579,7 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
 
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.readv(fd, iov, iovcnt);
 	PASS_OR(ops_recvv(fd, iov, iovcnt, 0), sys.readv(fd, iov, iovcnt));
@@ -570,6 +587,7 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 
 EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.write(fd, buf, len);
 	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, 0), sys.write(fd, buf, len));
@@ -577,6 +595,7 @@ EXPORT ssize_t write(int fd, const void *buf, size_t len)
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.writev(fd, iov, iovcnt);
 	PASS_OR(ops_sendv(fd, iov, iovcnt, 0), sys.writev(fd, iov, iovcnt));
@@ -584,6 +603,7 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 
 EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.send(fd, buf, len, flags);
 	PASS_OR(ops_sendv(fd, IOV1(buf, len), 1, flags), sys.send(fd, buf, len, flags));
@@ -592,6 +612,7 @@ EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, __CONST_SOCKADDR_ARG addr,
 		      socklen_t alen)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.sendto(fd, buf, len, flags, SA(addr), alen);
 	/* A connected stream socket ignores the address, as Linux TCP does. */
@@ -601,6 +622,7 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, __CONST_SO
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.sendmsg(fd, msg, flags);
 	PASS_OR(ops_sendmsg(fd, msg, flags), sys.sendmsg(fd, msg, flags));
@@ -608,6 +630,7 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.recv(fd, buf, len, flags);
 	PASS_OR(ops_recvv(fd, IOV1(buf, len), 1, flags), sys.recv(fd, buf, len, flags));
@@ -623,6 +646,7 @@ EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flag
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKADDR_ARG addr,
 			socklen_t *alen)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.recvfrom(fd, buf, len, flags, SA(addr), alen);
 	long r = ops_recvv(fd, IOV1(buf, len), 1, flags);
@@ -646,6 +670,7 @@ EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int 
 
 EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.recvmsg(fd, msg, flags);
 	PASS_OR(ops_recvmsg(fd, msg, flags), sys.recvmsg(fd, msg, flags));
@@ -653,6 +678,7 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 
 EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.sendmmsg(fd, vec, vlen, flags);
 	unsigned int i;
@@ -677,6 +703,7 @@ EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 		    struct timespec *timeout)
 {
+	KEEP_ERRNO;
 	if (fd_bypass(fd))
 		return sys.recvmmsg(fd, vec, vlen, flags, timeout);
 	unsigned int i;
@@ -706,6 +733,7 @@ EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 
 EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
+	KEEP_ERRNO;
 	if (bypass() || (!ops_fd_is_ours(out_fd) && !ops_fd_is_ours(in_fd)))
 		return sys.sendfile(out_fd, in_fd, offset, count);
 	PASS_OR(ops_sendfile(out_fd, in_fd, offset, count),
@@ -714,6 +742,7 @@ EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 
 EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
 {
+	KEEP_ERRNO;
 	if (bypass() || (!ops_fd_is_ours(out_fd) && !ops_fd_is_ours(in_fd)))
 		return sys.sendfile64(out_fd, in_fd, offset, count);
 	_Static_assert(sizeof(off_t) == sizeof(off64_t), "64-bit off_t");
@@ -724,6 +753,7 @@ EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
 EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
 		      unsigned int flags)
 {
+	KEEP_ERRNO;
 	if (bypass() || (!ops_fd_is_ours(fd_in) && !ops_fd_is_ours(fd_out)))
 		return sys.splice(fd_in, off_in, fd_out, off_out, len, flags);
 	PASS_OR(ops_splice(fd_in, off_in, fd_out, off_out, len, flags),
@@ -734,6 +764,7 @@ EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, si
 
 EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.poll(fds, nfds, timeout);
 	struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000L };
@@ -752,6 +783,7 @@ EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdsle
 EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 		 const sigset_t *sigmask)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.ppoll(fds, nfds, timeout, sigmask);
 	PASS_OR(ops_ppoll(fds, nfds, timeout, sigmask), sys.ppoll(fds, nfds, timeout, sigmask));
@@ -767,6 +799,7 @@ EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *t
 
 EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.select(nfds, rd, wr, ex, tv);
 	if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))
@@ -794,6 +827,7 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *timeout,
 		   const sigset_t *sigmask)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.pselect(nfds, rd, wr, ex, timeout, sigmask);
 	struct timespec ts, *tsp = NULL;
@@ -808,6 +842,7 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
+	KEEP_ERRNO;
 	if (bypass())
 		return sys.epoll_ctl(epfd, op, fd, ev);
 	if (op == EPOLL_CTL_ADD) {
@@ -821,6 +856,7 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
+	KEEP_ERRNO;
 	if (bypass() || !ops_fd_is_emulated_epoll(epfd))
 		return sys.epoll_wait(epfd, events, maxevents, timeout);
 	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, NULL),
@@ -830,6 +866,7 @@ EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int t
 EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 		       const sigset_t *sigmask)
 {
+	KEEP_ERRNO;
 	if (bypass() || !ops_fd_is_emulated_epoll(epfd))
 		return sys.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 	PASS_OR(ops_epoll_pwait(epfd, events, maxevents, timeout, sigmask),
