@@ -138,8 +138,6 @@ struct sdp_conn {
 	uint32_t rxq_cap;	/* nrx + SDP_RXQ_EXTRA */
 	uint32_t rxq_head, rxq_count;
 	uint64_t rx_bytes;	/* sum of rxq lengths */
-	uint32_t rx_heap_bytes;	/* of which in SDP_SLOT_HEAP segments */
-	uint32_t rx_heap_segs;	/* SDP_SLOT_HEAP segments in rxq */
 	enum sdp_urg urg;	/* the one rxq segment with .urg set iff not NONE */
 	uint8_t urg_byte;
 
@@ -705,10 +703,9 @@ bool conn_idle_sweep(struct sdp_sock *s);
 /* Receive buffer slot's memory. */
 uint8_t *rx_buf(struct sdp_conn *c, uint32_t slot);
 /* Unread data copied out of the receive buffers (post.c): a message
- * just queued in one; a heap segment read to its end (taken out of rxq
- * by the caller); every heap segment, when the connection goes. */
+ * just queued in one; every heap segment, when the connection goes (one
+ * read to its end is freed where it leaves rxq). */
 void conn_rx_spill_maybe(struct sdp_sock *s);
-void rx_heap_seg_free(struct sdp_conn *c, struct sdp_rx_seg *seg);
 void conn_rx_free_heap(struct sdp_conn *c);
 /* Remove queue entry i (0 = head) of c's receive queue. */
 void rxq_remove(struct sdp_conn *c, uint32_t i);

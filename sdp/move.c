@@ -360,7 +360,7 @@ static bool get_rings(struct rbuf *r, struct sdp_conn *c, const struct move_rec 
 		if (c->rx_idle[i] >= m->nrx || c->rx_posted[c->rx_idle[i]])
 			return false;
 	uint64_t bytes = 0;
-	uint32_t heap = 0;
+	uint32_t heap = 0, segs = 0;
 
 	if (m->rxq_count > c->rxq_cap)
 		return false;
@@ -373,7 +373,7 @@ static bool get_rings(struct rbuf *r, struct sdp_conn *c, const struct move_rec 
 		if (g->slot == SDP_SLOT_HEAP) {
 			/* Copied out (post.c): at most SDP_RX_HEAP_MAX in all. */
 			if (g->len == 0 || g->len > SDP_RX_HEAP_MAX - heap ||
-			    ++c->rx_heap_segs > SDP_RX_HEAP_SEGS)
+			    ++segs > SDP_RX_HEAP_SEGS)
 				return false;
 			g->off = 0;
 			heap += g->len;
@@ -385,7 +385,6 @@ static bool get_rings(struct rbuf *r, struct sdp_conn *c, const struct move_rec 
 	}
 	if (bytes != m->rx_bytes)
 		return false;
-	c->rx_heap_bytes = heap;
 	c->rxq_head = 0;
 	c->rxq_count = m->rxq_count;	/* from here, conn_free() frees the heap's */
 	c->rx_bytes = m->rx_bytes;

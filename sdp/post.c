@@ -724,13 +724,6 @@ void rxq_remove(struct sdp_conn *c, uint32_t i)
 	c->rxq_count--;
 }
 
-void rx_heap_seg_free(struct sdp_conn *c, struct sdp_rx_seg *seg)
-{
-	free(seg->heap);
-	seg->heap = NULL;
-	c->rx_heap_segs--;
-}
-
 void conn_rx_free_heap(struct sdp_conn *c)
 {
 	for (uint32_t i = 0; i < c->rxq_count; i++) {
@@ -741,8 +734,24 @@ void conn_rx_free_heap(struct sdp_conn *c)
 			seg->heap = NULL;
 		}
 	}
-	c->rx_heap_segs = 0;
-	c->rx_heap_bytes = 0;
+}
+
+/* The heap segments in rxq and their unread bytes (at most
+ * SDP_RX_HEAP_SEGS of them, in a queue of nrx + SDP_RXQ_EXTRA). */
+static uint32_t rx_heap_bytes(const struct sdp_conn *c, uint32_t *segs)
+{
+	uint32_t bytes = 0;
+
+	*segs = 0;
+	for (uint32_t i = 0; i < c->rxq_count; i++) {
+		const struct sdp_rx_seg *seg = rxq_at(c, i);
+
+		if (seg->slot == SDP_SLOT_HEAP) {
+			bytes += seg->len;
+			(*segs)++;
+		}
+	}
+	return bytes;
 }
 
 /* seg's bytes appended to prev, a heap segment before it: false if there
@@ -764,7 +773,7 @@ static bool rx_heap_append(struct sdp_rx_seg *prev, const uint8_t *src, uint32_t
 	return true;
 }
 
-static void rx_spill(struct sdp_sock *s)
+static void rx_spill(struct sdp_sock *s, uint32_t heap, uint32_t segs)
 {
 	struct sdp_conn *c = s->conn;
 
@@ -774,7 +783,7 @@ static void rx_spill(struct sdp_sock *s)
 
 		if (slot >= c->nrx)
 			continue;	/* the peer's SrcAvail, staged or heap bytes */
-		if (c->rx_heap_bytes + seg->len > SDP_RX_HEAP_MAX)
+		if (heap + seg->len > SDP_RX_HEAP_MAX)
 			break;
 		const uint8_t *src = rx_buf(c, slot) + seg->off;
 		struct sdp_rx_seg *prev = i ? rxq_at(c, i - 1) : NULL;
@@ -783,11 +792,11 @@ static void rx_spill(struct sdp_sock *s)
 			if (!rx_heap_append(prev, src, seg->len))
 				break;
 			prev->urg = seg->urg;	/* the mark, if it was here */
-			c->rx_heap_bytes += seg->len;
+			heap += seg->len;
 			rxq_remove(c, i);
 			i--;
 		} else {
-			if (c->rx_heap_segs >= SDP_RX_HEAP_SEGS)
+			if (segs >= SDP_RX_HEAP_SEGS)
 				break;
 			uint8_t *m = malloc(seg->len ? seg->len : 1);
 
@@ -797,8 +806,8 @@ static void rx_spill(struct sdp_sock *s)
 			seg->slot = SDP_SLOT_HEAP;
 			seg->heap = m;
 			seg->off = 0;
-			c->rx_heap_segs++;
-			c->rx_heap_bytes += seg->len;
+			segs++;
+			heap += seg->len;
 		}
 		SDP_STAT_INC(rx_copied_out, 1);
 		if (conn_repost(s, slot))
@@ -809,12 +818,15 @@ static void rx_spill(struct sdp_sock *s)
 void conn_rx_spill_maybe(struct sdp_sock *s)
 {
 	struct sdp_conn *c = s->conn;
+	uint32_t heap, segs;
 
-	if (c->cr.posted > c->rx_max / 2 || c->rx_heap_bytes >= SDP_RX_HEAP_MAX ||
+	if (c->cr.posted > c->rx_max / 2 ||
 	    (s->rcvbuf_set && c->rx_bytes >= (uint64_t)s->rcvbuf) ||
 	    c->rx_size >= (uint32_t)tun_int(TUN_buf_size) || c->transport_down || c->post_failed)
 		return;
-	rx_spill(s);
+	heap = rx_heap_bytes(c, &segs);
+	if (heap < SDP_RX_HEAP_MAX)
+		rx_spill(s, heap, segs);
 }
 
 /* --- idle buffers -------------------------------------------------------------
@@ -1602,8 +1614,6 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 		seg->off += (uint32_t)n;
 		seg->len -= (uint32_t)n;
 		c->rx_bytes -= n;
-		if (seg->slot == SDP_SLOT_HEAP)
-			c->rx_heap_bytes -= (uint32_t)n;
 		if (seg->len == 0) {
 			uint32_t slot = seg->slot;
 
@@ -1619,7 +1629,7 @@ ssize_t conn_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int f
 			if (slot == SDP_SLOT_STAGE)
 				continue;	/* the staging buffer is free again */
 			if (slot == SDP_SLOT_HEAP) {
-				rx_heap_seg_free(c, seg);
+				free(seg->heap);
 				continue;
 			}
 			if (conn_repost(s, slot))
@@ -1695,12 +1705,10 @@ void conn_urg_rcvd(struct sdp_sock *s)
 			c->rx_bytes--;
 			c->rxq_head = (c->rxq_head + 1) % c->rxq_cap;
 			c->rxq_count--;
-			if (slot == SDP_SLOT_HEAP) {
-				c->rx_heap_bytes--;
-				rx_heap_seg_free(c, old);
-			} else if (slot != SDP_SLOT_STAGE) {
+			if (slot == SDP_SLOT_HEAP)
+				free(old->heap);
+			else if (slot != SDP_SLOT_STAGE)
 				(void)conn_repost(s, slot);
-			}
 		}
 		old->urg = false;
 	}
