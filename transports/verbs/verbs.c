@@ -1336,12 +1336,24 @@ static void handle_cm_event(struct vb_ep *e, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ESTABLISHED:
 		established(e, ev);
 		break;
-	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DISCONNECTED: {
+		/* A responder still waiting for the RTR write: the initiator
+		 * was connected (it had our accept) and went away before its
+		 * write landed or was seen (an abortive close right after
+		 * connect() flushes it).  Linux's accept() returns such a
+		 * connection, reset; so the engine sees it up, then down. */
+		bool was_up = e->rtr.wait;
+
 		/* Answer the peer's DREQ so its side completes. */
 		vc_disconnect_once(e->id, &e->disconnect_called);
 		ep_down(e);
+		if (was_up) {
+			sdp_dbg(e->fl->name, "the initiator left before its RTR write was seen");
+			push_event(e, OTI_EV_ESTABLISHED, 0, NULL, 0);
+		}
 		push_event(e, OTI_EV_DISCONNECTED, 0, NULL, 0);
 		break;
+	}
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		ep_down(e);
 		push_event(e, OTI_EV_ERROR, -ENODEV, NULL, 0);
@@ -1357,7 +1369,8 @@ static void drain_cm(struct vb_ep *e)
 {
 	struct rdma_cm_event *ev;
 
-	while (e->npending < (int)(sizeof(e->pending) / sizeof(e->pending[0])) &&
+	/* room for the two events one rdma_cm event may make */
+	while (e->npending + 2 <= (int)(sizeof(e->pending) / sizeof(e->pending[0])) &&
 	       vc_cm_next(e->ch, &ev) == 0) {
 		handle_cm_event(e, ev);
 		vc_cm_ack(ev);
