@@ -260,6 +260,11 @@ struct ctx {
 	char err[256];		/* a syntax error */
 	int stepno;
 	bool some;		/* "some" step: a count is all, some or none */
+	/* names whose "X = ..." step failed (accept -> -1 ...): a later
+	 * step naming one is not run, and says so, so that the transcript
+	 * shows the difference where a syntax error would end the run */
+	char unmade[8][16];
+	int nunmade;
 };
 
 static void say(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -2364,6 +2369,19 @@ static const struct {
 };
 
 /* [X =] [timed MS] [some] OP ARGS... */
+/* name's "X = ..." step failed (unmade) or made it: the list follows. */
+static void unmade_note(struct ctx *c, const char *name, bool unmade)
+{
+	for (int u = 0; u < c->nunmade; u++)
+		if (strcmp(c->unmade[u], name) == 0) {
+			if (!unmade)
+				memcpy(c->unmade[u], c->unmade[--c->nunmade], sizeof(c->unmade[u]));
+			return;
+		}
+	if (unmade && c->nunmade < (int)(sizeof(c->unmade) / sizeof(c->unmade[0])))
+		snprintf(c->unmade[c->nunmade++], sizeof(c->unmade[0]), "%s", name);
+}
+
 static int exec_step(struct ctx *c, const char *text)
 {
 	char buf[512], *tok[MAXTOK];
@@ -2400,6 +2418,12 @@ static int exec_step(struct ctx *c, const char *text)
 	if (ops[i].assigns != (dst != NULL))
 		return bad(c, ops[i].assigns ? "'%s' needs 'X = %s ...'" : "'%s' assigns nothing",
 			   argv[0], argv[0]);
+	for (int k = 1; k < n; k++)
+		for (int u = 0; u < c->nunmade; u++)
+			if (strcmp(argv[k], c->unmade[u]) == 0) {
+				fprintf(c->out, "  %s -> not run: %s was not made\n", text, argv[k]);
+				return 0;
+			}
 	settle(c);
 	c->res[0] = '\0';
 	int sp = sigpipes;
@@ -2410,6 +2434,8 @@ static int exec_step(struct ctx *c, const char *text)
 	wd_arm(0);
 	if (r < 0)
 		return -1;
+	if (dst)
+		unmade_note(c, dst, var_find(c, dst) == NULL);
 	if (r > 0)
 		return 0;	/* printed its own */
 	if (timed >= 0)
