@@ -230,14 +230,18 @@ static int child(int done, const void *blob, size_t len, int fd, uint64_t a_in, 
 		return 10;
 	int n = sdp_conn_import(blob, len, fd, 0);
 
-	if (n < 0)
+	if (n < 0) {
+		fprintf(stderr, "child: sdp_conn_import: %s\n", strerror(-n));
 		return 11;
+	}
 	if (read_check(n, 20000 - a_in, &a_in, 1, &why)) {
 		fprintf(stderr, "child: %s at %llu\n", why, (unsigned long long)a_in);
 		return 12;
 	}
-	if (write_all(n, 300000, &a_out, 2))
+	if (write_all(n, 300000, &a_out, 2)) {
+		fprintf(stderr, "child: a send failed at %llu\n", (unsigned long long)a_out);
 		return 13;
+	}
 	/* _exit() ends the process at once: the close waits until all of
 	 * it has gone (exit() would, for a program). */
 	struct linger lg = { 1, 30 };
@@ -275,11 +279,16 @@ Test(move, to_a_fork_child)
 	close(done[1]);
 	cr_assert_eq(write_all(c, 15000, &c_out, 1), 0);
 	uint64_t total = a_out + 300000;
+	int st;
 
-	cr_assert_eq(read_check(c, total, &c_in, 2, &why), 0, "%s", why);
+	/* On a failure, the child's status says which end broke first. */
+	if (read_check(c, total, &c_in, 2, &why)) {
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_assert_fail("the client's read at %llu of %llu: %s; the child: status %d",
+			       (unsigned long long)c_in, (unsigned long long)total, why, st);
+	}
 	char b;
 	cr_assert_eq(sdp_recv(c, &b, 1, 0), 0, "the child's close was not the end");
-	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %d", st);
 	sdp_close(c);
