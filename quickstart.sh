@@ -270,6 +270,10 @@ run_cmd_tests() {
 				grep -m1 -E 'FAIL|ERROR' | cut -c1-200 || true)
 			summary+=("$(printf '%-11s   %s%s' '' "$t" "${why:+: $why}")")
 		done < <(sed -n -E 's/^(FAIL|ERROR|XPASS): ([^ ]+).*/\2/p' "$out" | sort -u | head -n 8)
+		# valgrind.sh's cases: "FAIL desc (exit N): why", one line each.
+		while read -r t; do
+			summary+=("$(printf '%-11s   %s' '' "$t")")
+		done < <(grep -E '^FAIL [^:]' "$out" | cut -c1-200 | head -n 4)
 		printf '\n===== %s failed: test logs =====\n' "$name"
 		show_logs "$dir" "$unfinished"
 	else

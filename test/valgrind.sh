@@ -23,11 +23,17 @@ case_run() { # DESC CMD...
 	shift
 	# The cases are shell functions: run them in a child bash that
 	# timeout(1) can bound.
-	if timeout -k 5 600 bash -c '"$@"' case "$@" >"$TMP/out" 2>&1; then
+	local rc why
+	timeout -k 5 600 bash -c '"$@"' case "$@" >"$TMP/out" 2>&1
+	rc=$?
+	if [ "$rc" -eq 0 ]; then
 		echo "ok   $desc"
 		pass=$((pass + 1))
 	else
-		echo "FAIL $desc (exit $?)"
+		# One line that says why: the stage summary shows it.
+		why=$(grep -m1 -E 'FAIL|[Ee]rror|Invalid|definitely lost|Assertion' "$TMP/out" |
+			cut -c1-160)
+		echo "FAIL $desc (exit $rc)${why:+: $why}"
 		sed 's/^/  /' "$TMP/out" | tail -n 40
 		fail=$((fail + 1))
 	fi
