@@ -431,7 +431,17 @@ struct sdp_stats {
 						 * were copied to memory of the heap
 						 * and the buffer posted again */
 };
+/*
+ * The struct grows at its end.  sdp_get_stats(st) is a macro that passes
+ * the size the program was built with: the library fills that many bytes
+ * (the fields it knows; those it does not are zeroed), never more, so a
+ * program built with an older, shorter struct is not overrun by a newer
+ * library.  The function of that name, for programs built before the
+ * macro, fills the struct as it was then (up to rx_copied_out).
+ */
+void sdp_get_stats_size(struct sdp_stats *st, size_t size);
 void sdp_get_stats(struct sdp_stats *st);
+#define sdp_get_stats(st) sdp_get_stats_size((st), sizeof(*(st)))
 
 #ifdef __cplusplus
 }

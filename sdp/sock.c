@@ -1834,12 +1834,23 @@ const char *sdp_transport_name(int sd)
 	return name;
 }
 
-void sdp_get_stats(struct sdp_stats *st)
+void sdp_get_stats_size(struct sdp_stats *st, size_t size)
 {
 	uint64_t *dst = (uint64_t *)st;
 	const uint64_t *src = (const uint64_t *)&sdp_global_stats;
+	size_t n = size / sizeof(uint64_t), known = sizeof(*st) / sizeof(uint64_t);
 
-	for (size_t i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-	st->fds = (uint64_t)fdspace_count();
+	for (size_t i = 0; i < n; i++)
+		dst[i] = i < known ? __atomic_load_n(&src[i], __ATOMIC_RELAXED) : 0;
+	if (size >= offsetof(struct sdp_stats, fds) + sizeof(st->fds))
+		st->fds = (uint64_t)fdspace_count();
+}
+
+/* The struct's size when the sized call came (include/sdp.h): fixed, as
+ * programs built before it were built with this size at most. */
+#define SDP_STATS_SIZE_UNSIZED (offsetof(struct sdp_stats, rx_copied_out) + sizeof(uint64_t))
+
+void(sdp_get_stats)(struct sdp_stats *st)
+{
+	sdp_get_stats_size(st, SDP_STATS_SIZE_UNSIZED);
 }

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "fdspace.h"
 #include "stats.h"
 #include "stats_read.h"
 #include "stats_shm.h"
@@ -1185,4 +1187,46 @@ Test(stats, sdpstat_output)
 	cr_assert_eq(status, 0);
 	cr_assert_str_eq(out, "{\"processes\":[]}\n");
 	free(out);
+}
+
+/* sdp_get_stats() fills the size the caller was built with: a shorter
+ * struct (an older program) is not written past, a longer one (a newer
+ * program on an older library) gets zeros for what the library does not
+ * know, and the unsized entry of programs built before the macro fills
+ * the struct as it was then. */
+Test(stats, sized_copy)
+{
+	const size_t full = sizeof(struct sdp_stats), n = full / sizeof(uint64_t);
+	uint64_t buf[n + 4];
+
+	SDP_STAT_INC(regcache_hits, 1);
+	struct sdp_stats now;
+
+	sdp_get_stats(&now);
+	cr_assert_geq(now.regcache_hits, 1);
+
+	/* shorter: up to regcache_hits, the rest untouched */
+	size_t shorter = offsetof(struct sdp_stats, regcache_hits) + sizeof(uint64_t);
+
+	memset(buf, 0xa5, sizeof(buf));
+	sdp_get_stats_size((struct sdp_stats *)buf, shorter);
+	cr_assert_eq(((struct sdp_stats *)buf)->regcache_hits, now.regcache_hits);
+	for (size_t i = shorter / sizeof(uint64_t); i < n + 4; i++)
+		cr_assert_eq(buf[i], 0xa5a5a5a5a5a5a5a5ull, "word %zu written", i);
+
+	/* longer: the fields beyond the library's are zeros */
+	memset(buf, 0xa5, sizeof(buf));
+	sdp_get_stats_size((struct sdp_stats *)buf, sizeof(buf));
+	for (size_t i = n; i < n + 4; i++)
+		cr_assert_eq(buf[i], 0, "word %zu not zeroed", i);
+	cr_assert_eq(((struct sdp_stats *)buf)->fds, (uint64_t)fdspace_count());
+
+	/* the unsized entry: the struct up to rx_copied_out, no more */
+	size_t old = offsetof(struct sdp_stats, rx_copied_out) + sizeof(uint64_t);
+
+	memset(buf, 0xa5, sizeof(buf));
+	(sdp_get_stats)((struct sdp_stats *)buf);
+	cr_assert_neq(buf[old / sizeof(uint64_t) - 1], 0xa5a5a5a5a5a5a5a5ull);
+	for (size_t i = old / sizeof(uint64_t); i < n + 4; i++)
+		cr_assert_eq(buf[i], 0xa5a5a5a5a5a5a5a5ull, "word %zu written", i);
 }
