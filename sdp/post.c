@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 
 #include "engine.h"
@@ -204,7 +205,7 @@ void conn_rcvbuf_changed(struct sdp_sock *s)
 
 /* --- rings kept for the next connection ----------------------------------
  * A connection's rings are megabytes of address space (recv_bufs and
- * send_bufs buffers of buf_size): malloc maps each one anew and unmaps it
+ * send_bufs buffers of buf_size): each one is mapped anew and unmapped
  * at the close, and the pages a connection touched are cleared again for
  * the next one; for a program that makes a connection per request that
  * was a good part of its set-up (doc/fastpath.md, "Connection set-up").
@@ -235,6 +236,21 @@ static size_t ring_len(uint32_t n, uint32_t size)
 	return ((size_t)n * size + 4095) & ~(size_t)4095;
 }
 
+/*
+ * Rings are mapped, not taken from malloc.  glibc raises its mmap
+ * threshold to the size of every mapped chunk freed (up to 32 MiB), and
+ * its trim threshold to twice that: a grown ring's free (4 MiB) made
+ * every later allocation below 4 MiB, the application's included, come
+ * from the heap, and the heap keep 8 MiB of free pages before giving any
+ * back.  A connection that went idle after a burst then kept its backlog
+ * and copied-out memory resident (scale.sh's idle check, buffers grown
+ * from 1536 bytes), and a preload must not change the program's malloc.
+ */
+static size_t ring_map_len(size_t len)
+{
+	return len ? len : 4096;
+}
+
 static void *ring_get(size_t len)
 {
 	void *mem = NULL;
@@ -251,7 +267,10 @@ static void *ring_get(size_t len)
 	}
 	if (!mem) {
 		SDP_STAT_INC(ring_allocs, 1);
-		mem = aligned_alloc(4096, len);
+		mem = mmap(NULL, ring_map_len(len), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			   -1, 0);
+		if (mem == MAP_FAILED)
+			mem = NULL;
 	}
 	return mem;
 }
@@ -268,7 +287,8 @@ static void ring_put(void *mem, size_t len, bool keep)
 		}
 		pthread_mutex_unlock(&ring_lock);
 	}
-	free(mem);
+	if (mem)
+		munmap(mem, ring_map_len(len));
 }
 
 void conn_free_rings(struct sdp_conn *c)
