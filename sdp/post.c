@@ -497,9 +497,10 @@ static void bl_drain(struct sdp_conn *c)
  * application has not read yet is copied out of the small buffers
  * (below, "Unread data copied out"), so that it may leave 64 KiB unread
  * as on TCP.  A peer that never asks (OFED
- * never sends ChRcvBuf) keeps ours small.  Shrinking again when the
- * connection idles is not done: the receive buffers are posted, and a
- * posted receive cannot be taken back from a QP.
+ * never sends ChRcvBuf) keeps ours small.  When the connection idles the
+ * send ring shrinks again (conn_tx_shrink(), below); the receive buffers
+ * do not: they are posted, and a posted receive cannot be taken back
+ * from a QP.
  */
 /* 1520 bytes of payload, an Ethernet frame's worth: 16 + 16 buffers fill
  * 12 pages, and an idle connection end pins less than 64 KiB. */
@@ -662,6 +663,32 @@ static void tx_maybe_ask(const struct sdp_sock *s, struct sdp_conn *c)
 	sdp_dbg(LOGSYS, "sd %d: asks the peer for buffers of %u bytes", s->sd, c->tx_ask);
 }
 
+/* The drained send ring (nothing in [tx_done, tx_filled)) becomes one of
+ * size-byte buffers: 0, or -ENOMEM and the ring is as it was. */
+static int tx_swap(struct sdp_sock *s, uint32_t size)
+{
+	struct sdp_conn *c = s->conn;
+	size_t len = ring_len(c->ntx, size);
+	uint8_t *mem = ring_get(len);
+	struct oti_mr *mr = NULL;
+
+	if (!mem || c->t->mr_reg(c->ep, mem, (size_t)c->ntx * size, 0, &mr)) {
+		ring_put(mem, len, false);
+		return -ENOMEM;
+	}
+	if (c->tx_mr)
+		c->t->mr_dereg(c->tx_mr);
+	ring_put(c->tx_mem, c->tx_mem_len, false);
+	c->buf_bytes += (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size;
+	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size);
+	sdp_dbg(LOGSYS, "sd %d: send buffers from %u to %u bytes", s->sd, c->tx_size, size);
+	c->tx_mem = mem;
+	c->tx_mr = mr;
+	c->tx_mem_len = len;
+	c->tx_size = size;
+	return 0;
+}
+
 /* Once the ring has drained, it takes the peer's new size. */
 void conn_tx_regrow(struct sdp_sock *s)
 {
@@ -670,28 +697,40 @@ void conn_tx_regrow(struct sdp_sock *s)
 	if (!c->tx_next_size || c->tx_filled != c->tx_done)
 		return;
 	uint32_t size = c->tx_next_size;
-	size_t len = ring_len(c->ntx, size);
-	uint8_t *mem = ring_get(len);
-	struct oti_mr *mr = NULL;
 
 	c->tx_next_size = 0;
-	if (!mem || c->t->mr_reg(c->ep, mem, (size_t)c->ntx * size, 0, &mr)) {
+	if (tx_swap(s, size)) {
 		sdp_dbg(LOGSYS, "sd %d: send buffers stay at %u bytes: no memory for %u", s->sd,
 			c->tx_size, size);
-		ring_put(mem, len, false);
 		c->grow_refused = true;
-		return;
 	}
-	if (c->tx_mr)
-		c->t->mr_dereg(c->tx_mr);
-	ring_put(c->tx_mem, c->tx_mem_len, false);
-	c->buf_bytes += (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size;
-	SDP_STAT_INC(buf_bytes, (uint64_t)c->ntx * size - (uint64_t)c->ntx * c->tx_size);
-	sdp_dbg(LOGSYS, "sd %d: send buffers grow from %u to %u bytes", s->sd, c->tx_size, size);
-	c->tx_mem = mem;
-	c->tx_mr = mr;
-	c->tx_mem_len = len;
-	c->tx_size = size;
+}
+
+/*
+ * On a transport whose registrations pin (no mem_idle), the send ring a
+ * stream grew goes back to the start size once the connection has been
+ * idle for buf_idle_ms with the ring drained and no backlog (the idle
+ * sweep, below), and a later stream asks again.  The peer's receive
+ * buffers stay as they grew (a posted receive cannot be taken back), so
+ * it answers that ask at once with their size, and the ring is back to
+ * full size at the first swap.
+ */
+static bool tx_shrinkable(const struct sdp_conn *c)
+{
+	return !c->t->mem_idle && !c->tx_fixed && c->tx_size > rx_start_size(c);
+}
+
+static void conn_tx_shrink(struct sdp_sock *s)
+{
+	struct sdp_conn *c = s->conn;
+
+	if (!c->tx_mem || !tx_shrinkable(c) || c->tx_filled != c->tx_done || c->bl_head ||
+	    c->tx_ask || c->tx_next_size)
+		return;
+	if (tx_swap(s, rx_start_size(c)) == 0) {
+		c->grow_refused = false;
+		c->tx_full = 0;
+	}
 }
 
 void conn_rcvbuf_acked(struct sdp_sock *s, uint32_t size)
@@ -865,7 +904,8 @@ void conn_moved(struct sdp_sock *s)
 	struct sdp_conn *c = s->conn;
 
 	c->moved = true;
-	if (c->idle_watched || !c->t->mem_idle || s->is_child || !tun_int(TUN_buf_idle_ms))
+	if (c->idle_watched || (!c->t->mem_idle && !tx_shrinkable(c)) || s->is_child ||
+	    !tun_int(TUN_buf_idle_ms))
 		return;
 	c->idle_watched = true;
 	c->quiet_since_ns = 0;
@@ -884,6 +924,9 @@ static void give_back_run(struct sdp_conn *c, uint8_t *mem, uint32_t size, uint3
 static void conn_give_back(struct sdp_conn *c)
 {
 	uint32_t run = 0;
+
+	if (!c->t->mem_idle)
+		return;
 
 	/* Growing: each posted buffer is in one ring or the other. */
 	for (uint32_t i = 0; c->rx_old_mem && i < c->nrx; i++) {
@@ -932,6 +975,7 @@ bool conn_idle_sweep(struct sdp_sock *s)
 	if (now - c->quiet_since_ns < (uint64_t)tun_int(TUN_buf_idle_ms) * 1000000ull)
 		return true;
 	conn_give_back(c);
+	conn_tx_shrink(s);
 	c->idle_watched = false;
 	return false;
 }

@@ -15,7 +15,11 @@ err.
 With CONN_HOLD_BULK=K:MIB in the environment, once all are held the
 client then sends MIB MiB on each of the first K connections in turn and
 the server checks them (a pattern of the connection's number); both print
-"bulk_ok=COUNT bulk_mbit=RATE" (the rate over all K, in Mbit/s).
+"bulk_ok=COUNT bulk_mbit=RATE" (the rate over all K, in Mbit/s), their
+usage then ("bulk_..."), and again ("idle_..."): the client once its
+pinned memory is back within 64 KiB a bulk connection of the "after"
+figure (the send rings the bulk grew, given back when idle), or after
+CONN_HOLD_IDLE seconds (20); the server at once.
 Then both ends hold their connections for SECONDS, or until killed."""
 import os
 import socket
@@ -94,7 +98,9 @@ def main():
                 if err >= 5:
                     break
         print(f"setup_ms={int((time.monotonic() - t0) * 1000)}", flush=True)
-    report('after', usage())
+    u = usage()
+    report('after', u)
+    after_pin = u[1].get('VmPin', 0)
     bulk = os.environ.get('CONN_HOLD_BULK')
     if bulk and held:
         k, mib = (int(x) for x in bulk.split(':'))
@@ -129,6 +135,18 @@ def main():
         secs_taken = max(time.monotonic() - t0, 1e-6)
         print(f"bulk_ok={bulk_ok} bulk_mbit={int(min(k, len(held)) * mib * 8.388608 / secs_taken)}",
               flush=True)
+        report('bulk', usage())
+        # Buffers grown by the bulk go back once idle (pinning
+        # transports: the send rings): wait until the pinned memory is
+        # back within 64 KiB a bulk connection of what it was before,
+        # or CONN_HOLD_IDLE seconds (20), and report what it is then.
+        # The server's grown buffers are receive buffers, which stay:
+        # only the client waits.
+        end = time.monotonic() + float(os.environ.get('CONN_HOLD_IDLE', '20'))
+        while (mode == 'client' and usage()[1].get('VmPin', 0) > after_pin + 64 * k and
+               time.monotonic() < end):
+            time.sleep(0.25)
+        report('idle', usage())
     print(f"ok={len(held)} err={err} first_err={first_err!r}", flush=True)
     time.sleep(secs)
 
