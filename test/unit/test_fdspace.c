@@ -213,7 +213,16 @@ Test(fdspace, keeps_errno)
 struct later {
 	int fd;
 	int taken;
+	uint64_t made_ns;	/* when fdspace_made() began: the window's end */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void *made_later(void *arg)
 {
@@ -221,6 +230,7 @@ static void *made_later(void *arg)
 	struct timespec ts = { 0, 100000 };
 
 	nanosleep(&ts, NULL);
+	l->made_ns = now_ns();
 	l->taken = fdspace_made(l->fd);
 	return NULL;
 }
@@ -262,11 +272,25 @@ Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
 	cr_assert_eq(fcntl(fd, F_SETFD, 0), 0);
 	pthread_t t;
 
+	uint64_t t0 = now_ns();
+
 	cr_assert_eq(pthread_create(&t, NULL, made_later, &l), 0);
 	int got = fdspace_settle(fd, mark, 0);
 
 	pthread_join(t, NULL);
-	cr_assert_eq(got, want, "settled at %d, Linux would have given %d", got, want);
+	/* settle waits 5 ms at most: a thread the machine's load kept from
+	 * running that long (seen in CI's sanitized stage) leaves the
+	 * number where it is, by design. */
+	if (got != want && l.made_ns - t0 > 4000000) {
+		cr_log_warn("the window stayed open %llu us: settle did not wait (5 ms bound)",
+			    (unsigned long long)((l.made_ns - t0) / 1000));
+		close(got);
+		fdspace_close(l.taken);
+		return;
+	}
+	cr_assert_eq(got, want,
+		     "settled at %d, Linux would have given %d (the window closed after %llu us)", got,
+		     want, (unsigned long long)((l.made_ns - t0) / 1000));
 	cr_assert_gt(l.taken, want);
 	cr_assert(!is_open(fd), "the higher number is closed");
 	cr_assert_eq(fcntl(got, F_GETFD), 0, "close-on-exec as it was");
