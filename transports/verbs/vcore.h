@@ -194,7 +194,8 @@ int vc_cq_open(struct ibv_context *ctx, int cqe, void *cq_context, const struct 
 	       struct vc_cq *out);
 /* Acknowledges what was taken, destroys; safe on a zeroed or failed one. */
 void vc_cq_close(struct vc_cq *c);
-/* Take the channel's notifications (acknowledged in batches); how many. */
+/* Take a notification of the channel, if one is there (acknowledged in
+ * batches); how many (0 or 1). */
 int vc_cq_take_events(struct vc_cq *c);
 
 /* --- asynchronous device events ------------------------------------------- */

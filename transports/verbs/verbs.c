@@ -253,6 +253,11 @@ struct vb_ep {
 	/* Events translated but not yet taken by get_event(). */
 	struct oti_event pending[4];
 	int npending;
+	/* The engine's drive (oti drive_begin): the event channel and the
+	 * async fd are read at most once in it (looked), not at all in a
+	 * quiet one; empty_reads: those reads that found nothing. */
+	bool driving, looked;
+	unsigned empty_reads;
 
 	/* Completions polled by ep_arm() ahead of poll_cq(). */
 	struct ibv_wc wc[VB_WC_BATCH];
@@ -1453,15 +1458,45 @@ static void take_async(struct vb_ep *e)
 	}
 }
 
-int vb_get_event(struct oti_ep *oep, struct oti_event *ev)
+/*
+ * A drive reads the event channel and (a watcher) the async fd once, and
+ * a quiet drive not at all: what arrives later keeps the ep's set
+ * readable, and whoever wakes on it drives again (oti.h drive_begin).
+ * Reading them on every get_event() cost two system calls per round of
+ * every drive, nearly always EAGAIN, on a path that carries data.
+ */
+void vb_drive_begin(struct oti_ep *oep, bool read)
 {
 	struct vb_ep *e = vb_ep(oep);
 
-	if (!e->npending)
+	e->driving = true;
+	e->looked = !read;
+	e->empty_reads = 0;
+}
+
+unsigned vb_drive_end(struct oti_ep *oep)
+{
+	struct vb_ep *e = vb_ep(oep);
+
+	e->driving = e->looked = false;
+	return e->empty_reads;
+}
+
+int vb_get_event(struct oti_ep *oep, struct oti_event *ev)
+{
+	struct vb_ep *e = vb_ep(oep);
+	bool look = !e->looked;
+
+	if (e->driving)
+		e->looked = true;
+	if (!e->npending && look) {
 		drain_cm(e);
+		if (!e->npending)
+			e->empty_reads++;
+	}
 	if (!e->npending)
 		rtr_progress(e);
-	if (!e->npending)
+	if (!e->npending && look)
 		drain_async(e, true);
 	if (!e->npending)
 		take_async(e);
@@ -1479,7 +1514,10 @@ int vb_ep_arm(struct oti_ep *oep)
 {
 	struct vb_ep *e = vb_ep(oep);
 
-	drain_cm(e);
+	/* rdma_cm's events are not read here: the channel is in the ep's
+	 * set, which a pending one keeps readable, so the sleep ends at
+	 * once and the drive after it takes the event (a read here cost a
+	 * system call per sleep, nearly always EAGAIN). */
 	rtr_progress(e);
 	if (e->npending || atomic_load(&e->async_err))
 		return -EAGAIN;

@@ -79,6 +79,8 @@ int vb_ep_fd(struct oti_ep *ep);
 int vb_ep_arm(struct oti_ep *ep);
 int vb_get_event(struct oti_ep *ep, struct oti_event *ev);
 int vb_poll_cq(struct oti_ep *ep, struct oti_wc *wc, int n);
+void vb_drive_begin(struct oti_ep *ep, bool read);
+unsigned vb_drive_end(struct oti_ep *ep);
 int vb_mr_reg(struct oti_ep *ep, void *addr, size_t len, unsigned access, struct oti_mr **out);
 int vb_mr_dereg(struct oti_mr *mr);
 int vb_post_recv(struct oti_ep *ep, const struct oti_sge *sge, uint64_t ctx);
@@ -108,6 +110,8 @@ void vb_ep_close(struct oti_ep *ep);
 	.ep_wait_events = oti_wait_pollin, \
 	.get_event = vb_get_event, \
 	.poll_cq = vb_poll_cq, \
+	.drive_begin = vb_drive_begin, \
+	.drive_end = vb_drive_end, \
 	.mr_reg = vb_mr_reg, \
 	.mr_dereg = vb_mr_dereg, \
 	.post_recv = vb_post_recv, \
