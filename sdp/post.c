@@ -237,20 +237,16 @@ static size_t ring_len(uint32_t n, uint32_t size)
 }
 
 /*
- * Rings are mapped, not taken from malloc.  glibc raises its mmap
- * threshold to the size of every mapped chunk freed (up to 32 MiB), and
- * its trim threshold to twice that: a grown ring's free (4 MiB) made
- * every later allocation below 4 MiB, the application's included, come
- * from the heap, and the heap keep 8 MiB of free pages before giving any
- * back.  A connection that went idle after a burst then kept its backlog
- * and copied-out memory resident (scale.sh's idle check, buffers grown
- * from 1536 bytes), and a preload must not change the program's malloc.
+ * Rings are mapped, not taken from malloc (ring_len() makes every length
+ * a positive multiple of the page).  glibc raises its mmap threshold to
+ * the size of every mapped chunk freed (up to 32 MiB), and its trim
+ * threshold to twice that: a grown ring's free (4 MiB) made every later
+ * allocation below 4 MiB, the application's included, come from the
+ * heap, and the heap keep 8 MiB of free pages before giving any back.  A
+ * connection that went idle after a burst then kept its backlog and
+ * copied-out memory resident (scale.sh's idle check, buffers grown from
+ * 1536 bytes), and a preload must not change the program's malloc.
  */
-static size_t ring_map_len(size_t len)
-{
-	return len ? len : 4096;
-}
-
 static void *ring_get(size_t len)
 {
 	void *mem = NULL;
@@ -267,8 +263,7 @@ static void *ring_get(size_t len)
 	}
 	if (!mem) {
 		SDP_STAT_INC(ring_allocs, 1);
-		mem = mmap(NULL, ring_map_len(len), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			   -1, 0);
+		mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (mem == MAP_FAILED)
 			mem = NULL;
 	}
@@ -288,7 +283,7 @@ static void ring_put(void *mem, size_t len, bool keep)
 		pthread_mutex_unlock(&ring_lock);
 	}
 	if (mem)
-		munmap(mem, ring_map_len(len));
+		munmap(mem, len);
 }
 
 void conn_free_rings(struct sdp_conn *c)
