@@ -2368,7 +2368,6 @@ static const struct {
 	{ "settle", op_settle, false },	     { "fdbase", op_fdbase, false },
 };
 
-/* [X =] [timed MS] [some] OP ARGS... */
 /* name's "X = ..." step failed (unmade) or made it: the list follows. */
 static void unmade_note(struct ctx *c, const char *name, bool unmade)
 {
@@ -2382,6 +2381,7 @@ static void unmade_note(struct ctx *c, const char *name, bool unmade)
 		snprintf(c->unmade[c->nunmade++], sizeof(c->unmade[0]), "%s", name);
 }
 
+/* [X =] [timed MS] [some] OP ARGS... */
 static int exec_step(struct ctx *c, const char *text)
 {
 	char buf[512], *tok[MAXTOK];
