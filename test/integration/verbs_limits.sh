@@ -34,9 +34,10 @@
 # 4. Many: VERBS_CONNS (default 600) connections between the two
 #    processes, all on SDP, at most 64 KiB pinned each, and then 8 MiB
 #    each over four of them, checked; the send buffers those grew go back
-#    once idle (the client's pinned memory within 64 KiB of each).  A process stopped at 500: the
-#    kernel refuses a file in more than 500 nested epoll sets, and every
-#    endpoint's set held the device's async fd (transports/verbs/verbs.c).
+#    once idle (the client's pinned memory within 64 KiB of each).  A
+#    process stopped at 500: the kernel refuses a file in more than 500
+#    nested epoll sets, and every endpoint's set held the device's async
+#    fd (transports/verbs/verbs.c).
 . "$(dirname "$0")/lib.sh"
 
 case $TEST_TRANSPORT in

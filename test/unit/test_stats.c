@@ -15,9 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stddef.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
