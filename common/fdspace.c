@@ -244,9 +244,14 @@ int fdspace_take(int fd)
 
 /* Windows opened ever (wrapping); those open now are fs_making. */
 static unsigned fs_opened;
+/* Windows this thread has open: a signal handler that makes a descriptor
+ * for the application while its thread is inside one must not wait for
+ * it (fdspace_settle()). */
+static __thread unsigned fs_held;
 
 void fdspace_making(void)
 {
+	fs_held++;
 	__atomic_add_fetch(&fs_opened, 1, __ATOMIC_SEQ_CST);
 	__atomic_add_fetch(&fs_making, 1, __ATOMIC_SEQ_CST);
 }
@@ -254,6 +259,7 @@ void fdspace_making(void)
 void fdspace_unmade(void)
 {
 	__atomic_sub_fetch(&fs_making, 1, __ATOMIC_SEQ_CST);
+	fs_held--;
 }
 
 int fdspace_made(int fd)
@@ -282,23 +288,29 @@ int fdspace_settle(int fd, unsigned long mark, int min)
 
 	int saved = errno;
 	uint64_t until = 0;
+	long nap = 20000;
 
-	/* A window holds its number for a few system calls: wait for it to
-	 * give the number back, but never long (an application's signal
-	 * handler could have interrupted the very thread that holds it). */
-	for (unsigned i = 0; __atomic_load_n(&fs_making, __ATOMIC_SEQ_CST); i++) {
+	/* A window holds its number for a few system calls, but its thread
+	 * can be preempted in between, for several scheduler ticks on a
+	 * loaded machine: wait for it to give the number back.  Not if this
+	 * thread holds one (a signal handler interrupted it there), and not
+	 * forever (a handler on the holder's thread could be waiting for
+	 * this one). */
+	for (unsigned i = 0; !fs_held && __atomic_load_n(&fs_making, __ATOMIC_SEQ_CST); i++) {
 		if (i < 8) {
 			sched_yield();
 			continue;
 		}
 		uint64_t now = mono_ns();
-		struct timespec ts = { 0, 20000 };
+		struct timespec ts = { 0, nap };
 
 		if (!until)
-			until = now + 5000000;
+			until = now + FDSPACE_SETTLE_WAIT_NS;
 		else if (now >= until)
 			break;
 		nanosleep(&ts, NULL);
+		if (nap < 200000)
+			nap *= 2;
 	}
 	int fdfl = sys.fcntl(fd, F_GETFD);
 	int low = fdfl < 0 ? -1

@@ -81,11 +81,17 @@ int fdspace_close(int fd);
  * nothing was made); FDSPACE_MAKE(call) does the three.  And every
  * descriptor made for the application is made between fdspace_app_mark()
  * and fdspace_settle(): if a window was open at any moment in between,
- * settle waits for the open windows to close (5 ms at most: a window
- * spans a few system calls) and gives the application's descriptor the
- * lowest free number at or above min, if that is lower, as Linux would
- * have.  Outside a race this costs two atomic loads.
+ * settle waits for the open windows to close and gives the application's
+ * descriptor the lowest free number at or above min, if that is lower,
+ * as Linux would have.  Outside a race this costs two atomic loads.
+ *
+ * A window spans a few system calls, but a loaded machine can preempt
+ * its thread between them for several scheduler ticks (4 ms each at
+ * HZ=250; CI's loaded guests showed 4 ms and more): so settle waits up
+ * to FDSPACE_SETTLE_WAIT_NS, not a tick, and not at all when its own
+ * thread holds a window (a signal handler that interrupted it there).
  */
+#define FDSPACE_SETTLE_WAIT_NS 100000000ULL
 void fdspace_making(void);
 int fdspace_made(int fd);
 void fdspace_unmade(void);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -213,6 +214,8 @@ Test(fdspace, keeps_errno)
 struct later {
 	int fd;
 	int taken;
+	int opened;		/* set once the window is open and fd made */
+	int go;			/* set by the test: close the window now */
 	uint64_t made_ns;	/* when fdspace_made() began: the window's end */
 };
 
@@ -224,30 +227,22 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* libsdp's thread: a window opened, a descriptor made in it, and, a
+ * moment after the test says go, moved. */
 static void *made_later(void *arg)
 {
 	struct later *l = arg;
 	struct timespec ts = { 0, 100000 };
 
+	fdspace_making();
+	l->fd = new_fd();
+	__atomic_store_n(&l->opened, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&l->go, __ATOMIC_ACQUIRE))
+		sched_yield();
 	nanosleep(&ts, NULL);
 	l->made_ns = now_ns();
 	l->taken = fdspace_made(l->fd);
 	return NULL;
-}
-
-Test(fdspace, settle_without_a_window_leaves_the_number)
-{
-	set_soft(1024);
-	unsigned long mark = fdspace_app_mark();
-	int gap = new_fd(), fd = new_fd();
-
-	close(gap);
-	/* No window: the number stays, gap or not (the application's own). */
-	cr_assert_eq(fdspace_settle(fd, mark, 0), fd);
-	close(fd);
-	errno = EINTR;
-	cr_assert_eq(fdspace_settle(-1, mark, 0), -1);
-	cr_assert_eq(errno, EINTR);
 }
 
 Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
@@ -255,14 +250,16 @@ Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
 	set_soft(1024);
 	/* The region first: the kernel's table grows for it, and in a
 	 * process of several threads that waits for an RCU grace period
-	 * (milliseconds), longer than settle waits for a window. */
+	 * (milliseconds). */
 	fdspace_close(fdspace_take(new_fd()));
 	int want = next_app_fd();
+	struct later l = { .fd = -1 };
+	pthread_t t;
 
 	/* libsdp's thread makes a descriptor: it takes the lowest number... */
-	fdspace_making();
-	struct later l = { .fd = new_fd() };
-
+	cr_assert_eq(pthread_create(&t, NULL, made_later, &l), 0);
+	while (!__atomic_load_n(&l.opened, __ATOMIC_ACQUIRE))
+		sched_yield();
 	cr_assert_eq(l.fd, want);
 	/* ...and the application's, made meanwhile, the next one. */
 	unsigned long mark = fdspace_app_mark();
@@ -270,19 +267,17 @@ Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
 
 	cr_assert_eq(fd, want + 1);
 	cr_assert_eq(fcntl(fd, F_SETFD, 0), 0);
-	pthread_t t;
-
 	uint64_t t0 = now_ns();
 
-	cr_assert_eq(pthread_create(&t, NULL, made_later, &l), 0);
+	__atomic_store_n(&l.go, 1, __ATOMIC_RELEASE);
 	int got = fdspace_settle(fd, mark, 0);
 
 	pthread_join(t, NULL);
-	/* settle waits 5 ms at most: a thread the machine's load kept from
-	 * running that long (seen in CI's sanitized stage) leaves the
-	 * number where it is, by design. */
-	if (got != want && l.made_ns - t0 > 4000000) {
-		cr_log_warn("the window stayed open %llu us: settle did not wait (5 ms bound)",
+	/* settle waits FDSPACE_SETTLE_WAIT_NS at most: a thread the
+	 * machine's load kept from running that long leaves the number
+	 * where it is, by design. */
+	if (got != want && l.made_ns - t0 >= FDSPACE_SETTLE_WAIT_NS) {
+		cr_log_warn("the window stayed open %llu us: settle did not wait that long",
 			    (unsigned long long)((l.made_ns - t0) / 1000));
 		close(got);
 		fdspace_close(l.taken);
@@ -296,6 +291,35 @@ Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
 	cr_assert_eq(fcntl(got, F_GETFD), 0, "close-on-exec as it was");
 	close(got);
 	fdspace_close(l.taken);
+}
+
+Test(fdspace, settle_in_the_thread_that_holds_the_window_does_not_wait)
+{
+	/* A signal handler that makes a descriptor while its thread is
+	 * inside a window: the window cannot close until the handler
+	 * returns, so waiting for it would only stall the handler. */
+	set_soft(1024);
+	fdspace_close(fdspace_take(new_fd()));
+	int want = next_app_fd();
+
+	fdspace_making();
+	int own = new_fd();
+	unsigned long mark = fdspace_app_mark();
+	int fd = new_fd();
+	uint64_t t0 = now_ns();
+	int got = fdspace_settle(fd, mark, 0);
+	uint64_t took = now_ns() - t0;
+
+	cr_assert_eq(own, want);
+	cr_assert_eq(got, fd, "the number is still the window's: nothing lower is free");
+	cr_assert_lt(took, FDSPACE_SETTLE_WAIT_NS, "settle waited %llu us for its own thread",
+		     (unsigned long long)(took / 1000));
+	int taken = fdspace_made(own);
+
+	cr_assert_gt(taken, fd);
+	cr_assert_eq(fdspace_app_mark() & 1, 0, "the window is closed");
+	close(got);
+	fdspace_close(taken);
 }
 
 Test(fdspace, settle_sees_a_window_that_opened_and_closed_meanwhile)
