@@ -324,18 +324,22 @@ static int neg_errno(int fallback)
 	return errno ? -errno : -fallback;
 }
 
-/* An event channel whose fd is in libsdp's region; NULL with *err. */
+/* An event channel whose fd is in libsdp's region; NULL with *err.  Made
+ * in a window (common/fdspace.h): one is made for every connection, while
+ * the application may be making its next socket. */
 static struct rdma_event_channel *new_channel(int *err)
 {
 	struct rdma_event_channel *ch;
 
 	errno = 0;
+	fdspace_making();
 	ch = vc_channel_new();
 	if (!ch) {
 		*err = neg_errno(ENOMEM);
+		fdspace_unmade();
 		return NULL;
 	}
-	*err = vb_own_fd(&ch->fd);
+	*err = vb_made_fd(&ch->fd);
 	if (*err < 0) {
 		vc_channel_free(ch);
 		return NULL;
