@@ -972,7 +972,15 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 /*
  * The process may exit without harm to s's peer: everything of s has left,
  * and the peer's DisConn is in, so the peer will send nothing more (or the
- * transport is gone anyway).
+ * transport is gone anyway).  Not when ours was the later DisConn: the
+ * peer sent its own before it had ours, and goes on granting credits
+ * until it reads ours, behind the tail of our data; the transport ends
+ * when the peer closes it (conn_drive_rounds(): the side whose DisConn
+ * went first does).  Exiting before would close a socket those credit
+ * updates still reach, and its reset would destroy the tail: on iWARP a
+ * send completes once the kernel's TCP has it, not once the peer does
+ * (cross-siw's sdpcat --convert bidir, whose client shuts its side down
+ * first, read a reset so).
  */
 static bool orphan_flushed(struct sdp_sock *s)
 {
@@ -980,7 +988,7 @@ static bool orphan_flushed(struct sdp_sock *s)
 
 	if (!c || c->transport_down || c->post_failed || s->state != SDP_S_ESTABLISHED)
 		return true;
-	return c->disconn_sent && c->disconn_rcvd && !conn_tx_unposted(c) &&
+	return c->disconn_sent && c->disconn_rcvd && !c->disconn_last && !conn_tx_unposted(c) &&
 	       c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted;
 }
 
@@ -1002,7 +1010,9 @@ bool progress_started_here(void)
  * held, and would go on taking the peer's acknowledgements; here the
  * process is the stack, so it waits (bounded by the exit_linger_ms
  * tunable) until each closed connection has handed its data and DisConn to
- * the transport *and* the peer's DisConn has come back.  Leaving earlier
+ * the transport *and* the peer's DisConn has come back (or, where the
+ * peer's came first, until the peer has closed the transport: see
+ * orphan_flushed()).  Leaving earlier
  * is not enough: the peer goes on granting credits while it reads our last
  * data, and those messages reaching a socket the kernel closed at our exit
  * would make it answer with a reset, which destroys whatever the peer had
