@@ -43,7 +43,10 @@ bool spin_again(struct spin *sp)
 
 void spin_sleeping(struct spin *sp)
 {
-	if (!sp->sleep_ns)
+	/* Not when spinning is off: spin_end() would not look at it, and a
+	 * clock read per sleep is a system call where the clocksource has
+	 * no vDSO (hpet: the QEMU guests). */
+	if (sp->limit_ns && !sp->sleep_ns)
 		sp->sleep_ns = mono_ns();
 }
 

@@ -45,6 +45,9 @@ Test(spin, off_never_spins)
 
 	spin_begin(&sp);
 	cr_assert(!spin_left(&sp), "no budget, yet spin_left() says spin");
+	/* Nor does a sleep read the clock for a miss nobody counts. */
+	spin_sleeping(&sp);
+	cr_assert_eq(sp.sleep_ns, 0, "spinning off, yet the sleep was timed");
 	spin_end(&sp, false);
 }
 
