@@ -56,6 +56,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <stdbool.h>
@@ -1891,12 +1892,62 @@ static bool linger_add(struct vb_ep *e)
 	return true;
 }
 
+/*
+ * A passive ep closed before the initiator's RTU came: a listener closed
+ * over a connection it had not accepted yet, at once after the client's
+ * connect() returned.  The initiator took our REP for the connection,
+ * but IB's CM has no DREQ before the RTU, and destroying the id then
+ * sends a REJ, which an initiator already established ignores: it would
+ * wait for ever for the reset (conform's connect.listener_closed on rxe,
+ * under load).  So the close waits for the RTU (ESTABLISHED), which
+ * follows the REP at once unless the initiator is gone, and disconnects
+ * then; true if it came.  Bounded by VB_RTU_WAIT_MS.
+ */
+#define VB_RTU_WAIT_MS 1000
+
+static bool await_established(struct vb_ep *e)
+{
+	uint64_t start = vc_now_ms();
+
+	for (;;) {
+		struct rdma_cm_event *ev;
+
+		while (vc_cm_next(e->ch, &ev) == 0) {
+			enum rdma_cm_event_type t = ev->event;
+
+			vc_cm_ack(ev);
+			if (t == RDMA_CM_EVENT_ESTABLISHED) {
+				sdp_dbg(e->fl->name, "closed before the initiator's RTU: it came "
+						     "after %llu ms; disconnecting",
+					(unsigned long long)(vc_now_ms() - start));
+				return true;
+			}
+			if (t != RDMA_CM_EVENT_CONNECT_RESPONSE)
+				return false;	/* rejected, unreachable, gone */
+		}
+		uint64_t now = vc_now_ms();
+
+		if (now - start >= VB_RTU_WAIT_MS)
+			return false;
+		struct pollfd p = { .fd = e->ch->fd, .events = POLLIN };
+
+		if (sys.poll(&p, 1, (int)(start + VB_RTU_WAIT_MS - now)) < 0 && errno != EINTR)
+			return false;
+	}
+}
+
 void vb_ep_close(struct oti_ep *oep)
 {
 	struct vb_ep *e = vb_ep(oep);
 
 	if (!e)
 		return;
+	if (e->passive && e->state == VB_CONNECTING && e->fl->dev_type == IBV_TRANSPORT_IB &&
+	    await_established(e)) {
+		e->state = VB_CONNECTED;
+		/* A disconnect made before could send no DREQ. */
+		e->disconnect_called = false;
+	}
 	if (e->state == VB_CONNECTED || e->state == VB_CONNECTING)
 		vc_disconnect_once(e->id, &e->disconnect_called);
 	/* On IB rdma_disconnect() has also moved the QP to the error state:
