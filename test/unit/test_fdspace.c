@@ -245,6 +245,21 @@ static void *made_later(void *arg)
 	return NULL;
 }
 
+Test(fdspace, settle_without_a_window_leaves_the_number)
+{
+	set_soft(1024);
+	unsigned long mark = fdspace_app_mark();
+	int gap = new_fd(), fd = new_fd();
+
+	close(gap);
+	/* No window: the number stays, gap or not (the application's own). */
+	cr_assert_eq(fdspace_settle(fd, mark, 0), fd);
+	close(fd);
+	errno = EINTR;
+	cr_assert_eq(fdspace_settle(-1, mark, 0), -1);
+	cr_assert_eq(errno, EINTR);
+}
+
 Test(fdspace, settle_waits_for_an_open_window_and_takes_its_number)
 {
 	set_soft(1024);
