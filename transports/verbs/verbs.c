@@ -1912,18 +1912,16 @@ static bool await_established(struct vb_ep *e)
 	for (;;) {
 		struct rdma_cm_event *ev;
 
-		while (vc_cm_next(e->ch, &ev) == 0) {
-			enum rdma_cm_event_type t = ev->event;
+		if (vc_cm_next(e->ch, &ev) == 0) {
+			bool up = ev->event == RDMA_CM_EVENT_ESTABLISHED;
 
 			vc_cm_ack(ev);
-			if (t == RDMA_CM_EVENT_ESTABLISHED) {
+			/* Anything else: rejected, unreachable, gone. */
+			if (up)
 				sdp_dbg(e->fl->name, "closed before the initiator's RTU: it came "
 						     "after %llu ms; disconnecting",
 					(unsigned long long)(vc_now_ms() - start));
-				return true;
-			}
-			if (t != RDMA_CM_EVENT_CONNECT_RESPONSE)
-				return false;	/* rejected, unreachable, gone */
+			return up;
 		}
 		uint64_t now = vc_now_ms();
 
