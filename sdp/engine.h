@@ -152,6 +152,10 @@ struct sdp_conn {
 	bool *tx_urg;		/* its last byte is urgent: OOB_PRES, nothing appended */
 	uint32_t tx_done, tx_posted, tx_filled;
 	uint64_t tx_queued_bytes;	/* in buffers, not yet completed, and in bl */
+	/* conn_push(): what is queued goes as credits allow, its tail held
+	 * back neither by TCP_CORK nor by a send in flight; cleared once all
+	 * of it is posted. */
+	bool tx_push;
 	/* The send backlog (post.c, "Send backlog"): bytes taken while the
 	 * ring was full, in order, before any later ones; not registered. */
 	struct sdp_tx_chunk *bl_head, *bl_tail;

@@ -1277,8 +1277,9 @@ static bool conn_hold_tail(const struct sdp_sock *s, const struct sdp_conn *c)
 	/* A Transaction request waits for our recv()'s SinkAvail. */
 	if (c->trans_held)
 		return true;
-	/* Urgent data goes at once, as tcp_push() marks it. */
-	if (c->tx_len[slot] >= tx_payload_max(c) || c->tx_urg[slot])
+	/* Urgent data goes at once, as tcp_push() marks it; so does what
+	 * conn_push() pushed. */
+	if (c->tx_len[slot] >= tx_payload_max(c) || c->tx_urg[slot] || c->tx_push)
 		return false;
 	/* SO_SNDBUF is full: no more is coming until this goes, so it goes
 	 * (tcp_sendmsg() pushes a corked tail before it waits for room). */
@@ -1324,6 +1325,8 @@ static int flush_data(struct sdp_sock *s, struct sdp_conn *c)
 		SDP_STAT_INC(bytes_sent, c->tx_len[slot]);
 		sent = 1;
 	}
+	if (c->tx_posted == c->tx_filled && !c->bl_head)
+		c->tx_push = false;
 	return sent;
 }
 
@@ -1473,19 +1476,25 @@ void conn_flush(struct sdp_sock *s)
 		progress_posted(s);
 }
 
+/*
+ * Everything queued goes now, as credits allow.  The mark stays until it
+ * has all been posted, so the flush that a completion or a credit update
+ * makes later posts it too: a tail this call could not post (an earlier
+ * send was still in flight) is not left to wait for an uncork that a
+ * program blocked in send() cannot give.
+ */
 void conn_push(struct sdp_sock *s)
 {
-	int saved_cork = s->cork;
-
-	if (s->conn && s->conn->trans_held) {
+	if (!s->conn)
+		return;
+	if (s->conn->trans_held) {
 		/* The request goes alone: the program is not waiting for
 		 * the reply in recv() (write_zcopy.c). */
 		s->conn->trans_held = false;
 		mode_note_trans_miss(s);
 	}
-	s->cork = 0;
+	s->conn->tx_push = conn_tx_unposted(s->conn);
 	conn_flush(s);
-	s->cork = saved_cork;
 }
 
 void conn_end_hold(struct sdp_sock *s)
