@@ -178,6 +178,7 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 		return;
 	}
 	uint32_t credits = sdp_tx_credits(&c->cr);
+	bool had_all = sdp_peer_has_all(&c->cr);
 
 	if (!sdp_credits_on_recv(&c->cr, h.mseq, h.mseq_ack, h.bufs)) {
 		conn_protocol_error(s, "acknowledges a message never sent");
@@ -185,8 +186,10 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 	}
 	/* A thread asleep for credits (zc_send() waiting for its turn to
 	 * offer) may not be the one driving this: the message that brings
-	 * them may be a bare credit update, which wakes nobody else. */
-	if (s->waiters && sdp_tx_credits(&c->cr) > credits)
+	 * them may be a bare credit update, which wakes nobody else.  So
+	 * may one lingering in close() for the peer's acknowledgement. */
+	if (s->waiters && (sdp_tx_credits(&c->cr) > credits ||
+			   (!had_all && sdp_peer_has_all(&c->cr))))
 		sock_changed(s, false);
 	SDP_STAT_INC(msgs_received, 1);
 
@@ -210,6 +213,11 @@ static void conn_handle_msg(struct sdp_sock *s, uint32_t slot, uint32_t len)
 			return;
 		}
 		c->disconn_rcvd = true;
+		/* The peer may linger in close() until it knows we have
+		 * everything (sdp_close()): tell it now, not when our own
+		 * close comes, which may wait for the peer's exit. */
+		if (!c->disconn_sent)
+			c->cr.ack_owed = true;
 		wz_advert_dead(s);	/* no bytes come after it */
 		sdp_dbg(LOGSYS, "sd %d: DisConn received", s->sd);
 		sock_changed(s, true);

@@ -33,6 +33,11 @@ struct sdp_credits {
 	uint32_t posted;	/* our receive buffers posted now */
 	uint32_t advertised;	/* bufs in our last message, minus messages received since:
 				 * what the peer believes it may still send */
+	uint32_t kept_mseq;	/* our latest message other than a bare credit update:
+				 * once the peer acknowledges it, nothing of ours is lost
+				 * if the transport goes (sdp_peer_has_all()) */
+	bool ack_owed;		/* the peer's DisConn came before ours: our next message
+				 * acknowledges it, a bare update if nothing else goes */
 };
 
 /* After the Hello exchange: peer_bufs from its Hello/HelloAck, our own
@@ -46,6 +51,15 @@ static inline void sdp_credits_init(struct sdp_credits *c, uint32_t peer_bufs,
 	c->last_rx_mseq = 0;
 	c->posted = posted;
 	c->advertised = posted;
+	c->kept_mseq = 0;
+	c->ack_owed = false;
+}
+
+/* The peer has every message of ours that mattered (all but bare credit
+ * updates): a reset of the transport now loses nothing of our stream. */
+static inline bool sdp_peer_has_all(const struct sdp_credits *c)
+{
+	return !sdp_seq_before(c->peer_mseq_ack, c->kept_mseq);
 }
 
 /* Peer buffers we may still consume (never negative). */
@@ -94,10 +108,15 @@ static inline bool sdp_update_needed(const struct sdp_credits *c)
 	return false;
 }
 
-/* Bookkeeping for one message we send: returns its mseq. */
-static inline uint32_t sdp_credits_on_send(struct sdp_credits *c)
+/* Bookkeeping for one message we send (bare: a credit update and
+ * nothing else): returns its mseq.  Every message acknowledges all the
+ * peer's so far. */
+static inline uint32_t sdp_credits_on_send(struct sdp_credits *c, bool bare)
 {
 	c->advertised = c->posted;
+	c->ack_owed = false;
+	if (!bare)
+		c->kept_mseq = c->next_mseq;
 	return c->next_mseq++;
 }
 

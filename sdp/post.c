@@ -1074,7 +1074,13 @@ void conn_lost(struct sdp_sock *s, bool error)
 
 	if (s->state != SDP_S_ESTABLISHED)
 		return;
-	if (!c->disconn_rcvd || error) {
+	/* A transport error after the peer's DisConn, when the peer also
+	 * has every message of ours that mattered, loses nothing: the peer
+	 * closed, and our credit updates reached its closed socket (its
+	 * kernel answers them with a reset).  The stream ends as it would
+	 * have, with no error for the program. */
+	if (!c->disconn_rcvd ||
+	    (error && (!sdp_peer_has_all(&c->cr) || conn_tx_unposted(c)))) {
 		conn_set_reset(s, ECONNRESET);
 		return;
 	}
@@ -1141,7 +1147,7 @@ static void conn_fill_bsdh(struct sdp_conn *c, void *buf, uint8_t mid, uint8_t f
 		.mseq_ack = c->cr.last_rx_mseq,
 	};
 
-	h.mseq = sdp_credits_on_send(&c->cr);
+	h.mseq = sdp_credits_on_send(&c->cr, mid == SDP_MID_DATA && len == SDP_BSDH_LEN);
 	sdp_bsdh_encode(buf, &h);
 }
 
@@ -1463,9 +1469,12 @@ void conn_flush(struct sdp_sock *s)
 	 * credits for that; once both DisConns are out nothing is owed, and
 	 * ours stays our last message (the transport's closer waits for it).
 	 * While our SrcAvail is out, the last credits are kept for its
-	 * SrcAvailCancel. */
-	if (!sent && !(c->disconn_rcvd && c->disconn_sent) && sdp_update_needed(&c->cr) &&
-	    ctrl_slot_free(c) &&
+	 * SrcAvailCancel.  The peer's DisConn is acknowledged at once
+	 * (cr.ack_owed), for a close that lingers on it. */
+	bool update = sdp_update_needed(&c->cr) ||
+		      (c->cr.ack_owed && sdp_can_send_update(&c->cr));
+
+	if (!sent && !(c->disconn_rcvd && c->disconn_sent) && update && ctrl_slot_free(c) &&
 	    !(c->tx_sa.active && !c->tx_sa.cancel_sent && sdp_tx_credits(&c->cr) <= 2)) {
 		if (conn_post_ctrl(s, SDP_MID_DATA, NULL, 0) == 0) {
 			SDP_STAT_INC(credit_updates_sent, 1);

@@ -1181,6 +1181,19 @@ int sdp_shutdown(int sd, int how)
 	return ret;
 }
 
+/*
+ * A lingering close is over, as Linux's is once the FIN is acknowledged:
+ * our DisConn has gone and the peer has acknowledged it, so it has all
+ * our data.  That we posted it is not enough: on a software transport
+ * it may still be in the kernel's socket buffer, which an exit right
+ * after close() throws away with a reset if the peer's credit updates
+ * are unread there.
+ */
+static bool linger_done(const struct sdp_conn *c)
+{
+	return c->disconn_sent && c->tx_done == c->tx_posted && sdp_peer_has_all(&c->cr);
+}
+
 int sdp_close(int sd)
 {
 	struct sdp_sock *s;
@@ -1220,8 +1233,7 @@ int sdp_close(int sd)
 						    (uint64_t)s->linger.l_linger * 1000000000ull;
 
 				while (s->conn && s->state == SDP_S_ESTABLISHED &&
-				       !(s->conn->disconn_sent &&
-					 s->conn->tx_done == s->conn->tx_posted)) {
+				       !linger_done(s->conn)) {
 					if (sdp_wait(s, deadline))
 						break;
 					conn_progress(s);

@@ -25,7 +25,7 @@ static struct cr_hdr cr_send(struct sdp_credits *c)
 
 	h.bufs = (uint16_t)c->posted;
 	h.mseq_ack = c->last_rx_mseq;
-	h.mseq = sdp_credits_on_send(c);
+	h.mseq = sdp_credits_on_send(c, false);
 	return h;
 }
 
@@ -67,12 +67,12 @@ Test(credits, each_send_uses_one)
 	sdp_credits_init(&c, 8, 8);
 	for (uint32_t i = 0; i < 8; i++) {
 		cr_assert_eq(sdp_tx_credits(&c), 8 - i);
-		cr_assert_eq(sdp_credits_on_send(&c), i + 1);
+		cr_assert_eq(sdp_credits_on_send(&c, false), i + 1);
 	}
 	cr_assert_eq(sdp_tx_credits(&c), 0);
 	cr_assert_eq(c.next_mseq, 9);
 	/* Over-sending (a bug elsewhere) never shows as a huge count. */
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 	cr_assert_eq(sdp_tx_credits(&c), 0);
 }
 
@@ -82,7 +82,7 @@ Test(credits, refresh_from_peer)
 
 	sdp_credits_init(&c, 8, 8);
 	for (int i = 0; i < 5; i++)
-		sdp_credits_on_send(&c);			/* mseq 1..5 */
+		sdp_credits_on_send(&c, false);			/* mseq 1..5 */
 	cr_assert_eq(sdp_tx_credits(&c), 3);
 	/* Peer got 1..3 and has 10 buffers posted: 4 and 5 will use two. */
 	cr_assert(sdp_credits_on_recv(&c, 1, 3, 10));
@@ -98,7 +98,7 @@ Test(credits, refresh_from_peer)
 	cr_assert_eq(sdp_tx_credits(&c), 7);
 	/* Fewer buffers than messages in flight reads as zero, not negative. */
 	for (int i = 0; i < 7; i++)
-		sdp_credits_on_send(&c);			/* mseq 6..12 */
+		sdp_credits_on_send(&c, false);			/* mseq 6..12 */
 	cr_assert(sdp_credits_on_recv(&c, 4, 6, 2));
 	cr_assert_eq(sdp_tx_credits(&c), 0);
 }
@@ -150,7 +150,7 @@ Test(credits, stale_mseq_ack_ignored)
 
 	sdp_credits_init(&c, 8, 8);
 	for (int i = 0; i < 6; i++)
-		sdp_credits_on_send(&c);			/* mseq 1..6 */
+		sdp_credits_on_send(&c, false);			/* mseq 1..6 */
 	cr_assert(sdp_credits_on_recv(&c, 1, 5, 10));
 	cr_assert_eq(sdp_tx_credits(&c), 9);
 	/* An older ack cannot bring back credits (nor take any away). */
@@ -171,7 +171,7 @@ Test(credits, future_mseq_ack_rejected)
 
 	sdp_credits_init(&c, 8, 8);
 	for (int i = 0; i < 3; i++)
-		sdp_credits_on_send(&c);			/* mseq 1..3 */
+		sdp_credits_on_send(&c, false);			/* mseq 1..3 */
 	before = c;
 	cr_assert_not(sdp_credits_on_recv(&c, 1, 4, 60000));
 	cr_assert_not(sdp_credits_on_recv(&c, 1, 0x7fffffff, 60000));
@@ -193,10 +193,10 @@ Test(credits, mseq_wraps)
 	sdp_credits_init(&c, 8, 8);
 	cr_rebase(&c, 0xfffffffdu);
 	cr_assert_eq(sdp_tx_credits(&c), 8);
-	cr_assert_eq(sdp_credits_on_send(&c), 0xfffffffeu);
-	cr_assert_eq(sdp_credits_on_send(&c), 0xffffffffu);
-	cr_assert_eq(sdp_credits_on_send(&c), 0);
-	cr_assert_eq(sdp_credits_on_send(&c), 1);
+	cr_assert_eq(sdp_credits_on_send(&c, false), 0xfffffffeu);
+	cr_assert_eq(sdp_credits_on_send(&c, false), 0xffffffffu);
+	cr_assert_eq(sdp_credits_on_send(&c, false), 0);
+	cr_assert_eq(sdp_credits_on_send(&c, false), 1);
 	cr_assert_eq(c.next_mseq, 2);
 	cr_assert_eq(sdp_tx_credits(&c), 4);
 
@@ -223,17 +223,17 @@ Test(credits, ca4_82_thresholds)
 	cr_assert(sdp_can_send_data(&c));
 	cr_assert(sdp_can_send_ctrl(&c));
 	cr_assert(sdp_can_send_update(&c));
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 	cr_assert_eq(sdp_tx_credits(&c), 3);
 	cr_assert(sdp_can_send_data(&c));
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 
 	/* 2: data must leave one for control and one for updates. */
 	cr_assert_eq(sdp_tx_credits(&c), 2);
 	cr_assert_not(sdp_can_send_data(&c));
 	cr_assert(sdp_can_send_ctrl(&c));
 	cr_assert(sdp_can_send_update(&c));
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 
 	/* 1: no payload, no control; an update only if it adds buffers. */
 	cr_assert_eq(sdp_tx_credits(&c), 1);
@@ -246,7 +246,7 @@ Test(credits, ca4_82_thresholds)
 	sdp_credits_on_repost(&c);
 	cr_assert(sdp_can_send_update(&c), "posted 8 > advertised 7");
 	cr_assert_not(sdp_can_send_ctrl(&c));
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 
 	/* 0: nothing at all. */
 	cr_assert_eq(sdp_tx_credits(&c), 0);
@@ -283,7 +283,7 @@ Test(credits, update_needed_thresholds)
 	cr_assert(sdp_update_needed(&c), "posted 16, advertised 8");
 
 	/* Sending anything carries the update. */
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 	cr_assert_eq(c.advertised, 16);
 	cr_assert_not(sdp_update_needed(&c));
 
@@ -338,7 +338,7 @@ Test(credits, update_needed_respects_ca4_82)
 		sdp_credits_on_repost(&c);
 	cr_assert_eq(sdp_tx_credits(&c), 1);
 	cr_assert(sdp_update_needed(&c));
-	sdp_credits_on_send(&c);
+	sdp_credits_on_send(&c, false);
 	/* No credit at all: however many buffers are free, it must wait
 	 * for the peer. */
 	for (uint32_t i = 11; i <= 20; i++)
@@ -635,4 +635,52 @@ Test(credits_sim, across_mseq_wrap)
 	/* Start 3000 messages short of 2^32 so each run crosses the wrap. */
 	for (uint32_t seed = 1; seed <= 10; seed++)
 		cr_sim_run(seed * 0xd3a2646cu, 8, 8, 0xffffffffu - 3000, 20000);
+}
+
+/* What a lingering close waits for: the peer's acknowledgement of every
+ * message of ours except bare credit updates, which it may never answer. */
+Test(credits, peer_has_all)
+{
+	struct sdp_credits c;
+
+	sdp_credits_init(&c, 8, 8);
+	cr_assert(sdp_peer_has_all(&c), "nothing sent yet");
+	cr_assert_eq(sdp_credits_on_send(&c, false), 1);	/* data */
+	cr_assert_eq(sdp_credits_on_send(&c, true), 2);		/* an update */
+	cr_assert_not(sdp_peer_has_all(&c));
+	cr_assert(sdp_credits_on_recv(&c, 1, 1, 8));
+	cr_assert(sdp_peer_has_all(&c), "the update is not waited for");
+	cr_assert_eq(sdp_credits_on_send(&c, false), 3);	/* the DisConn */
+	cr_assert_not(sdp_peer_has_all(&c));
+	cr_assert(sdp_credits_on_recv(&c, 2, 2, 8));
+	cr_assert_not(sdp_peer_has_all(&c));
+	cr_assert(sdp_credits_on_recv(&c, 3, 3, 8));
+	cr_assert(sdp_peer_has_all(&c));
+
+	/* Across the wrap of mseq. */
+	c.next_mseq = 0xffffffffu;
+	c.peer_mseq_ack = 0xfffffffeu;
+	c.kept_mseq = 0xfffffffeu;
+	c.last_rx_mseq = 3;
+	cr_assert_eq(sdp_credits_on_send(&c, false), 0xffffffffu);
+	cr_assert_eq(sdp_credits_on_send(&c, false), 0);
+	cr_assert_not(sdp_peer_has_all(&c));
+	cr_assert(sdp_credits_on_recv(&c, 4, 0xffffffffu, 8));
+	cr_assert_not(sdp_peer_has_all(&c));
+	cr_assert(sdp_credits_on_recv(&c, 5, 0, 8));
+	cr_assert(sdp_peer_has_all(&c));
+}
+
+/* Any message acknowledges the peer's DisConn, and clears the debt. */
+Test(credits, ack_owed_cleared_by_any_send)
+{
+	struct sdp_credits c;
+
+	sdp_credits_init(&c, 8, 8);
+	c.ack_owed = true;
+	sdp_credits_on_send(&c, true);
+	cr_assert_not(c.ack_owed);
+	c.ack_owed = true;
+	sdp_credits_on_send(&c, false);
+	cr_assert_not(c.ack_owed);
 }
