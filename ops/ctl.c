@@ -459,9 +459,10 @@ int ops_getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 	if (!s)
 		return OPS_PASS;
 	if (s->state == OPS_ST_NEW) {
-		/* The program has seen the port bind(0) gave it: listen()
-		 * may no longer move the socket to another one. */
+		/* The program sees the port bind(0) gave it: listen() may
+		 * no longer move the socket to another one. */
 		pthread_mutex_lock(&s->lock);
+		ops_settle_any_port(fd, s);
 		s->any_port = false;
 		pthread_mutex_unlock(&s->lock);
 	}

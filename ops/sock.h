@@ -173,6 +173,10 @@ int ops_engine_up(void);
  * it on SDP, or give up on SDP and start the native connect.  fd is
  * the application's fd (for the native connect).  Caller holds no lock. */
 void ops_connect_advance(int fd, struct ops_sock *s);
+/* The program is about to see the port bind(0) gave fd: move it to one
+ * whose SDP side is free too, while it can (switch.c).  Caller holds
+ * s->lock. */
+void ops_settle_any_port(int fd, struct ops_sock *s);
 /* Deadline of a connect in flight that ops_connect_advance() must see
  * (ns, CLOCK_MONOTONIC), or 0. */
 uint64_t ops_connect_deadline(struct ops_sock *s);

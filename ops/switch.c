@@ -577,6 +577,31 @@ static int sdp_listen_same_port(int fd, struct ops_sock *s, struct sockaddr_stor
 	return r;
 }
 
+/*
+ * getsockname() on a socket bound to port 0 that has not listened: once
+ * the program knows the port, listen() can no longer move it when its
+ * SDP side is taken (above), and the listener would serve TCP only.  So
+ * the SDP side is tried now, and fd moved to another port if it is
+ * taken.  On tcp-fallback and iWARP it is port P + offset in the host's
+ * own port space (doc/port-scheme.md), which any other socket may hold:
+ * python's socketserver looks at its port between bind() and listen().
+ * The SDP socket is dropped again: a socket that goes on to connect
+ * needs none, and listen() makes its own.
+ */
+void ops_settle_any_port(int fd, struct ops_sock *s)
+{
+	struct sockaddr_storage l;
+	socklen_t ll = sizeof(l);
+
+	if (s->state != OPS_ST_NEW || !s->any_port || s->sd >= 0 || s->inherited ||
+	    s->stack != OPS_STACK_UNDECIDED || (s->domain != AF_INET && s->domain != AF_INET6))
+		return;
+	if (ops_engine_up() < 0 || sys.getsockname(fd, (void *)&l, &ll) < 0)
+		return;
+	(void)sdp_listen_same_port(fd, s, &l, &ll, -1);
+	drop_engine_socket(s);
+}
+
 /* A listener on SDP only.  Caller holds s->lock. */
 static int listen_sdp(int fd, struct ops_sock *s, struct sockaddr_storage *l, socklen_t *ll,
 		      int backlog)
