@@ -972,7 +972,13 @@ int sdp_wait(struct sdp_sock *s, uint64_t deadline_ns)
 /*
  * The process may exit without harm to s's peer: everything of s has left,
  * and the peer's DisConn is in, so the peer will send nothing more (or the
- * transport is gone anyway).  Not when ours was the later DisConn: the
+ * transport is gone anyway).  Or the peer, its own DisConn not sent, has
+ * acknowledged ours (it does at once, cr.ack_owed): it has all our data,
+ * and what it sends after our exit -- credit updates as its program reads
+ * -- meets our closed socket, whose reset then loses nothing and ends its
+ * stream in order (conn_lost()).  Without this an exit waited
+ * exit_linger_ms for a peer that keeps its end open, as an idle keep-alive
+ * client does.  Not when ours was the later DisConn: the
  * peer sent its own before it had ours, and goes on granting credits
  * until it reads ours, behind the tail of our data; the transport ends
  * when the peer closes it (conn_drive_rounds(): the side whose DisConn
@@ -988,8 +994,12 @@ static bool orphan_flushed(struct sdp_sock *s)
 
 	if (!c || c->transport_down || c->post_failed || s->state != SDP_S_ESTABLISHED)
 		return true;
-	return c->disconn_sent && c->disconn_rcvd && !c->disconn_last && !conn_tx_unposted(c) &&
-	       c->tx_done == c->tx_posted && c->ctrl_done == c->ctrl_posted;
+	if (!c->disconn_sent || conn_tx_unposted(c) || c->tx_done != c->tx_posted ||
+	    c->ctrl_done != c->ctrl_posted)
+		return false;
+	if (c->disconn_rcvd)
+		return !c->disconn_last;
+	return sdp_peer_has_all(&c->cr);
 }
 
 /* A closing connection's progress, as a sum that grows with every

@@ -16,7 +16,9 @@
 # the writer's kernel, which one host's loopback never holds: across two
 # guests, cross-siw saw it); a reader that stops reading does
 # not keep the writer from exiting: it gives up, and says so (a warning
-# naming exit_linger_ms).
+# naming exit_linger_ms); a reader that has read everything and keeps its
+# end open does not make the writer's exit wait at all (its engine
+# acknowledged the writer's DisConn).
 : "${TEST_LIMIT:=120}"
 export TEST_LIMIT
 . "$(dirname "$0")/lib.sh"
@@ -57,8 +59,13 @@ import socket, sys, time
 host, port, n, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 chunk = int(sys.argv[5]) if len(sys.argv) > 5 else 8192
 half = len(sys.argv) > 6 and sys.argv[6] == "half"
-s = socket.create_connection((host, port), timeout=60)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+hold = len(sys.argv) > 6 and sys.argv[6] == "hold"
+s = socket.socket()
+# A reader that stops: its receive buffers, sized at the connect, cannot
+# hold the whole stream, so the writer still has some of it at exit.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096 if stop else 65536)
+s.settimeout(60)
+s.connect((host, port))
 if half:
     # Its DisConn goes first: the writer's is the last of the two.
     s.shutdown(socket.SHUT_WR)
@@ -73,6 +80,10 @@ try:
             sys.exit(0)
         d = s.recv(chunk)
         if not d:
+            if hold:
+                # Keeps its end open after the end of the stream, as an
+                # idle keep-alive client does.
+                time.sleep(2)
             break
         got += d
         time.sleep(0.01)
@@ -84,9 +95,10 @@ want = (period * (n // len(period) + 1))[:n]
 print("ok" if got == want else "%d bytes, not the %d sent" % (len(got), n))
 EOF
 
-# run_case NAME BYTES STOP [_exit [CHUNK [half]]]: a writer of BYTES and a
-# reader (that stops after STOP bytes, 0: reads all; CHUNK bytes a read,
-# 8 KiB by default; half: shuts its sending side down first); sets WRC,
+# run_case NAME BYTES STOP [_exit [CHUNK [half|hold]]]: a writer of BYTES
+# and a reader (that stops after STOP bytes, 0: reads all; CHUNK bytes a
+# read, 8 KiB by default; half: shuts its sending side down first; hold:
+# keeps its end open 2 s after the end of the stream); sets WRC,
 # ROUT, WERR.  With _exit the writer ends with _exit() instead of exit().
 run_case() {
 	local name=$1 n=$2 stop=$3 how=${4:-exit} chunk=${5:-8192} half=${6:-}
@@ -138,6 +150,18 @@ expect_all "slow reader, the writer's _exit()" \
 run_case half "$N" 0 exit 8192 half
 expect_all "slow reader that shut its side down first" \
 	"the same when the reader's DisConn came first"
+
+# The reader reads everything, then keeps its end open: the writer's
+# exit does not wait for it (nor give up on it after exit_linger_ms),
+# since the reader's engine acknowledged the writer's DisConn at once.
+run_case hold $((256 << 10)) 0 exit 65536 hold
+expect_all "a reader that keeps its end open" \
+	"a reader that keeps its end open after the end of the stream gets it all"
+if grep -q 'gave up on' "$WERR"; then
+	bad "the writer's exit waited for a reader that keeps its end open: $(grep 'gave up' "$WERR" | head -n 1)"
+else
+	log "ok   the writer's exit did not wait for it"
+fi
 
 run_case stopped "$N" $((256 << 10))
 if [ "$WRC" -ne 0 ]; then
