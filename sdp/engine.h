@@ -675,6 +675,9 @@ void mode_note_send(struct sdp_sock *s, bool big);
 void mode_note_stale(struct sdp_sock *s);
 /* One of our recv()s advertised its buffer. */
 void mode_note_advert(struct sdp_sock *s);
+/* One of our recv()s read the reply to a small send straight into its
+ * buffer, the reply having come before it could advertise. */
+void mode_note_reply(struct sdp_sock *s);
 /* A held Transaction request had to go out alone. */
 void mode_note_trans_miss(struct sdp_sock *s);
 

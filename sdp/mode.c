@@ -43,7 +43,8 @@
  *    adverts in a row that arrived stale;
  *  - Combined -> Transaction after two request/response turns in a row:
  *    a small send, then a recv() that advertised its buffer for the
- *    reply (the opposite direction is Pipelined);
+ *    reply, or read the reply straight into it because it came first
+ *    (the opposite direction is Pipelined);
  *  - Transaction -> Combined as soon as a held request has to go out
  *    alone (the program did something other than wait for the reply), or
  *    a send is large (the program streams now).
@@ -199,6 +200,21 @@ void mode_note_advert(struct sdp_sock *s)
 	if (++c->trans_streak >= TRANS_STREAK_MIN && c->tx_mode == SDP_MODE_COMBINED &&
 	    c->rx_mode == SDP_MODE_PIPELINED && tun_int(TUN_trans_hold_us) > 0)
 		mode_want(s, SDP_MODE_TRANSACTION);
+}
+
+/*
+ * The reply to our small send was read straight into a recv() buffer
+ * large enough to advertise, but it came first: the peer answered before
+ * the recv() could advertise (on rxe's loopback it can answer within our
+ * send()).  A request/response turn all the same.  Counted only for the
+ * first piece after the send, as an advert would have been; without it
+ * the streak waited for turns whose recv() won that race, hundreds of
+ * them under load.
+ */
+void mode_note_reply(struct sdp_sock *s)
+{
+	if (s->conn && s->conn->trans_last_send)
+		mode_note_advert(s);
 }
 
 void mode_note_trans_miss(struct sdp_sock *s)

@@ -699,6 +699,10 @@ ssize_t zc_recv(struct sdp_sock *s, const struct iovec *iov, int iovcnt, int fla
 	 * let the source write into it without asking (mode.c). */
 	if (c->rx_mode == SDP_MODE_COMBINED && wz_transport_writes(c))
 		c->req_pipe = true;
+	/* Our small send's reply, come before this recv() could advertise
+	 * for it: a request/response turn all the same (mode.c). */
+	if (c->rx_mode == SDP_MODE_PIPELINED)
+		mode_note_reply(s);
 	return (ssize_t)n;
 }
 
