@@ -677,9 +677,19 @@ static bool ep_settled(struct ctx *c, struct ep *e, char *why, size_t len)
 		return true;
 	rev = revents_of(fd);
 	if (e->m.rst_in) {
-		if (!(rev & POLLHUP))
+		/* POLLHUP alone may be this end's own shutdown both ways.
+		 * A reset that came before any FIN of the peer's also sets
+		 * POLLERR until a call takes the error: wait for that once.
+		 * (Linux's reset on loopback lands within the call that
+		 * caused it, SDP's a little later.) */
+		bool err_due = e->m.rst_new && !e->m.fin_in;
+
+		if (!(rev & POLLHUP) || (err_due && !(rev & POLLERR))) {
 			snprintf(why, len, "waiting for the reset (POLLHUP)");
-		return rev & POLLHUP;
+			return false;
+		}
+		e->m.rst_new = false;
+		return true;
 	}
 	if (e->m.dead || !e->m.peer)
 		return true;

@@ -9,7 +9,7 @@ static void kill_conn(struct mep *e)
 	if (e->peer) {
 		e->peer->dead = true;
 		if (e->peer->open)
-			e->peer->rst_in = true;
+			e->peer->rst_in = e->peer->rst_new = true;
 	}
 }
 
@@ -26,7 +26,7 @@ void m_send(struct mep *e, uint64_t n)
 	if (p->shut_rd && p->shut_wr) {
 		kill_conn(e);
 		if (e->open)
-			e->rst_in = true;
+			e->rst_in = e->rst_new = true;
 	}
 }
 
@@ -51,7 +51,7 @@ void m_shutdown(struct mep *e, int how)
 void m_close(struct mep *e)
 {
 	e->open = false;
-	e->rst_in = false;
+	e->rst_in = e->rst_new = false;
 	if (e->dead)
 		return;
 	/* Unread data, or a zero linger: a reset instead of a FIN.  (A
@@ -67,5 +67,5 @@ void m_reset(struct mep *e)
 {
 	e->dead = true;
 	if (e->open)
-		e->rst_in = true;
+		e->rst_in = e->rst_new = true;
 }

@@ -22,6 +22,7 @@ struct mep {
 	bool linger0;		/* SO_LINGER {1, 0}: close resets */
 	bool fin_in;		/* the peer's FIN is due here */
 	bool rst_in;		/* a reset is due here (POLLHUP) */
+	bool rst_new;		/* ... and not yet seen by a settle: its error is pending */
 	bool dead;		/* the connection was reset */
 	bool backlog;		/* the way here is full: part of what the peer sent waits there */
 };
