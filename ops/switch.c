@@ -596,7 +596,12 @@ void ops_settle_any_port(int fd, struct ops_sock *s)
 	if (s->state != OPS_ST_NEW || !s->any_port || s->sd >= 0 || s->inherited ||
 	    s->stack != OPS_STACK_UNDECIDED || (s->domain != AF_INET && s->domain != AF_INET6))
 		return;
-	if (ops_engine_up() < 0 || sys.getsockname(fd, (void *)&l, &ll) < 0)
+	if (sys.getsockname(fd, (void *)&l, &ll) < 0)
+		return;
+	/* A listen here would be TCP only (listen_first()): nothing to try,
+	 * and no engine to start for it. */
+	if (conf_match(ops_policy, CONF_ROLE_SERVER, ops_program, (void *)&l, ll) == CONF_USE_TCP ||
+	    ops_engine_up() < 0)
 		return;
 	(void)sdp_listen_same_port(fd, s, &l, &ll, -1);
 	drop_engine_socket(s);
